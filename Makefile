@@ -1,0 +1,65 @@
+# act_ros — developer commands. `make demo` and `make test` build the environment first.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.act_ros-installed
+EXTRAS ?= ros,sim,dataset,dev
+
+# Keep every ROS process that these targets start on loopback, in a domain of its own.
+ROS_DOMAIN_ID ?= $(shell echo $$(( ($$$$ % 90) + 10 )))
+export ROS_DOMAIN_ID
+export ROS_AUTOMATIC_DISCOVERY_RANGE ?= LOCALHOST
+export RMW_IMPLEMENTATION ?= rmw_fastrtps_cpp
+export HF_HUB_OFFLINE ?= 1
+export MUJOCO_GL ?= egl
+export PYOPENGL_PLATFORM ?= egl
+
+.PHONY: help setup test test-fast demo bench lint clean-venv
+
+help:
+	@echo "make demo   - set up if needed, then run the simulated task end to end over ROS 2"
+	@echo "make test   - set up if needed, then run the test suite"
+	@echo "make setup  - create/refresh the virtualenv ($(VENV)) with Python 3.12"
+	@echo "make bench  - run the benchmarks and write a report"
+	@echo "make lint   - ruff over the package and tests"
+
+setup: $(STAMP)
+
+# The venv is rebuilt when it is missing, when its Python is broken, or when the
+# package's dependencies (setup.py) changed since it was installed.
+$(STAMP): setup.py package.xml
+	@set -e; \
+	if [ -x "$(PY)" ] && ! "$(PY)" -c 'import sys' >/dev/null 2>&1; then \
+	  echo "[setup] $(VENV) is broken: recreating"; rm -rf "$(VENV)"; fi; \
+	if [ ! -x "$(PY)" ]; then \
+	  base=$$(tools/find-python); \
+	  echo "[setup] creating $(VENV) with $$base"; \
+	  "$$base" -m venv "$(VENV)"; \
+	fi; \
+	"$(PY)" -m pip install --quiet --upgrade pip; \
+	echo "[setup] installing act_ros[$(EXTRAS)] (first run downloads PyTorch, several GB)"; \
+	"$(PY)" -m pip install --progress-bar off -e ".[$(EXTRAS)]"; \
+	touch "$(STAMP)"; echo "[setup] ready: $(VENV)"
+
+PYTEST_ARGS ?=
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+# Quick subset: everything but the slow end-to-end checks.
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+DEMO_ARGS ?=
+demo: $(STAMP)
+	$(PY) -m act_ros.demo $(DEMO_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m act_ros.bench $(BENCH_ARGS)
+
+lint: $(STAMP)
+	$(PY) -m ruff check act_ros test launch setup.py
+
+clean-venv:
+	rm -rf "$(VENV)"

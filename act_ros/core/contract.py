@@ -1,0 +1,144 @@
+"""The I/O contract between ROS topics and the policy (``config/contract.yaml``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from act_ros.core.paths import config_path
+
+
+@dataclass(frozen=True)
+class CameraSpec:
+    """One camera stream: its ROS-side name, policy feature key and nominal image size."""
+
+    name: str
+    feature: str
+    height: int
+    width: int
+
+    def __post_init__(self) -> None:
+        if not self.feature.startswith('observation.images.'):
+            raise ValueError(f"camera '{self.name}': feature must start with "
+                             f"'observation.images.', got '{self.feature}'")
+        if self.height <= 0 or self.width <= 0:
+            raise ValueError(f"camera '{self.name}': size must be positive, "
+                             f'got {self.height}x{self.width}')
+
+
+@dataclass(frozen=True)
+class Contract:
+    """Joint names, limits, camera and feature names shared by node, sim and trainer."""
+
+    joint_names: tuple[str, ...]
+    joint_lower: tuple[float, ...]
+    joint_upper: tuple[float, ...]
+    gripper_joint: str
+    cameras: tuple[CameraSpec, ...]
+    state_feature: str = 'observation.state'
+    action_feature: str = 'action'
+    chunk_size: int = 30
+    fps: int = 30
+    task: str = ''
+    source: str = field(default='<memory>', compare=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.joint_names)
+        if n == 0:
+            raise ValueError(f'{self.source}: joint_names is empty')
+        if len(set(self.joint_names)) != n:
+            raise ValueError(f'{self.source}: joint_names has duplicates: {self.joint_names}')
+        for key in ('joint_lower', 'joint_upper'):
+            if len(getattr(self, key)) != n:
+                raise ValueError(f'{self.source}: {key} has {len(getattr(self, key))} values, '
+                                 f'expected {n} (one per joint in joint_names)')
+        for name, lo, hi in zip(self.joint_names, self.joint_lower, self.joint_upper):
+            if not lo < hi:
+                raise ValueError(f"{self.source}: joint '{name}': lower limit {lo} is not "
+                                 f'below upper limit {hi}')
+        if self.gripper_joint not in self.joint_names:
+            raise ValueError(f"{self.source}: gripper_joint '{self.gripper_joint}' is not in "
+                             f'joint_names {list(self.joint_names)}')
+        if not self.cameras:
+            raise ValueError(f'{self.source}: no cameras defined')
+        if self.chunk_size < 1 or self.fps < 1:
+            raise ValueError(f'{self.source}: chunk_size and fps must be >= 1, '
+                             f'got {self.chunk_size} and {self.fps}')
+
+    @property
+    def num_joints(self) -> int:
+        return len(self.joint_names)
+
+    @property
+    def gripper_index(self) -> int:
+        return self.joint_names.index(self.gripper_joint)
+
+    @property
+    def lower(self) -> np.ndarray:
+        return np.asarray(self.joint_lower, dtype=np.float64)
+
+    @property
+    def upper(self) -> np.ndarray:
+        return np.asarray(self.joint_upper, dtype=np.float64)
+
+    @property
+    def camera_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.cameras)
+
+    def camera(self, name: str) -> CameraSpec:
+        for cam in self.cameras:
+            if cam.name == name:
+                return cam
+        raise KeyError(f"no camera '{name}' in the contract (have {list(self.camera_names)})")
+
+    @property
+    def image_features(self) -> tuple[str, ...]:
+        return tuple(c.feature for c in self.cameras)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = '<memory>') -> 'Contract':
+        body = data.get('contract', data)
+        required = ('joint_names', 'joint_lower', 'joint_upper', 'gripper_joint', 'cameras')
+        missing = [k for k in required if k not in body]
+        if missing:
+            raise ValueError(f'{source}: missing keys {missing} under "contract"')
+        cams = body['cameras']
+        if not isinstance(cams, dict):
+            raise ValueError(f'{source}: "cameras" must be a mapping name -> '
+                             f'{{feature, height, width}}, got {type(cams).__name__}')
+        cameras = tuple(
+            CameraSpec(name=name, feature=str(spec['feature']), height=int(spec['height']),
+                       width=int(spec['width']))
+            for name, spec in cams.items())
+        return cls(
+            joint_names=tuple(str(n) for n in body['joint_names']),
+            joint_lower=tuple(float(v) for v in body['joint_lower']),
+            joint_upper=tuple(float(v) for v in body['joint_upper']),
+            gripper_joint=str(body['gripper_joint']),
+            cameras=cameras,
+            state_feature=str(body.get('state_feature', 'observation.state')),
+            action_feature=str(body.get('action_feature', 'action')),
+            chunk_size=int(body.get('chunk_size', 30)),
+            fps=int(body.get('fps', 30)),
+            task=str(body.get('task', '')),
+            source=source,
+        )
+
+
+def load_contract(path: str | Path | None = None) -> Contract:
+    """Load a contract file; ``None`` loads the package's ``config/contract.yaml``."""
+    path = Path(path) if path else config_path('contract.yaml')
+    if not path.is_file():
+        raise FileNotFoundError(f'contract file not found: {path}')
+    with path.open() as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise ValueError(f'{path}: not valid YAML: {exc}') from exc
+    if not isinstance(data, dict):
+        raise ValueError(f'{path}: expected a mapping at top level, got {type(data).__name__}')
+    return Contract.from_dict(data, source=str(path))

@@ -1,0 +1,40 @@
+"""Locate the package's shared files (config/, urdf/, models/) in every install layout."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+import sys
+
+PACKAGE_NAME = 'act_ros'
+_SOURCE_ROOT = Path(__file__).resolve().parents[2]
+
+
+def share_dir() -> Path:
+    """Return the directory that holds ``config/``, ``urdf/`` and ``models/``.
+
+    Looked up in this order: ``ACT_ROS_SHARE_DIR``; the source tree (editable and
+    ``colcon --symlink-install`` checkouts); ``<prefix>/share/act_ros`` of a pip install;
+    the ament index of a ROS install.
+    """
+    env = os.environ.get('ACT_ROS_SHARE_DIR')
+    if env:
+        return Path(env)
+    if (_SOURCE_ROOT / 'config' / 'contract.yaml').is_file():
+        return _SOURCE_ROOT
+    prefix_share = Path(sys.prefix) / 'share' / PACKAGE_NAME
+    if (prefix_share / 'config' / 'contract.yaml').is_file():
+        return prefix_share
+    try:
+        from ament_index_python.packages import get_package_share_directory
+        return Path(get_package_share_directory(PACKAGE_NAME))
+    except (ImportError, LookupError) as exc:
+        raise FileNotFoundError(
+            'cannot find the act_ros share directory (config/contract.yaml): set '
+            f'ACT_ROS_SHARE_DIR, or install the package (looked in {_SOURCE_ROOT} and '
+            f'{prefix_share})') from exc
+
+
+def config_path(name: str) -> Path:
+    """Return the path of a file under the package's ``config/`` directory."""
+    return share_dir() / 'config' / name

@@ -1,0 +1,116 @@
+"""Near-pad release gate: the gripper may only open to release an object near the pad.
+
+State machine per episode (DESIGN.md section 5):
+
+- ``FREE``: gripper commands pass unchanged (approach with an open gripper).
+- ``HOLDING``: entered once the gripper has been commanded below ``hold_threshold`` for
+  ``hold_ticks`` consecutive ticks. Every gripper command is then replaced by
+  ``closed_command``, except an open request (``>= release_threshold``) while the end
+  effector is within ``release_radius_m`` of the pad (XY and Z distance, Euclidean),
+  which passes and moves the gate to ``RELEASED``. Intermediate values never loosen the
+  grip in transit.
+- ``RELEASED``: commands pass unchanged until :meth:`ReleaseGate.reset`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import enum
+import math
+
+import numpy as np
+
+
+class GateState(enum.Enum):
+    FREE = 'FREE'
+    HOLDING = 'HOLDING'
+    RELEASED = 'RELEASED'
+
+
+@dataclass(frozen=True)
+class ReleaseGateConfig:
+    """Settings of the release gate (units in the names)."""
+
+    release_radius_m: float = 0.10
+    release_threshold: float = 0.90
+    hold_threshold: float = 0.90
+    hold_ticks: int = 3
+    closed_command: float = 0.0
+    enabled: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.release_radius_m > 0.0:
+            raise ValueError(f'release_radius_m must be > 0, got {self.release_radius_m}')
+        if not 0.0 < self.release_threshold <= 1.0:
+            raise ValueError(f'release_threshold must be in (0, 1], got {self.release_threshold}')
+        if not 0.0 < self.hold_threshold <= self.release_threshold:
+            raise ValueError('hold_threshold must be in (0, release_threshold], got '
+                             f'{self.hold_threshold} (release_threshold {self.release_threshold})')
+        if self.hold_ticks < 1:
+            raise ValueError(f'hold_ticks must be >= 1, got {self.hold_ticks}')
+        if not 0.0 <= self.closed_command < self.hold_threshold:
+            raise ValueError(f'closed_command must be in [0, hold_threshold), got {self.closed_command}')
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """What the gate did to one gripper command."""
+
+    command: float
+    requested: float
+    state: GateState
+    suppressed_release: bool
+    distance_m: float | None
+
+    @property
+    def changed(self) -> bool:
+        return self.command != self.requested
+
+
+class ReleaseGate:
+    """Per-episode gate on the gripper command (see module docstring)."""
+
+    def __init__(self, config: ReleaseGateConfig | None = None) -> None:
+        self.config = config or ReleaseGateConfig()
+        self.suppressed_releases = 0
+        self.reset()
+
+    def reset(self) -> None:
+        """Start a new episode: FREE, no closed-tick count. The suppression counter is kept."""
+        self.state = GateState.FREE
+        self._closed_ticks = 0
+
+    def distance(self, ee_position: np.ndarray | None, pad_position: np.ndarray | None) -> float | None:
+        if ee_position is None or pad_position is None:
+            return None
+        ee = np.asarray(ee_position, dtype=np.float64).reshape(-1)[:3]
+        pad = np.asarray(pad_position, dtype=np.float64).reshape(-1)[:3]
+        d = float(np.linalg.norm(ee - pad))
+        return d if math.isfinite(d) else None
+
+    def apply(self, gripper_command: float, ee_position: np.ndarray | None,
+              pad_position: np.ndarray | None) -> GateDecision:
+        """Return the gripper command to send this tick, updating the state machine.
+
+        An unknown end-effector or pad position (``None``) counts as "not near the pad".
+        """
+        cfg = self.config
+        requested = float(gripper_command)
+        dist = self.distance(ee_position, pad_position)
+        if not cfg.enabled or self.state is GateState.RELEASED:
+            return GateDecision(requested, requested, self.state, False, dist)
+
+        if self.state is GateState.FREE:
+            self._closed_ticks = self._closed_ticks + 1 if requested < cfg.hold_threshold else 0
+            if self._closed_ticks >= cfg.hold_ticks:
+                self.state = GateState.HOLDING
+            return GateDecision(requested, requested, self.state, False, dist)
+
+        # HOLDING
+        if requested >= cfg.release_threshold:
+            if dist is not None and dist <= cfg.release_radius_m:
+                self.state = GateState.RELEASED
+                return GateDecision(requested, requested, self.state, False, dist)
+            self.suppressed_releases += 1
+            return GateDecision(cfg.closed_command, requested, self.state, True, dist)
+        return GateDecision(cfg.closed_command, requested, self.state, False, dist)

@@ -1,0 +1,74 @@
+"""Packaging for act_ros: an ament_python package that also installs with pip."""
+
+from glob import glob
+import os
+
+from setuptools import find_packages, setup
+
+package_name = 'act_ros'
+
+
+def _files(pattern: str) -> list[str]:
+    return sorted(path for path in glob(pattern, recursive=True) if os.path.isfile(path))
+
+
+def _model_docs() -> list[tuple[str, list[str]]]:
+    """Install the model docs (README, model cards); weights are copied by the user."""
+    entries = []
+    for directory in sorted({os.path.dirname(p) for p in _files('models/**/*.md')}):
+        entries.append((os.path.join('share', package_name, directory),
+                        _files(os.path.join(directory, '*.md'))))
+    return entries
+
+
+ROS_WHEELS = [
+    # ROS 2 Kilted from the Python package index, for machines without a ROS install.
+    'ros-rclpy>=9,<11',
+    'ros-sensor-msgs>=5,<6',
+    'ros-std-msgs>=5,<6',
+    'ros-std-srvs>=5,<6',
+    'ros-trajectory-msgs>=5,<6',
+    'ros-geometry-msgs>=5,<6',
+    'ros-diagnostic-msgs>=5,<6',
+    'ros-rmw-fastrtps-cpp>=9,<11',
+]
+
+setup(
+    name=package_name,
+    version='0.1.0',
+    packages=find_packages(exclude=['test', 'test.*']),
+    data_files=[
+        ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
+        ('share/' + package_name, ['package.xml']),
+        ('share/' + package_name + '/launch', _files('launch/*.launch.py')),
+        ('share/' + package_name + '/config', _files('config/*.yaml')),
+        ('share/' + package_name + '/urdf', _files('urdf/*')),
+    ] + _model_docs(),
+    python_requires='>=3.12',
+    install_requires=[
+        'setuptools',
+        'lerobot>=0.6,<0.7',
+        'torch>=2.7,<2.12',
+        'numpy>=1.26,<3',
+        'pyyaml>=6,<7',
+        'safetensors>=0.4,<1',
+        'opencv-python-headless>=4.9,<5',
+        'pin>=3,<5',  # pinocchio: forward kinematics for the release gate
+    ],
+    extras_require={
+        'ros': ROS_WHEELS,
+        'sim': ['mujoco>=3.2,<4'],
+        'dataset': ['lerobot[dataset]>=0.6,<0.7'],
+        'dev': ['pytest>=8,<10', 'pytest-timeout>=2.3,<3', 'ruff>=0.6,<1'],
+    },
+    zip_safe=True,
+    maintainer='act_ros maintainers',
+    maintainer_email='maintainers@act-ros.invalid',
+    description='ROS 2 bridge, simulation, trainer and benchmarks for LeRobot ACT policies.',
+    license='Apache-2.0',
+    entry_points={
+        'console_scripts': [
+            'act-ros = act_ros.cli:main',
+        ],
+    },
+)
