@@ -1,0 +1,43 @@
+"""``act-ros <command>``: one entry point for the package's tools.
+
+Each command lives in its own module with a ``main(argv)`` function; this file only
+dispatches, so that importing it stays cheap (torch, MuJoCo and rclpy load on demand).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    'collect': ('act_ros.data.collect', 'record scripted-expert demonstrations to a LeRobot dataset'),
+    'generate-synthetic': ('act_ros.data.synthetic', 'write a small random dataset for smoke tests'),
+    'train': ('act_ros.training.train', 'train an ACT policy on a LeRobot dataset'),
+    'evaluate': ('act_ros.training.evaluate', 'closed-loop evaluation in the simulation'),
+    'bench': ('act_ros.bench.__main__', 'benchmarks (runtime, node, compile)'),
+    'init-checkpoint': ('act_ros.core.checkpoint', 'write an untrained ACT checkpoint (benchmarks, tests)'),
+}
+
+
+def _usage() -> str:
+    width = max(len(name) for name in COMMANDS)
+    lines = ['usage: act-ros <command> [options]', '', 'commands:']
+    lines += [f'  {name:<{width}}  {help_}' for name, (_, help_) in COMMANDS.items()]
+    return '\n'.join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ('-h', '--help'):
+        print(_usage())
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in COMMANDS:
+        print(f"act-ros: unknown command '{name}'\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[name][0])
+    return int(module.main(rest) or 0)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,376 @@
+"""LeRobot ACT checkpoints: build, save and load ``pretrained_model`` directories offline.
+
+A checkpoint directory holds ``config.json``, ``model.safetensors``,
+``policy_preprocessor.json``, ``policy_postprocessor.json`` and the normalizer state
+files they name. One written by ``lerobot-train`` loads here unchanged and one written
+here loads in LeRobot. Loading never touches the network: ``pretrained_backbone_weights``
+is cleared before the model is built, and every problem is reported as one
+:class:`~act_ros.core.errors.CheckpointError` naming the file and what is wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+import json
+import math
+import os
+from pathlib import Path
+import shutil
+import tempfile
+from typing import Any
+
+import torch
+
+from act_ros.core.contract import Contract, load_contract
+from act_ros.core.errors import CheckpointError, ContractMismatchError
+
+CONFIG_FILE = 'config.json'
+WEIGHTS_FILE = 'model.safetensors'
+PREPROCESSOR_FILE = 'policy_preprocessor.json'
+POSTPROCESSOR_FILE = 'policy_postprocessor.json'
+
+# Model sizes. 'default' is LeRobot's ACT; 'cpu' trains at a useful speed on 2 cores;
+# 'tiny' is for tests. The ResNet-18 backbone is kept in all of them.
+PRESETS: dict[str, dict[str, Any]] = {
+    'default': {},
+    'cpu': dict(dim_model=256, n_heads=8, dim_feedforward=1024, n_encoder_layers=2,
+                n_decoder_layers=1, n_vae_encoder_layers=2, latent_dim=32),
+    'tiny': dict(dim_model=64, n_heads=4, dim_feedforward=128, n_encoder_layers=1,
+                 n_decoder_layers=1, n_vae_encoder_layers=1, latent_dim=8),
+}
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+@dataclass
+class LoadedCheckpoint:
+    """A checkpoint loaded for inference: policy, processors and what was validated."""
+
+    path: Path
+    policy: Any  # lerobot ACTPolicy
+    preprocessor: Any  # lerobot PolicyProcessorPipeline
+    postprocessor: Any
+    image_shapes: dict[str, tuple[int, int]]  # feature key -> (H, W) the model expects
+    state_dim: int
+    action_dim: int
+    chunk_size: int
+
+    @property
+    def config(self) -> Any:
+        return self.policy.config
+
+
+def make_act_config(contract: Contract, *, image_size: tuple[int, int] | None = None,
+                    preset: str = 'default', device: str = 'cpu', **overrides: Any) -> Any:
+    """Build a LeRobot ``ACTConfig`` whose features follow the contract.
+
+    ``image_size`` (H, W) applies to every camera; by default each camera's contract size.
+    Overrides are ``ACTConfig`` fields (``chunk_size``, ``n_action_steps``, ``dropout``...).
+    """
+    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.policies.act.configuration_act import ACTConfig
+
+    if preset not in PRESETS:
+        raise ValueError(f"unknown model preset '{preset}', expected one of {sorted(PRESETS)}")
+    inputs = {contract.state_feature: PolicyFeature(type=FeatureType.STATE,
+                                                    shape=(contract.num_joints,))}
+    for cam in contract.cameras:
+        h, w = image_size if image_size else (cam.height, cam.width)
+        inputs[cam.feature] = PolicyFeature(type=FeatureType.VISUAL, shape=(3, int(h), int(w)))
+    outputs = {contract.action_feature: PolicyFeature(type=FeatureType.ACTION,
+                                                      shape=(contract.num_joints,))}
+    params: dict[str, Any] = dict(chunk_size=contract.chunk_size,
+                                  n_action_steps=contract.chunk_size)
+    params.update(PRESETS[preset])
+    params.update(overrides)
+    params['pretrained_backbone_weights'] = overrides.get('pretrained_backbone_weights')
+    return ACTConfig(input_features=inputs, output_features=outputs, device=device, **params)
+
+
+def default_stats(contract: Contract, config: Any) -> dict[str, dict[str, torch.Tensor]]:
+    """Normalization statistics for an untrained checkpoint.
+
+    Joint features use the contract's limits (mean = centre, std = quarter range);
+    cameras use the ImageNet statistics, as LeRobot does for pretrained backbones.
+    """
+    centre = torch.tensor((contract.lower + contract.upper) / 2.0, dtype=torch.float32)
+    spread = torch.tensor((contract.upper - contract.lower) / 4.0, dtype=torch.float32)
+    joint = {'mean': centre, 'std': spread, 'min': torch.tensor(contract.lower, dtype=torch.float32),
+             'max': torch.tensor(contract.upper, dtype=torch.float32)}
+    stats = {contract.state_feature: dict(joint), contract.action_feature: dict(joint)}
+    for key in config.image_features:
+        stats[key] = {'mean': torch.tensor(IMAGENET_MEAN).reshape(3, 1, 1),
+                      'std': torch.tensor(IMAGENET_STD).reshape(3, 1, 1),
+                      'min': torch.zeros(3, 1, 1), 'max': torch.ones(3, 1, 1)}
+    return stats
+
+
+def save_checkpoint(path: str | Path, policy: Any, preprocessor: Any, postprocessor: Any,
+                    *, extra_files: dict[str, str] | None = None) -> Path:
+    """Write a checkpoint atomically: into a temporary sibling, then rename into place.
+
+    An existing directory at ``path`` is replaced only after the new one is complete.
+    ``extra_files`` maps file names to text written beside the model (e.g. a model card).
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f'.{path.name}.tmp-', dir=path.parent))
+    try:
+        policy.save_pretrained(tmp)
+        preprocessor.save_pretrained(tmp)
+        postprocessor.save_pretrained(tmp)
+        for name, text in (extra_files or {}).items():
+            (tmp / name).write_text(text)
+        old = None
+        if path.exists():
+            old = path.parent / f'.{path.name}.old-{os.getpid()}'
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def create_checkpoint(path: str | Path, *, contract: Contract | None = None,
+                      image_size: tuple[int, int] | None = (48, 64), preset: str = 'tiny',
+                      seed: int = 0, stats: dict[str, dict[str, torch.Tensor]] | None = None,
+                      **overrides: Any) -> Path:
+    """Write an untrained ACT checkpoint with LeRobot's own ``save_pretrained`` calls.
+
+    Used by tests and benchmarks (the weights are random but the files are real).
+    """
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.act.processor_act import make_act_pre_post_processors
+
+    contract = contract or load_contract()
+    config = make_act_config(contract, image_size=image_size, preset=preset, **overrides)
+    torch.manual_seed(seed)
+    policy = ACTPolicy(config)
+    pre, post = make_act_pre_post_processors(config, stats or default_stats(contract, config))
+    return save_checkpoint(path, policy, pre, post)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise CheckpointError(f'{path}: missing (a LeRobot pretrained_model directory needs '
+                              f'{CONFIG_FILE}, {WEIGHTS_FILE}, {PREPROCESSOR_FILE}, '
+                              f'{POSTPROCESSOR_FILE})')
+    try:
+        data = json.loads(path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CheckpointError(f'{path}: not valid JSON ({exc})') from exc
+    if not isinstance(data, dict):
+        raise CheckpointError(f'{path}: expected a JSON object, got {type(data).__name__}')
+    return data
+
+
+def _check_files(path: Path) -> None:
+    if not path.exists():
+        raise CheckpointError(f'{path}: checkpoint directory does not exist')
+    if not path.is_dir():
+        raise CheckpointError(f'{path}: expected a checkpoint directory, found a file')
+    for name in (CONFIG_FILE, WEIGHTS_FILE, PREPROCESSOR_FILE, POSTPROCESSOR_FILE):
+        if not (path / name).is_file():
+            hint = (' (checkpoints from before LeRobot processors kept normalization stats '
+                    'inside the model; convert them with lerobot\'s '
+                    'migrate_policy_normalization)' if 'processor' in name else '')
+            raise CheckpointError(f'{path / name}: missing{hint}')
+    for name in (PREPROCESSOR_FILE, POSTPROCESSOR_FILE):
+        spec = _read_json(path / name)
+        for step in spec.get('steps', []):
+            state_file = step.get('state_file')
+            if state_file and not (path / state_file).is_file():
+                raise CheckpointError(f'{path / state_file}: missing (named by {name})')
+
+
+def _load_config(path: Path, device: str) -> Any:
+    from lerobot.configs.policies import PreTrainedConfig
+
+    raw = _read_json(path / CONFIG_FILE)
+    if raw.get('type') != 'act':
+        raise CheckpointError(f"{path / CONFIG_FILE}: policy type is {raw.get('type')!r}, "
+                              "expected 'act'")
+    try:
+        config = PreTrainedConfig.from_pretrained(path)
+    except Exception as exc:  # draccus raises many types on a malformed config
+        raise CheckpointError(f'{path / CONFIG_FILE}: cannot be parsed as an ACT config '
+                              f'({type(exc).__name__}: {exc})') from exc
+    # Never fetch backbone weights: the checkpoint's weights replace them anyway.
+    config.pretrained_backbone_weights = None
+    config.device = device
+    return config
+
+
+def validate_features(config: Any, contract: Contract, source: Path) -> dict[str, tuple[int, int]]:
+    """Check the checkpoint's input/output features against the contract.
+
+    Returns the (H, W) each camera feature expects.
+    """
+    from lerobot.configs.types import FeatureType
+
+    where = source / CONFIG_FILE
+    inputs = dict(config.input_features or {})
+    outputs = dict(config.output_features or {})
+    state = inputs.get(contract.state_feature)
+    if state is None or state.type != FeatureType.STATE:
+        raise ContractMismatchError(f"{where}: no STATE input '{contract.state_feature}' "
+                                    f'(inputs: {sorted(inputs)})')
+    if tuple(state.shape) != (contract.num_joints,):
+        raise ContractMismatchError(
+            f"{where}: '{contract.state_feature}' has shape {tuple(state.shape)}, the contract "
+            f'has {contract.num_joints} joints {list(contract.joint_names)}')
+    action = outputs.get(contract.action_feature)
+    if action is None:
+        raise ContractMismatchError(f"{where}: no output '{contract.action_feature}' "
+                                    f'(outputs: {sorted(outputs)})')
+    if tuple(action.shape) != (contract.num_joints,):
+        raise ContractMismatchError(
+            f"{where}: '{contract.action_feature}' has shape {tuple(action.shape)}, expected "
+            f'({contract.num_joints},)')
+    visual = {k: f for k, f in inputs.items() if f.type == FeatureType.VISUAL}
+    expected = set(contract.image_features)
+    if set(visual) != expected:
+        raise ContractMismatchError(
+            f'{where}: camera features {sorted(visual)} do not match the contract cameras '
+            f'{sorted(expected)}')
+    other = sorted(k for k, f in inputs.items()
+                   if f.type not in (FeatureType.VISUAL, FeatureType.STATE))
+    if other:
+        raise ContractMismatchError(f'{where}: inputs {other} are not provided by the contract')
+    shapes = {}
+    for key, feat in visual.items():
+        if len(feat.shape) != 3 or feat.shape[0] != 3:
+            raise ContractMismatchError(f"{where}: '{key}' has shape {tuple(feat.shape)}, "
+                                        'expected (3, H, W)')
+        shapes[key] = (int(feat.shape[1]), int(feat.shape[2]))
+    return shapes
+
+
+def _check_stats(pipeline: Any, keys: list[str], source: Path, file: str) -> None:
+    """Refuse normalizers that would silently pass a feature through (missing stats)."""
+    from lerobot.configs.types import NormalizationMode
+    from lerobot.processor.normalize_processor import _NormalizationMixin
+
+    steps = [s for s in pipeline.steps if isinstance(s, _NormalizationMixin)]
+    if not steps:
+        raise CheckpointError(f'{source / file}: no normalizer step')
+    for step in steps:
+        for key in keys:
+            feature = step.features.get(key)
+            if feature is None:
+                continue
+            mode = step.norm_map.get(feature.type, NormalizationMode.IDENTITY)
+            if mode == NormalizationMode.IDENTITY:
+                continue
+            stats = step._tensor_stats.get(key)
+            needed = ('mean', 'std') if mode == NormalizationMode.MEAN_STD else ('min', 'max')
+            if not stats or any(name not in stats for name in needed):
+                raise CheckpointError(
+                    f"{source / file}: normalization stats for '{key}' ({mode.value}) are "
+                    f'missing: the feature would pass through unnormalized')
+            for name in needed:
+                if not torch.isfinite(stats[name]).all():
+                    raise CheckpointError(f"{source / file}: stats '{name}' of '{key}' "
+                                          'are not finite')
+
+
+def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
+                    device: str | torch.device = 'cpu') -> LoadedCheckpoint:
+    """Load a LeRobot ACT ``pretrained_model`` directory for inference, offline.
+
+    Raises :class:`CheckpointError` (or :class:`ContractMismatchError`) naming the file
+    and the problem.
+    """
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    path = Path(path).expanduser()
+    contract = contract or load_contract()
+    device = str(device)
+    _check_files(path)
+    config = _load_config(path, device)
+    shapes = validate_features(config, contract, path)
+
+    policy = ACTPolicy(config)
+    try:
+        state = load_file(str(path / WEIGHTS_FILE), device='cpu')
+    except (SafetensorError, OSError, ValueError) as exc:
+        raise CheckpointError(f'{path / WEIGHTS_FILE}: cannot be read as safetensors '
+                              f'({exc})') from exc
+    try:
+        policy.load_state_dict(state, strict=True)
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0:3]
+        raise CheckpointError(f'{path / WEIGHTS_FILE}: weights do not match config.json '
+                              f'({" ".join(first)})') from exc
+    policy.to(device)
+    policy.eval()
+
+    try:
+        pre, post = make_pre_post_processors(
+            config, pretrained_path=str(path),
+            preprocessor_overrides={'device_processor': {'device': device}},
+            postprocessor_overrides={'device_processor': {'device': 'cpu'}})
+    except (KeyError, ValueError, OSError, SafetensorError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f'{path}: processor pipelines cannot be loaded '
+                              f'({type(exc).__name__}: {exc})') from exc
+    for step in pre.steps:
+        if hasattr(step, 'to') and hasattr(step, '_tensor_stats'):
+            step.to(device)
+    _check_stats(pre, [contract.state_feature, *shapes], path, PREPROCESSOR_FILE)
+    _check_stats(post, [contract.action_feature], path, POSTPROCESSOR_FILE)
+    return LoadedCheckpoint(path=path, policy=policy, preprocessor=pre, postprocessor=post,
+                            image_shapes=shapes, state_dim=contract.num_joints,
+                            action_dim=contract.num_joints, chunk_size=int(config.chunk_size))
+
+
+def checkpoint_hash(path: str | Path) -> str:
+    """A short content hash of the weights and processor files (for export staleness)."""
+    import hashlib
+
+    path = Path(path)
+    digest = hashlib.sha256()
+    for name in sorted(p.name for p in path.iterdir() if p.suffix in ('.json', '.safetensors')):
+        digest.update(name.encode())
+        with (path / name).open('rb') as f:
+            for block in iter(lambda: f.read(1 << 20), b''):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``act-ros init-checkpoint``: write an untrained checkpoint (benchmarks, tests)."""
+    parser = argparse.ArgumentParser(prog='act-ros init-checkpoint', description=main.__doc__)
+    parser.add_argument('output', type=Path, help='checkpoint directory to write')
+    parser.add_argument('--preset', choices=sorted(PRESETS), default='default')
+    parser.add_argument('--image-size', default=None, help='HxW for every camera '
+                        '(default: the contract sizes)')
+    parser.add_argument('--seed', type=int, default=0)
+    args = parser.parse_args(argv)
+    size = parse_image_size(args.image_size) if args.image_size else None
+    out = create_checkpoint(args.output, image_size=size, preset=args.preset, seed=args.seed)
+    print(f'wrote {out}')
+    return 0
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """Parse ``'HxW'`` (e.g. ``'96x128'``) into ``(H, W)``."""
+    parts = text.lower().split('x')
+    try:
+        h, w = (int(p) for p in parts)
+    except ValueError:
+        raise ValueError(f"image size must look like HxW (e.g. 96x128), got '{text}'") from None
+    if h <= 0 or w <= 0 or not math.isfinite(h * w):
+        raise ValueError(f'image size must be positive, got {text}')
+    return h, w
+
+
+__all__ = ['LoadedCheckpoint', 'PRESETS', 'make_act_config', 'default_stats', 'save_checkpoint',
+           'create_checkpoint', 'load_checkpoint', 'validate_features', 'checkpoint_hash',
+           'parse_image_size']

@@ -1,0 +1,149 @@
+"""The inference model: normalized observation tensors in, a normalized action chunk out.
+
+:class:`ACTInferenceModel` is a tensor-only ``forward`` around LeRobot's ``ACT`` network
+(no ``.item()``, no Python-side state), so ``torch.compile(fullgraph=True)`` traces it
+without graph breaks. :class:`ChunkPredictor` adds what every backend shares: LeRobot's
+pre/post-processors (normalization), precision (autocast) and optional compilation, and
+turns an :class:`~act_ros.core.observation.Observation` into a ``(T, J)`` numpy chunk.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+import time
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from act_ros.core.checkpoint import LoadedCheckpoint
+from act_ros.core.contract import Contract
+from act_ros.core.observation import Observation, image_to_tensor, state_to_tensor
+
+PRECISIONS = ('fp32', 'bf16', 'fp16')
+COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
+
+
+class ACTInferenceModel(nn.Module):
+    """``(state, *images) -> actions`` for an ACT network in eval mode (latent = 0).
+
+    Inputs are normalized: ``state`` (B, J) and one (B, 3, H, W) tensor per camera, in the
+    order of the checkpoint's ``image_features``. Output: (B, chunk_size, J).
+    """
+
+    def __init__(self, act_model: nn.Module) -> None:
+        super().__init__()
+        self.model = act_model
+
+    def forward(self, state: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
+        batch = {'observation.state': state, 'observation.images': list(images)}
+        actions, _ = self.model(batch)
+        return actions
+
+
+def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
+    """Autocast for reduced precision; a null context for fp32."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision '{precision}', expected one of {PRECISIONS}")
+    if precision == 'fp32':
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == 'bf16' else torch.float16
+    if device.type == 'cpu' and precision == 'fp16':
+        raise ValueError("precision 'fp16' needs a CUDA or MPS device; use 'bf16' on CPU")
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def compile_inference_model(model: nn.Module, *, mode: str = 'default',
+                            freeze: bool = True) -> nn.Module:
+    """``torch.compile(fullgraph=True)``; with ``freeze`` (mode 'default' only) inductor
+    folds the inference-only weights into constants (call it under ``no_grad``)."""
+    if mode not in COMPILE_MODES:
+        raise ValueError(f"unknown compile mode '{mode}', expected one of {COMPILE_MODES}")
+    if freeze and mode == 'default':
+        return torch.compile(model, fullgraph=True, dynamic=False, options={'freezing': True})
+    return torch.compile(model, fullgraph=True, dynamic=False, mode=mode)
+
+
+@dataclass(frozen=True)
+class PredictorOptions:
+    precision: str = 'fp32'
+    compile_model: bool = False
+    compile_mode: str = 'default'
+    freeze: bool = True
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision '{self.precision}', expected one of {PRECISIONS}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"unknown compile_mode '{self.compile_mode}', expected one of "
+                             f'{COMPILE_MODES}')
+
+
+class ChunkPredictor:
+    """Observation -> postprocessed action chunk ``(T, J)`` with a loaded checkpoint."""
+
+    def __init__(self, checkpoint: LoadedCheckpoint, contract: Contract, device: torch.device,
+                 options: PredictorOptions | None = None) -> None:
+        self.checkpoint = checkpoint
+        self.contract = contract
+        self.device = device
+        self.options = options or PredictorOptions()
+        # Contract camera name -> (feature key, (H, W)), in the model's camera order.
+        features = list(checkpoint.config.image_features)
+        self.cameras = [(cam.name, cam.feature, checkpoint.image_shapes[cam.feature])
+                        for cam in sorted(contract.cameras, key=lambda c: features.index(c.feature))]
+        # Validate the precision for this device up front (fp16 on CPU is an error).
+        autocast_context(device, self.options.precision)
+        self.model = ACTInferenceModel(checkpoint.policy.model).to(device).eval()
+        self.forward = (compile_inference_model(self.model, mode=self.options.compile_mode,
+                                                freeze=self.options.freeze)
+                        if self.options.compile_model else self.model)
+        self.compile_seconds = 0.0
+
+    # -- observation -> tensors --------------------------------------------------------
+    def observation_tensors(self, obs: Observation) -> dict[str, torch.Tensor]:
+        """Unbatched float tensors keyed by policy feature (what LeRobot's processors take)."""
+        missing = [name for name, _, _ in self.cameras if name not in obs.images]
+        if missing:
+            from act_ros.core.errors import ObservationError
+            raise ObservationError(f'observation lacks cameras {missing} (has {sorted(obs.images)})')
+        out = {self.contract.state_feature: state_to_tensor(obs.state, self.contract.num_joints)}
+        for name, feature, size in self.cameras:
+            out[feature] = image_to_tensor(obs.images[name], size, name)
+        return out
+
+    # -- model -------------------------------------------------------------------------
+    @torch.no_grad()
+    def normalized_chunk(self, batch: dict[str, Any]) -> torch.Tensor:
+        """Preprocessed batch -> normalized (1, T, J) chunk."""
+        state = batch[self.contract.state_feature]
+        images = [batch[feature] for _, feature, _ in self.cameras]
+        with autocast_context(self.device, self.options.precision):
+            actions = self.forward(state, *images)
+        return actions.float()
+
+    @torch.no_grad()
+    def predict_tensors(self, tensors: dict[str, torch.Tensor]) -> np.ndarray:
+        batch = self.checkpoint.preprocessor(tensors)
+        actions = self.normalized_chunk(batch)
+        actions = self.checkpoint.postprocessor(actions)
+        return actions[0].detach().to('cpu', torch.float64).numpy()
+
+    def predict(self, obs: Observation) -> np.ndarray:
+        """One model call: the (T, J) action chunk, unnormalized, in contract order."""
+        return self.predict_tensors(self.observation_tensors(obs))
+
+    def warmup(self, iterations: int = 2) -> float:
+        """Run the model on a dummy observation (compiles when asked); returns seconds."""
+        start = time.perf_counter()
+        obs = Observation(
+            images={name: np.zeros((h, w, 3), np.uint8) for name, _, (h, w) in self.cameras},
+            state=(self.contract.lower + self.contract.upper) / 2.0)
+        for _ in range(max(1, iterations)):
+            self.predict(obs)
+        elapsed = time.perf_counter() - start
+        if self.options.compile_model:
+            self.compile_seconds = elapsed
+        return elapsed

@@ -1,0 +1,94 @@
+"""Forward kinematics of the robot model (URDF) for the release gate.
+
+The node needs the end-effector position from the measured joints to decide whether the
+gripper is near the pad (:mod:`act_ros.core.release_gate`). This module wraps pinocchio;
+it never imports rclpy or mujoco.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from act_ros.core.paths import share_dir
+
+DEFAULT_URDF_NAME = 'so101_class.urdf'
+
+
+def default_urdf_path() -> Path:
+    """The package's robot model: ``<share>/urdf/so101_class.urdf``."""
+    return share_dir() / 'urdf' / DEFAULT_URDF_NAME
+
+
+def _default_arm_joints() -> tuple[str, ...]:
+    """Contract joints without the gripper (the TCP does not move with the fingers)."""
+    from act_ros.core.contract import load_contract
+
+    contract = load_contract()
+    return tuple(n for n in contract.joint_names if n != contract.gripper_joint)
+
+
+class ForwardKinematics:
+    """Position of an end-effector frame of a URDF model for joint positions given by name.
+
+    ``joint_names`` lists, in order, the joints that :meth:`ee_position` receives (default:
+    the contract's joints without the gripper). :meth:`ee_position` also accepts one extra
+    trailing value, the contract's gripper entry, which is ignored: the tool centre point
+    lies between the fingers and does not move with them. Joints of the model that are not
+    listed stay at their neutral position.
+    """
+
+    def __init__(self, urdf_path: str | Path | None = None, ee_frame: str = 'ee_link',
+                 joint_names: Sequence[str] | None = None) -> None:
+        try:
+            import pinocchio
+        except ImportError as exc:
+            raise ImportError('forward kinematics needs pinocchio: pip install pin') from exc
+        self._pin = pinocchio
+        path = Path(urdf_path) if urdf_path is not None else default_urdf_path()
+        if not path.is_file():
+            raise FileNotFoundError(f'robot model (URDF) not found: {path}')
+        self.urdf_path = path
+        self.model = pinocchio.buildModelFromUrdf(str(path))
+        self.data = self.model.createData()
+        if not self.model.existFrame(ee_frame):
+            frames = sorted({f.name for f in self.model.frames})
+            raise ValueError(f"{path}: no frame '{ee_frame}' (expected the end-effector "
+                             f'frame; the model has {frames})')
+        self.ee_frame = ee_frame
+        self._frame_id = self.model.getFrameId(ee_frame)
+        self.joint_names = tuple(joint_names) if joint_names is not None else _default_arm_joints()
+        if not self.joint_names:
+            raise ValueError('joint_names is empty')
+        model_joints = list(self.model.names)[1:]  # index 0 is 'universe'
+        missing = [n for n in self.joint_names if n not in model_joints]
+        if missing:
+            raise ValueError(f'{path}: joints {missing} not in the model (it has {model_joints})')
+        self._q_index = np.array(
+            [self.model.joints[self.model.getJointId(n)].idx_q for n in self.joint_names])
+        for name in self.joint_names:
+            if self.model.joints[self.model.getJointId(name)].nq != 1:
+                raise ValueError(f"{path}: joint '{name}' has "
+                                 f'{self.model.joints[self.model.getJointId(name)].nq} position '
+                                 'coordinates, expected 1 (revolute or prismatic)')
+        self._q = pinocchio.neutral(self.model)
+
+    @property
+    def num_joints(self) -> int:
+        return len(self.joint_names)
+
+    def ee_position(self, q: np.ndarray) -> np.ndarray:
+        """World (base) position of the end-effector frame, shape ``(3,)``, in metres."""
+        q = np.asarray(q, dtype=np.float64).reshape(-1)
+        n = self.num_joints
+        if q.size not in (n, n + 1):
+            raise ValueError(f'expected {n} joint positions ({list(self.joint_names)}), '
+                             f'optionally followed by the gripper, got {q.size}')
+        if not np.all(np.isfinite(q[:n])):
+            raise ValueError(f'joint positions must be finite, got {q[:n]}')
+        self._q[self._q_index] = q[:n]
+        self._pin.forwardKinematics(self.model, self.data, self._q)
+        placement = self._pin.updateFramePlacement(self.model, self.data, self._frame_id)
+        return np.array(placement.translation, dtype=np.float64)

@@ -1,0 +1,56 @@
+"""Observations from numpy, checked and converted to the tensors a checkpoint expects."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import cv2
+import numpy as np
+import torch
+
+from act_ros.core.errors import ObservationError
+
+
+@dataclass
+class Observation:
+    """One synchronized observation.
+
+    ``images`` maps contract camera names (``top``, ``wrist``) to RGB images, HxWx3 uint8
+    (HxW or HxWx1 grayscale is expanded to 3 channels), any size: they are resized to the
+    checkpoint's input shape. ``state`` holds the joint positions in contract order.
+    """
+
+    images: dict[str, np.ndarray]
+    state: np.ndarray
+    stamp_s: float | None = None
+    extras: dict = field(default_factory=dict)
+
+
+def image_to_tensor(image: np.ndarray, size: tuple[int, int], name: str = 'image') -> torch.Tensor:
+    """HxWx3 uint8 RGB (any size) -> float32 (3, H, W) in [0, 1] at ``size`` (H, W)."""
+    arr = np.asarray(image)
+    if arr.ndim == 2:
+        arr = arr[:, :, None]
+    if arr.ndim != 3 or arr.shape[2] not in (1, 3) or arr.shape[0] == 0 or arr.shape[1] == 0:
+        raise ObservationError(f"camera '{name}': expected an HxWx3 RGB (or HxW grayscale) "
+                               f'image, got shape {arr.shape}')
+    if arr.dtype != np.uint8:
+        raise ObservationError(f"camera '{name}': expected uint8 pixels, got {arr.dtype}")
+    if arr.shape[2] == 1:
+        arr = np.repeat(arr, 3, axis=2)
+    h, w = size
+    if arr.shape[:2] != (h, w):
+        shrinking = arr.shape[0] > h or arr.shape[1] > w
+        arr = cv2.resize(arr, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+    tensor = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1)
+    return tensor.to(torch.float32).div_(255.0)
+
+
+def state_to_tensor(state: np.ndarray, num_joints: int) -> torch.Tensor:
+    arr = np.asarray(state, dtype=np.float64).reshape(-1)
+    if arr.size != num_joints:
+        raise ObservationError(f'state: expected {num_joints} joint positions, got {arr.size}')
+    if not np.all(np.isfinite(arr)):
+        bad = [int(i) for i in np.flatnonzero(~np.isfinite(arr))]
+        raise ObservationError(f'state: non-finite joint positions at indices {bad}')
+    return torch.from_numpy(arr.astype(np.float32))

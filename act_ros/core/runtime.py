@@ -1,0 +1,312 @@
+"""The policy runtime shared by the ROS node, the evaluator and the benchmarks.
+
+``PolicyRuntime(config).act(observation)`` is called once per control tick and returns
+the joint-position target for that tick (or ``None`` before the first chunk exists).
+
+Execution:
+
+- ``sync``: the model runs inside ``act`` when needed; reproduces LeRobot's
+  ``ACTPolicy.select_action`` + postprocessor exactly (chunk mode: a new chunk when the
+  queue is empty; ensemble mode: a chunk every tick, blended).
+- ``async``: a background worker computes chunks while the current one plays out, so
+  ``act`` never waits for the model. Each chunk is aligned to the tick of the
+  observation it was computed from (actions for ticks already past are dropped). Chunk
+  mode requests the next chunk early enough, from the measured model latency, that it
+  arrives before the queue runs dry; ensemble mode keeps the worker busy and blends every
+  chunk that covers the tick, so ensembling works at any model speed.
+
+``reset()`` starts a new episode: queue, ensembler and any in-flight work are dropped
+(a result computed before the reset is discarded).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import math
+from pathlib import Path
+import threading
+import time
+
+import numpy as np
+import torch
+
+from act_ros.core.checkpoint import load_checkpoint
+from act_ros.core.chunking import ChunkQueue, TickEnsembler, TimedChunk
+from act_ros.core.contract import Contract, load_contract
+from act_ros.core.device import select_device
+from act_ros.core.inference import COMPILE_MODES, PRECISIONS, ChunkPredictor, PredictorOptions
+from act_ros.core.observation import Observation
+
+MODES = ('chunk', 'ensemble')
+EXECUTIONS = ('sync', 'async')
+
+
+@dataclass
+class RuntimeConfig:
+    """Runtime settings; ``__post_init__`` rejects inconsistent values with a clear message."""
+
+    model_path: str | Path
+    device: str = 'auto'
+    mode: str = 'chunk'
+    execution: str = 'async'
+    n_action_steps: int = 30
+    ensemble_coeff: float = 0.01
+    compile_model: bool = False
+    compile_mode: str = 'default'
+    freeze_weights: bool = True
+    precision: str = 'fp32'
+    contract: Contract | None = None
+    warmup: bool = True
+    torch_threads: int | None = None
+
+    def __post_init__(self) -> None:
+        if not str(self.model_path):
+            raise ValueError('model_path is empty: give a LeRobot pretrained_model directory')
+        if self.mode not in MODES:
+            raise ValueError(f"unknown mode '{self.mode}', expected one of {MODES}")
+        if self.execution not in EXECUTIONS:
+            raise ValueError(f"unknown execution '{self.execution}', expected one of {EXECUTIONS}")
+        if self.n_action_steps < 1:
+            raise ValueError(f'n_action_steps must be >= 1, got {self.n_action_steps}')
+        if not math.isfinite(self.ensemble_coeff):
+            raise ValueError(f'ensemble_coeff must be finite, got {self.ensemble_coeff}')
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision '{self.precision}', expected one of {PRECISIONS}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"unknown compile_mode '{self.compile_mode}', expected one of "
+                             f'{COMPILE_MODES}')
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
+
+
+@dataclass
+class RuntimeStats:
+    """Counters for diagnostics and benchmarks."""
+
+    ticks: int = 0
+    chunks_computed: int = 0
+    chunks_discarded: int = 0
+    empty_ticks: int = 0
+    last_inference_ms: float = float('nan')
+    mean_inference_ms: float = float('nan')
+    queue_depth: int = 0
+    warmup_s: float = 0.0
+    inference_ms_history: list[float] = field(default_factory=list, repr=False)
+
+
+class _Worker:
+    """One background thread that computes chunks for (epoch, tick, observation) requests."""
+
+    def __init__(self, compute) -> None:
+        self._compute = compute
+        self._cond = threading.Condition()
+        self._request: tuple[int, int, Observation] | None = None
+        self._results: list[tuple[int, int, np.ndarray, float]] = []
+        self._busy = False
+        self._error: BaseException | None = None
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name='act-ros-inference', daemon=True)
+        self._thread.start()
+
+    def submit(self, epoch: int, tick: int, obs: Observation) -> None:
+        with self._cond:
+            self._request = (epoch, tick, obs)
+            self._cond.notify()
+
+    @property
+    def idle(self) -> bool:
+        with self._cond:
+            return not self._busy and self._request is None
+
+    def take_results(self) -> list[tuple[int, int, np.ndarray, float]]:
+        with self._cond:
+            if self._error is not None:
+                error, self._error = self._error, None
+                raise RuntimeError(f'inference worker failed: {error}') from error
+            results, self._results = self._results, []
+            return results
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            while self._busy or self._request is not None:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                self._cond.wait(remaining)
+            return True
+
+    def close(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._request is None and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                request, self._request = self._request, None
+                self._busy = True
+            epoch, tick, obs = request
+            try:
+                start = time.perf_counter()
+                chunk = self._compute(obs)
+                elapsed = time.perf_counter() - start
+                with self._cond:
+                    self._results.append((epoch, tick, chunk, elapsed))
+            except BaseException as exc:  # handed to the caller on its next take_results()
+                with self._cond:
+                    self._error = exc
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+
+class PolicyRuntime:
+    """Load a checkpoint and produce one action per control tick (see module docstring)."""
+
+    def __init__(self, config: RuntimeConfig) -> None:
+        self.config = config
+        self.contract = config.contract or load_contract()
+        if config.torch_threads:
+            torch.set_num_threads(config.torch_threads)
+        self.device = select_device(config.device)
+        self.checkpoint = load_checkpoint(config.model_path, contract=self.contract,
+                                          device=str(self.device))
+        self.chunk_size = self.checkpoint.chunk_size
+        if config.n_action_steps > self.chunk_size:
+            raise ValueError(f'n_action_steps ({config.n_action_steps}) cannot exceed the '
+                             f"checkpoint's chunk_size ({self.chunk_size})")
+        self.predictor = ChunkPredictor(
+            self.checkpoint, self.contract, self.device,
+            PredictorOptions(precision=config.precision, compile_model=config.compile_model,
+                             compile_mode=config.compile_mode, freeze=config.freeze_weights))
+        self.stats = RuntimeStats()
+        if config.warmup:
+            self.stats.warmup_s = self.predictor.warmup(3 if config.compile_model else 1)
+        self._lock = threading.Lock()
+        self._epoch = 0
+        self._tick = 0
+        self._new_chunks: list[np.ndarray] = []
+        self._latency_s = None  # smoothed model latency, for scheduling async requests
+        self._last_request_tick: int | None = None
+        # Async chunk mode may play a chunk past n_action_steps while the next one is late,
+        # rather than run dry; sync mode reproduces LeRobot's queue of n_action_steps.
+        self._queue = ChunkQueue(config.n_action_steps if config.execution == 'sync'
+                                 else self.chunk_size)
+        self._ensembler = TickEnsembler(config.ensemble_coeff, max_chunks=self.chunk_size)
+        self._worker = (_Worker(lambda obs: self.predictor.predict(obs))
+                        if config.execution == 'async' else None)
+
+    # -- episode -----------------------------------------------------------------------
+    def reset(self) -> None:
+        """Start a new episode; in-flight results from before the reset are discarded."""
+        with self._lock:
+            self._epoch += 1
+            self._tick = 0
+            self._queue.reset()
+            self._ensembler.reset()
+            self._new_chunks.clear()
+            self._last_request_tick = None
+            self.stats.queue_depth = 0
+
+    @property
+    def tick(self) -> int:
+        """Index of the next control tick in the episode."""
+        return self._tick
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.contract.fps
+
+    def take_new_chunks(self) -> list[np.ndarray]:
+        """Chunks (T, J), postprocessed, that arrived since the last call (for limit checks)."""
+        with self._lock:
+            chunks, self._new_chunks = self._new_chunks, []
+            return chunks
+
+    # -- control tick ------------------------------------------------------------------
+    def act(self, observation: Observation) -> np.ndarray | None:
+        """The action for this tick, in contract order; ``None`` until a chunk exists."""
+        with self._lock:
+            tick = self._tick
+            self._tick += 1
+            self.stats.ticks += 1
+            if self._worker is None:
+                action = self._act_sync(tick, observation)
+            else:
+                action = self._act_async(tick, observation)
+            self.stats.queue_depth = self._store.remaining(tick + 1)
+            if action is None:
+                self.stats.empty_ticks += 1
+            return action
+
+    @property
+    def _store(self):
+        return self._ensembler if self.config.mode == 'ensemble' else self._queue
+
+    def _add_chunk(self, start_tick: int, chunk: np.ndarray, seconds: float) -> None:
+        self._store.add(TimedChunk(start_tick, chunk))
+        self._new_chunks.append(chunk)
+        self.stats.chunks_computed += 1
+        ms = seconds * 1000.0
+        self.stats.last_inference_ms = ms
+        history = self.stats.inference_ms_history
+        history.append(ms)
+        if len(history) > 200:
+            del history[:-200]
+        self.stats.mean_inference_ms = float(np.mean(history))
+        self._latency_s = seconds if self._latency_s is None else 0.8 * self._latency_s + 0.2 * seconds
+
+    def _act_sync(self, tick: int, obs: Observation) -> np.ndarray:
+        if self.config.mode == 'ensemble' or self._queue.remaining(tick) == 0:
+            start = time.perf_counter()
+            chunk = self.predictor.predict(obs)
+            self._add_chunk(tick, chunk, time.perf_counter() - start)
+        return self._store.action(tick)
+
+    def _act_async(self, tick: int, obs: Observation) -> np.ndarray | None:
+        for epoch, start_tick, chunk, seconds in self._worker.take_results():
+            if epoch != self._epoch:
+                self.stats.chunks_discarded += 1
+                continue
+            self._add_chunk(start_tick, chunk, seconds)
+        if self._worker.idle and self._should_request(tick):
+            self._worker.submit(self._epoch, tick, obs)
+            self._last_request_tick = tick
+        return self._store.action(tick)
+
+    def _should_request(self, tick: int) -> bool:
+        if self.config.mode == 'ensemble':
+            return True  # keep the model busy: every chunk joins the blend
+        if self._last_request_tick is None:
+            return True
+        if self._queue.latest_start is None or self._queue.latest_start < self._last_request_tick:
+            return False  # the requested chunk is still on its way
+        # Ask so that the next chunk lands when n_action_steps of the current one have
+        # played (or before the queue runs dry, whichever comes first).
+        latency_ticks = math.ceil((self._latency_s or 0.0) / self.period_s) + 1
+        remaining = self._queue.remaining(tick)
+        played = tick - self._queue.latest_start
+        return remaining <= latency_ticks or played + latency_ticks >= self.config.n_action_steps
+
+    # -- lifetime ------------------------------------------------------------------------
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Block until the background worker has nothing in flight (tests, shutdown)."""
+        return True if self._worker is None else self._worker.wait_idle(timeout)
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+    def __enter__(self) -> 'PolicyRuntime':
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

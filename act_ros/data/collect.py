@@ -1,0 +1,266 @@
+"""``act-ros collect``: record scripted-expert demonstrations in the simulation.
+
+Episode k of a run is simulated with seed ``seed + k``; attempts continue with the next
+seeds until ``--episodes`` successful episodes are recorded (failed expert episodes are
+counted, reported and not written). With ``--workers`` > 1 the simulation and rendering
+run in worker processes while the main process writes the episodes in seed order, so the
+dataset is the same for a given seed whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+import multiprocessing
+from pathlib import Path
+import sys
+import time
+
+from act_ros.core.contract import load_contract
+from act_ros.data.episode import DatasetLayout, parse_image_size
+from act_ros.data.rollout import RolloutResult
+
+
+@dataclass(frozen=True)
+class CollectConfig:
+    """Settings of one collection run (see ``act-ros collect --help``)."""
+
+    output: Path
+    episodes: int
+    seed: int = 0
+    image_height: int = 480
+    image_width: int = 640
+    use_video: bool = True
+    workers: int = 1
+    max_attempts: int | None = None
+    episode_steps: int | None = None
+    overwrite: bool = False
+    contract_path: Path | None = None
+    sim_config_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.episodes < 1:
+            raise ValueError(f'episodes must be >= 1, got {self.episodes}')
+        if self.workers < 1:
+            raise ValueError(f'workers must be >= 1, got {self.workers}')
+        if self.max_attempts is not None and self.max_attempts < self.episodes:
+            raise ValueError(f'max_attempts ({self.max_attempts}) must be >= episodes '
+                             f'({self.episodes})')
+        if self.episode_steps is not None and self.episode_steps < 1:
+            raise ValueError(f'episode_steps must be >= 1, got {self.episode_steps}')
+
+    @property
+    def attempt_limit(self) -> int:
+        """Most seeds tried before giving up: ``max_attempts`` or 1.5x episodes + 5."""
+        if self.max_attempts is not None:
+            return self.max_attempts
+        return self.episodes + max(5, self.episodes // 2)
+
+
+@dataclass
+class CollectStats:
+    """What a collection run did."""
+
+    recorded_seeds: list[int] = field(default_factory=list)
+    failed: list[RolloutResult] = field(default_factory=list)
+    frames: int = 0
+    seconds: float = 0.0
+
+    @property
+    def frames_per_second(self) -> float:
+        """Recorded frames per wall-clock second (simulation, rendering and writing)."""
+        return self.frames / self.seconds if self.seconds > 0 else 0.0
+
+
+def make_sim_config(config: CollectConfig, fps: int):
+    """Simulation settings for a run: the sim config file with image size and length set.
+
+    The file is ``config.sim_config_path`` or the package's ``config/sim.yaml`` (the
+    dataclass defaults when the package has none). Its ``fps`` must equal the contract's
+    ``fps``, since the dataset is timed by the contract.
+    """
+    from act_ros.core.paths import config_path
+    from act_ros.sim import SimConfig
+
+    overrides: dict = {'camera_height': config.image_height, 'camera_width': config.image_width}
+    if config.episode_steps is not None:
+        overrides['episode_steps'] = config.episode_steps
+    if config.contract_path is not None:
+        overrides['contract_path'] = str(config.contract_path)
+    path = config.sim_config_path
+    if path is None and config_path('sim.yaml').is_file():
+        path = config_path('sim.yaml')
+    sim_config = SimConfig.from_yaml(path, **overrides) if path else SimConfig(**overrides)
+    if sim_config.fps != fps:
+        raise ValueError(f'the simulation runs at {sim_config.fps} fps but the contract '
+                         f'(dataset) expects {fps} fps; make them equal')
+    return sim_config
+
+
+def _rollouts_in_process(sim_config, seeds: Iterator[int], cameras: tuple[str, ...],
+                         wanted: Callable[[], int]) -> Iterator[RolloutResult]:
+    from act_ros.data.rollout import run_expert_episode
+    from act_ros.sim import PortPickAlignEnv
+
+    env = PortPickAlignEnv(sim_config)
+    for seed in seeds:
+        if wanted() <= 0:
+            return
+        yield run_expert_episode(env, seed, cameras)
+
+
+def _rollouts_in_pool(sim_config, seeds: Iterator[int], cameras: tuple[str, ...],
+                      workers: int, wanted: Callable[[], int]) -> Iterator[RolloutResult]:
+    """Results in seed order, from ``workers`` processes.
+
+    At most ``2 * workers`` episodes are in flight (bounded memory), and never more than
+    the successes still ``wanted()``, so little simulation is thrown away at the end.
+    """
+    from act_ros.data import rollout
+
+    # spawn: MuJoCo's GL contexts and torch's threads do not survive a fork safely.
+    ctx = multiprocessing.get_context('spawn')
+    pool = ctx.Pool(workers, initializer=rollout.init_worker, initargs=(sim_config, cameras))
+    try:
+        pending: deque = deque()
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < min(2 * workers, wanted()):
+                seed = next(seeds, None)
+                if seed is None:
+                    exhausted = True
+                else:
+                    pending.append(pool.apply_async(rollout.worker_episode, (seed,)))
+            if not pending:
+                break
+            yield pending.popleft().get()
+    finally:
+        pool.terminate()  # stops the workers, also on error, Ctrl-C or early close
+        pool.join()
+
+
+def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
+    """Run the expert until ``config.episodes`` successes and write them atomically."""
+    from tqdm import tqdm
+
+    from act_ros.data.writer import AtomicDatasetWriter, check_output
+
+    contract = load_contract(config.contract_path)
+    layout = DatasetLayout(contract=contract, image_height=config.image_height,
+                           image_width=config.image_width, use_video=config.use_video)
+    check_output(config.output, config.overwrite)
+    sim_config = make_sim_config(config, contract.fps)
+    cameras = contract.camera_names
+    limit = config.attempt_limit
+    stats = CollectStats()
+    seeds = iter(range(config.seed, config.seed + limit))
+
+    def wanted() -> int:
+        return config.episodes - len(stats.recorded_seeds)
+
+    if config.workers > 1:
+        results = _rollouts_in_pool(sim_config, seeds, cameras, config.workers, wanted)
+    else:
+        results = _rollouts_in_process(sim_config, seeds, cameras, wanted)
+    start = time.perf_counter()
+    bar = tqdm(total=config.episodes, unit='ep', disable=not progress, dynamic_ncols=True)
+    try:
+        with AtomicDatasetWriter(layout, config.output, overwrite=config.overwrite) as writer:
+            for result in results:
+                if not result.success:
+                    stats.failed.append(result)
+                    bar.write(f'expert failed with seed {result.seed} '
+                              f'({result.detail or "not aligned"}); not recorded')
+                else:
+                    writer.add_episode(result.episode)
+                    stats.recorded_seeds.append(result.seed)
+                    stats.frames += result.frames
+                    bar.update(1)
+                elapsed = time.perf_counter() - start
+                bar.set_postfix(frames=stats.frames, failed=len(stats.failed),
+                                fps=f'{stats.frames / max(elapsed, 1e-9):.1f}')
+                if wanted() <= 0:
+                    break
+            if wanted() > 0:
+                raise RuntimeError(
+                    f'the expert succeeded in only {len(stats.recorded_seeds)} of {limit} '
+                    f'attempts (seeds {config.seed}..{config.seed + limit - 1}); '
+                    f'{config.episodes} were requested. No dataset was written; raise '
+                    '--max-attempts or check the simulation.')
+    finally:
+        bar.close()
+        results.close()
+    stats.seconds = time.perf_counter() - start
+    return stats
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser of ``act-ros collect``."""
+    parser = argparse.ArgumentParser(
+        prog='act-ros collect',
+        description='Record scripted-expert demonstrations of the port pick-align task in '
+                    'the MuJoCo simulation into a LeRobot v3 dataset. Only successful '
+                    'episodes are written; the dataset appears at --output only when complete.')
+    parser.add_argument('--output', required=True, type=Path,
+                        help='dataset directory to create (must not exist or be empty)')
+    parser.add_argument('--episodes', type=int, required=True,
+                        help='number of successful episodes to record')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='attempt k is simulated with seed SEED+k (default 0)')
+    parser.add_argument('--image-size', default='480x640', type=parse_image_size,
+                        help='rendered and stored image size HEIGHTxWIDTH (default 480x640)')
+    parser.add_argument('--video', action=argparse.BooleanOptionalAction, default=True,
+                        help='store cameras as MP4 videos (default) or PNG images (--no-video)')
+    parser.add_argument('--workers', type=int, default=1,
+                        help='simulation worker processes (default 1: simulate in-process)')
+    parser.add_argument('--max-attempts', type=int, default=None,
+                        help='seeds to try before giving up (default: 1.5 x episodes + 5)')
+    parser.add_argument('--episode-steps', type=int, default=None,
+                        help='control steps per episode (default: from the sim config)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace an existing dataset at --output')
+    parser.add_argument('--contract', type=Path, default=None,
+                        help='contract YAML (default: the package config/contract.yaml)')
+    parser.add_argument('--sim-config', type=Path, default=None,
+                        help='simulation settings YAML (default: the package config/sim.yaml)')
+    parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``act-ros collect``."""
+    from act_ros.data.writer import quiet_library_output
+
+    args = build_parser().parse_args(argv)
+    height, width = args.image_size
+    try:
+        config = CollectConfig(
+            output=args.output, episodes=args.episodes, seed=args.seed, image_height=height,
+            image_width=width, use_video=args.video, workers=args.workers,
+            max_attempts=args.max_attempts, episode_steps=args.episode_steps,
+            overwrite=args.overwrite, contract_path=args.contract, sim_config_path=args.sim_config)
+    except ValueError as exc:
+        print(f'act-ros collect: {exc}', file=sys.stderr)
+        return 2
+    quiet_library_output()
+    try:
+        stats = collect(config, progress=not args.no_progress)
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
+        print(f'act-ros collect: {exc}', file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print('act-ros collect: interrupted; no dataset was written', file=sys.stderr)
+        return 130
+    attempts = len(stats.recorded_seeds) + len(stats.failed)
+    print(f'recorded {len(stats.recorded_seeds)} episodes ({stats.frames} frames, '
+          f'{height}x{width}, {"video" if config.use_video else "images"}) to {config.output} '
+          f'in {stats.seconds:.1f} s ({stats.frames_per_second:.1f} frames/s, '
+          f'{config.workers} worker(s)); expert failures: {len(stats.failed)} of {attempts}'
+          + (f' (seeds {[r.seed for r in stats.failed]})' if stats.failed else ''))
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""One recorded episode as plain arrays, and the dataset layout the contract implies.
+
+Kept free of LeRobot imports so that simulation worker processes can build episodes
+without paying for torch and the dataset stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import re
+
+import numpy as np
+
+from act_ros.core.contract import Contract
+
+_IMAGE_SIZE_RE = re.compile(r'^\s*(\d+)\s*[xX]\s*(\d+)\s*$')
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """Parse ``'HxW'`` (e.g. ``'480x640'``) into ``(height, width)``, both positive."""
+    match = _IMAGE_SIZE_RE.match(text)
+    if match is None:
+        raise ValueError(f"image size must look like HEIGHTxWIDTH (e.g. 480x640), got '{text}'")
+    height, width = int(match.group(1)), int(match.group(2))
+    if height < 1 or width < 1:
+        raise ValueError(f"image size must be positive, got '{text}'")
+    return height, width
+
+
+@dataclass(frozen=True)
+class Episode:
+    """One episode: frame t holds the images and state observed at t, and the action sent at t.
+
+    Attributes:
+        images: camera name (as in the contract, e.g. ``'top'``) -> ``(T, H, W, 3)`` uint8 RGB.
+        state: ``(T, n_joints)`` measured joint positions, contract order.
+        action: ``(T, n_joints)`` commanded joint position targets, contract order.
+        seed: the seed the episode was generated with (for reports; not written).
+    """
+
+    images: dict[str, np.ndarray]
+    state: np.ndarray
+    action: np.ndarray
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.state.ndim != 2 or self.action.ndim != 2:
+            raise ValueError(f'state and action must be (T, n_joints), got shapes '
+                             f'{self.state.shape} and {self.action.shape}')
+        if self.state.shape != self.action.shape:
+            raise ValueError(f'state {self.state.shape} and action {self.action.shape} '
+                             'must have the same shape (one action per observed frame)')
+        if self.state.shape[0] < 1:
+            raise ValueError('an episode needs at least one frame, got 0')
+        for name, frames in self.images.items():
+            if frames.ndim != 4 or frames.shape[0] != self.length or frames.shape[-1] != 3:
+                raise ValueError(f"camera '{name}': expected ({self.length}, H, W, 3) frames, "
+                                 f'got {frames.shape}')
+            if frames.dtype != np.uint8:
+                raise ValueError(f"camera '{name}': expected uint8 RGB frames, got {frames.dtype}")
+
+    @property
+    def length(self) -> int:
+        """Number of frames."""
+        return int(self.state.shape[0])
+
+
+@dataclass(frozen=True)
+class DatasetLayout:
+    """What a dataset written from the contract holds: features, image size, fps, task.
+
+    Attributes:
+        contract: the I/O contract (joint names and order, feature keys, fps, task).
+        image_height: height of every stored camera image, pixels.
+        image_width: width of every stored camera image, pixels.
+        use_video: store cameras as MP4 videos (``True``) or as PNG images (``False``).
+        robot_type: stored in ``meta/info.json``.
+    """
+
+    contract: Contract
+    image_height: int
+    image_width: int
+    use_video: bool = True
+    robot_type: str = 'so101_sim'
+
+    def __post_init__(self) -> None:
+        if self.image_height < 1 or self.image_width < 1:
+            raise ValueError(f'image size must be positive, got '
+                             f'{self.image_height}x{self.image_width}')
+        if self.use_video and (self.image_height % 2 or self.image_width % 2):
+            raise ValueError('video encoding (yuv420p) needs even image sizes, got '
+                             f'{self.image_height}x{self.image_width}; use even sizes or '
+                             '--no-video')
+
+    @property
+    def fps(self) -> int:
+        """Frames per second, from the contract."""
+        return self.contract.fps
+
+    @property
+    def task(self) -> str:
+        """Task string stored with every frame, from the contract."""
+        return self.contract.task
+
+    def features(self) -> dict[str, dict]:
+        """LeRobot feature dict: one image/video feature per camera, state and action."""
+        image_dtype = 'video' if self.use_video else 'image'
+        joints = list(self.contract.joint_names)
+        features: dict[str, dict] = {}
+        for camera in self.contract.cameras:
+            features[camera.feature] = {
+                'dtype': image_dtype,
+                'shape': (self.image_height, self.image_width, 3),
+                'names': ['height', 'width', 'channels'],
+            }
+        for key in (self.contract.state_feature, self.contract.action_feature):
+            features[key] = {'dtype': 'float32', 'shape': (len(joints),), 'names': joints}
+        return features
+
+    def check_episode(self, episode: Episode) -> None:
+        """Raise ``ValueError`` if ``episode`` does not fit this layout."""
+        expected_cams = set(self.contract.camera_names)
+        if set(episode.images) != expected_cams:
+            raise ValueError(f'episode cameras {sorted(episode.images)} do not match the '
+                             f'contract cameras {sorted(expected_cams)}')
+        expected = (self.image_height, self.image_width, 3)
+        for name, frames in episode.images.items():
+            if frames.shape[1:] != expected:
+                raise ValueError(f"camera '{name}': frames are {frames.shape[1:]}, the dataset "
+                                 f'stores {expected}')
+        n = self.contract.num_joints
+        if episode.state.shape[1] != n:
+            raise ValueError(f'episode has {episode.state.shape[1]} joints, the contract has '
+                             f'{n} ({list(self.contract.joint_names)})')
+        for key, values in (('state', episode.state), ('action', episode.action)):
+            if not np.all(np.isfinite(values)):
+                raise ValueError(f'episode {key} contains NaN or infinite values')

@@ -1,0 +1,157 @@
+"""``act-ros generate-synthetic``: a small, structured random dataset for trainer smoke tests.
+
+Joint trajectories are smooth sums of sinusoids inside the contract's limits; the action
+at frame t is the trajectory a few frames ahead (as a position controller's target would
+be). The images are drawn from the state: the top camera shows a disk whose position,
+size and colour follow the first three joints and the gripper, the wrist camera a bar
+whose angle follows ``wrist_roll`` on a background whose brightness follows
+``wrist_flex``. A policy can therefore learn something real from the pixels.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+import sys
+
+import numpy as np
+
+from act_ros.core.contract import Contract, load_contract
+from act_ros.data.episode import DatasetLayout, Episode, parse_image_size
+
+ACTION_LEAD_FRAMES = 5
+_SINUSOIDS = 3
+
+
+def _trajectory(rng: np.random.Generator, contract: Contract, times_s: np.ndarray) -> np.ndarray:
+    """Smooth joint positions ``(len(times_s), n)`` inside the limits (gripper in [0, 1])."""
+    lower, upper = contract.lower, contract.upper
+    mid, half = (lower + upper) / 2.0, (upper - lower) / 2.0
+    n = contract.num_joints
+    freq_hz = rng.uniform(0.1, 0.6, size=(_SINUSOIDS, n))
+    phase = rng.uniform(0.0, 2 * np.pi, size=(_SINUSOIDS, n))
+    weight = rng.dirichlet(np.ones(_SINUSOIDS), size=n).T  # sums to 1 per joint
+    offset = rng.uniform(-0.3, 0.3, size=n)
+    wave = np.sum(weight[None] * np.sin(2 * np.pi * freq_hz[None] * times_s[:, None, None]
+                                        + phase[None]), axis=1)
+    q = mid + half * np.clip(offset + 0.6 * wave, -0.95, 0.95)
+    g = contract.gripper_index
+    # Gripper: open, close for a while, open again (smoothed steps), like a pick and place.
+    t_close, t_open = np.sort(rng.uniform(times_s[0], times_s[-1] + 1e-6, size=2))
+    close = 1.0 / (1.0 + np.exp(-(times_s - t_close) * 12.0))
+    reopen = 1.0 / (1.0 + np.exp(-(times_s - t_open) * 12.0))
+    q[:, g] = np.clip(1.0 - close + reopen, 0.0, 1.0)
+    return q
+
+
+def _unit(value: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    return np.clip((value - lo) / (hi - lo), 0.0, 1.0)
+
+
+def render_top(q: np.ndarray, contract: Contract, height: int, width: int) -> np.ndarray:
+    """Top image for one state ``q``: a disk placed by the first two joints."""
+    lo, hi = contract.lower, contract.upper
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    cx = (0.15 + 0.7 * _unit(q[0], lo[0], hi[0])) * width
+    cy = (0.15 + 0.7 * _unit(q[1], lo[1], hi[1])) * height
+    radius = (0.08 + 0.12 * _unit(q[2], lo[2], hi[2])) * min(height, width)
+    inside = (xx - cx) ** 2 + (yy - cy) ** 2 <= radius ** 2
+    image = np.empty((height, width, 3), dtype=np.uint8)
+    image[..., 0] = (40 + 60 * xx / max(width - 1, 1)).astype(np.uint8)
+    image[..., 1] = 60
+    image[..., 2] = (40 + 60 * yy / max(height - 1, 1)).astype(np.uint8)
+    grip = float(_unit(q[contract.gripper_index], lo[contract.gripper_index],
+                       hi[contract.gripper_index]))
+    image[inside] = (230, int(40 + 200 * grip), 40)
+    return image
+
+
+def render_wrist(q: np.ndarray, contract: Contract, height: int, width: int) -> np.ndarray:
+    """Wrist image for one state ``q``: a bar rotated by ``wrist_roll`` (joint 4)."""
+    lo, hi = contract.lower, contract.upper
+    yy, xx = np.mgrid[0:height, 0:width].astype(np.float32)
+    yy -= height / 2.0
+    xx -= width / 2.0
+    angle = float(q[4]) if q.shape[0] > 4 else 0.0
+    distance = np.abs(-np.sin(angle) * xx + np.cos(angle) * yy)
+    bar = distance <= max(1.0, 0.06 * min(height, width))
+    level = int(30 + 150 * _unit(q[3], lo[3], hi[3])) if q.shape[0] > 3 else 100
+    image = np.full((height, width, 3), level, dtype=np.uint8)
+    image[bar] = (250, 250, 60)
+    return image
+
+
+def synthetic_episode(layout: DatasetLayout, frames: int, seed: int) -> Episode:
+    """One structured random episode of ``frames`` frames, fully determined by ``seed``."""
+    if frames < 1:
+        raise ValueError(f'frames must be >= 1, got {frames}')
+    contract = layout.contract
+    rng = np.random.default_rng(seed)
+    times = np.arange(frames + ACTION_LEAD_FRAMES, dtype=np.float64) / layout.fps
+    q = _trajectory(rng, contract, times)
+    state, action = q[:frames], q[ACTION_LEAD_FRAMES:frames + ACTION_LEAD_FRAMES]
+    h, w = layout.image_height, layout.image_width
+    renderers = {'top': render_top, 'wrist': render_wrist}
+    images = {}
+    for index, name in enumerate(contract.camera_names):
+        render = renderers.get(name, render_top if index == 0 else render_wrist)
+        images[name] = np.stack([render(s, contract, h, w) for s in state])
+    return Episode(images=images, state=state.astype(np.float32),
+                   action=action.astype(np.float32), seed=seed)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser of ``act-ros generate-synthetic``."""
+    parser = argparse.ArgumentParser(
+        prog='act-ros generate-synthetic',
+        description='Write a small structured random LeRobot v3 dataset with the features of '
+                    'the I/O contract (cameras, observation.state, action), for smoke tests.')
+    parser.add_argument('--output', required=True, type=Path,
+                        help='dataset directory to create (must not exist or be empty)')
+    parser.add_argument('--episodes', type=int, default=4, help='number of episodes (default 4)')
+    parser.add_argument('--frames-per-episode', type=int, default=60,
+                        help='frames per episode (default 60, i.e. 2 s at 30 fps)')
+    parser.add_argument('--image-size', default='96x128', type=parse_image_size,
+                        help='stored image size HEIGHTxWIDTH (default 96x128)')
+    parser.add_argument('--seed', type=int, default=0,
+                        help='random seed; episode k uses seed+k (default 0)')
+    parser.add_argument('--video', action=argparse.BooleanOptionalAction, default=True,
+                        help='store cameras as MP4 videos (default) or PNG images (--no-video)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace an existing dataset at --output')
+    parser.add_argument('--contract', type=Path, default=None,
+                        help='contract YAML (default: the package config/contract.yaml)')
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``act-ros generate-synthetic``."""
+    from act_ros.data.writer import AtomicDatasetWriter, check_output, quiet_library_output
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.episodes < 1 or args.frames_per_episode < 1:
+        parser.error(f'--episodes and --frames-per-episode must be >= 1, got '
+                     f'{args.episodes} and {args.frames_per_episode}')
+    try:
+        contract = load_contract(args.contract)
+        height, width = args.image_size
+        layout = DatasetLayout(contract=contract, image_height=height, image_width=width,
+                               use_video=args.video, robot_type='synthetic')
+        check_output(args.output, args.overwrite)
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+        print(f'act-ros generate-synthetic: {exc}', file=sys.stderr)
+        return 2
+    quiet_library_output()
+    with AtomicDatasetWriter(layout, args.output, overwrite=args.overwrite) as writer:
+        for k in range(args.episodes):
+            writer.add_episode(synthetic_episode(layout, args.frames_per_episode, args.seed + k))
+    result = writer.result
+    print(f'wrote {result.episodes} episodes, {result.frames} frames '
+          f'({height}x{width}, {"video" if args.video else "images"}, {contract.fps} fps) '
+          f'to {result.path} (repo_id {result.repo_id})')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

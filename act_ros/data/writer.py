@@ -1,0 +1,219 @@
+"""Write episodes to a LeRobot v3 dataset that appears at its destination only when complete.
+
+The dataset is built in a hidden staging directory next to the destination
+(``.<name>.partial-XXXX/dataset``) and renamed into place only after LeRobot's
+``finalize()`` succeeded. An exception or Ctrl-C while writing removes the staging
+directory, so a directory at the destination is always a finished dataset.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import gc
+import logging
+import os
+from pathlib import Path
+import shutil
+import tempfile
+from types import TracebackType
+
+import numpy as np
+
+from act_ros.data.episode import DatasetLayout, Episode
+
+logger = logging.getLogger(__name__)
+
+STAGING_PREFIX_FMT = '.{name}.partial-'
+
+
+def local_repo_id(output: Path) -> str:
+    """A repo id for a dataset that lives only on disk: ``local/<directory name>``."""
+    name = ''.join(c if c.isalnum() or c in '-_.' else '_' for c in output.name) or 'dataset'
+    return f'local/{name}'
+
+
+def quiet_library_output() -> None:
+    """Silence the per-episode chatter of the encoder and of ``datasets`` (for CLIs).
+
+    SVT-AV1 prints its configuration for every video it encodes and ``datasets`` shows a
+    progress bar for every saved episode; both drown a command's own progress bar. A
+    ``SVT_LOG`` already set by the user wins.
+    """
+    os.environ.setdefault('SVT_LOG', '1')  # errors only
+    import datasets
+    datasets.disable_progress_bars()
+
+
+def check_output(output: Path, overwrite: bool) -> None:
+    """Fail early if ``output`` cannot receive a new dataset.
+
+    An existing non-empty directory is refused unless ``overwrite``; an existing file is
+    always refused.
+    """
+    if output.is_file() or output.is_symlink():
+        raise FileExistsError(f'--output {output} exists and is not a directory; '
+                              'expected a dataset directory path')
+    if output.is_dir() and any(output.iterdir()) and not overwrite:
+        raise FileExistsError(f'--output {output} exists and is not empty; '
+                              'pass --overwrite to replace it, or choose another directory')
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    """What a finished writer produced."""
+
+    path: Path
+    repo_id: str
+    episodes: int
+    frames: int
+
+
+class AtomicDatasetWriter:
+    """Context manager that writes :class:`Episode` objects to a LeRobot dataset atomically.
+
+    Usage::
+
+        with AtomicDatasetWriter(layout, output) as writer:
+            writer.add_episode(episode)
+        print(writer.result)
+
+    Leaving the ``with`` block normally finalizes the dataset and moves it to ``output``
+    (replacing a previous dataset there only when ``overwrite``). Leaving it with an
+    exception discards everything written, leaving ``output`` as it was.
+    """
+
+    def __init__(self, layout: DatasetLayout, output: str | Path, *, overwrite: bool = False,
+                 repo_id: str | None = None, image_writer_threads: int = 2) -> None:
+        self.layout = layout
+        self.output = Path(output).expanduser().absolute()
+        self.overwrite = overwrite
+        self.repo_id = repo_id or local_repo_id(self.output)
+        self.image_writer_threads = image_writer_threads
+        self.result: WriteResult | None = None
+        self._staging: Path | None = None
+        self._dataset = None  # LeRobotDataset while open
+        self._episodes = 0
+        self._frames = 0
+
+    @property
+    def episodes_written(self) -> int:
+        """Episodes saved so far."""
+        return self._episodes
+
+    @property
+    def frames_written(self) -> int:
+        """Frames saved so far."""
+        return self._frames
+
+    @property
+    def staging_dir(self) -> Path | None:
+        """The hidden directory the dataset is built in while the writer is open."""
+        return self._staging
+
+    def __enter__(self) -> 'AtomicDatasetWriter':
+        from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+        check_output(self.output, self.overwrite)
+        self.output.parent.mkdir(parents=True, exist_ok=True)
+        self._staging = Path(tempfile.mkdtemp(
+            prefix=STAGING_PREFIX_FMT.format(name=self.output.name), dir=self.output.parent))
+        try:
+            self._dataset = LeRobotDataset.create(
+                repo_id=self.repo_id,
+                fps=self.layout.fps,
+                features=self.layout.features(),
+                root=self._staging / 'dataset',  # LeRobot requires that root does not exist
+                robot_type=self.layout.robot_type,
+                use_videos=self.layout.use_video,
+                video_backend='pyav',  # decoder for read-back only; skips torchcodec probing
+                image_writer_threads=self.image_writer_threads,
+            )
+        except BaseException:
+            self._discard()
+            raise
+        return self
+
+    def add_episode(self, episode: Episode) -> None:
+        """Append one episode (validated against the layout) and save it."""
+        if self._dataset is None:
+            raise RuntimeError('AtomicDatasetWriter.add_episode() called outside its with-block')
+        self.layout.check_episode(episode)
+        contract = self.layout.contract
+        state = episode.state.astype(np.float32, copy=False)
+        action = episode.action.astype(np.float32, copy=False)
+        cameras = [(cam.feature, episode.images[cam.name]) for cam in contract.cameras]
+        for t in range(episode.length):
+            frame = {feature: frames[t] for feature, frames in cameras}
+            frame[contract.state_feature] = state[t]
+            frame[contract.action_feature] = action[t]
+            frame['task'] = self.layout.task
+            self._dataset.add_frame(frame)
+        self._dataset.save_episode()
+        self._episodes += 1
+        self._frames += episode.length
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        if exc_type is not None:
+            self._discard()
+            return
+        try:
+            if self._episodes == 0:
+                raise RuntimeError(f'no episode was written; refusing to create an empty '
+                                   f'dataset at {self.output}')
+            self._dataset.finalize()
+            self._dataset = None
+            self._commit()
+        except BaseException:
+            self._discard()
+            raise
+        self.result = WriteResult(path=self.output, repo_id=self.repo_id,
+                                  episodes=self._episodes, frames=self._frames)
+
+    def _commit(self) -> None:
+        """Move the finished dataset to ``output``; the previous one goes only after that."""
+        built = self._staging / 'dataset'
+        previous = self._staging / 'previous'
+        _prune_empty_dirs(built / 'images')  # LeRobot's staging area for frames, now empty
+        if self.output.is_dir():
+            if any(self.output.iterdir()):
+                check_output(self.output, self.overwrite)  # it may have appeared meanwhile
+                self.output.rename(previous)
+            else:
+                self.output.rmdir()
+        try:
+            built.rename(self.output)
+        except OSError:
+            if previous.exists() and not self.output.exists():
+                previous.rename(self.output)
+            raise
+        shutil.rmtree(self._staging)
+        self._staging = None
+
+    def _discard(self) -> None:
+        """Drop the partial dataset: let LeRobot close its files, then delete the staging dir."""
+        dataset, self._dataset = self._dataset, None
+        if dataset is not None:
+            try:
+                # Closing its writers now keeps LeRobot's __del__ safety net from writing
+                # into (and so re-creating) the staging directory after it is deleted.
+                dataset.finalize()
+            except Exception as exc:  # noqa: BLE001 - the original error matters more
+                logger.warning('closing the partial dataset failed (%s: %s); it is deleted '
+                               'anyway', type(exc).__name__, exc)
+            del dataset
+            gc.collect()
+        if self._staging is not None:
+            shutil.rmtree(self._staging, ignore_errors=True)
+            self._staging = None
+
+
+def _prune_empty_dirs(root: Path) -> None:
+    """Remove ``root`` and its subdirectories bottom-up where they are empty."""
+    if not root.is_dir():
+        return
+    for path in sorted((p for p in root.rglob('*') if p.is_dir()), key=lambda p: -len(p.parts)):
+        if not any(path.iterdir()):
+            path.rmdir()
+    if not any(root.iterdir()):
+        root.rmdir()

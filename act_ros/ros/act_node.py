@@ -1,0 +1,292 @@
+"""``act_node``: the ROS 2 lifecycle node that runs an ACT policy on a robot arm.
+
+A thin adapter over :mod:`act_ros.core`:
+
+- configure: read and validate the parameters (:mod:`act_ros.ros.parameters`), load and
+  warm up the checkpoint through :class:`~act_ros.core.runtime.PolicyRuntime`, create the
+  subscriptions, publishers and the ``~/reset`` service. Any problem fails the transition
+  with one log line.
+- activate: reset the runtime and the release gate, start the control tick.
+- deactivate: stop the tick at once; nothing is published while not active.
+
+Threads: input callbacks (their own callback group) only convert and store the latest
+message; the control tick runs in another group, and in ``async`` execution the model
+runs on the runtime's worker thread, so neither ever blocks message handling. Run it
+with a :class:`~rclpy.executors.MultiThreadedExecutor` (as :func:`main` does).
+
+Usage: ``act_node --ros-args --params-file config/act.yaml -p model_path:=<checkpoint>``.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+import numpy as np
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
+from std_srvs.srv import Trigger
+
+from act_ros.core.contract import Contract, load_contract
+from act_ros.core.errors import ActRosError
+from act_ros.ros import conversions as conv
+from act_ros.ros.control import WAITING_FOR_CHUNK
+from act_ros.ros.diagnostics import NodeCounters
+from act_ros.ros.inputs import InputStore
+from act_ros.ros.node_setup import Interfaces, build_control_loop, create_interfaces
+from act_ros.ros.node_status import NodeStatus
+from act_ros.ros.parameters import (CONTRACT_PATH, NodeSettings, declare_parameters,
+                                   parameter_specs, read_settings)
+
+LOG_THROTTLE_S = 2.0
+
+
+class ActNode(LifecycleNode):
+    """Lifecycle node: camera images + joint states in, safe joint position commands out."""
+
+    def __init__(self, node_name: str = 'act_node', **kwargs: Any) -> None:
+        super().__init__(node_name, **kwargs)
+        self.contract, contract_error = _try_load_contract(self)
+        self.specs = parameter_specs(self.contract)
+        self._parameter_errors = declare_parameters(self, self.specs)
+        if contract_error:
+            self._parameter_errors.insert(0, contract_error)
+        self.input_group = MutuallyExclusiveCallbackGroup()
+        self.control_group = MutuallyExclusiveCallbackGroup()
+        self.status_group = MutuallyExclusiveCallbackGroup()
+        self.lock = threading.RLock()
+        self._active = False
+        self.settings: NodeSettings | None = None
+        self.inputs: InputStore | None = None
+        self.loop = None  # ControlLoop once configured
+        self.io: Interfaces | None = None
+        self.counters = NodeCounters()
+        self.status = NodeStatus(self)
+        self._control_timer = None
+        self.last_configure_error = ''
+
+    @property
+    def autostart(self) -> bool:
+        return bool(self.get_parameter('autostart').value)
+
+    @property
+    def is_active(self) -> bool:
+        return self._active
+
+    @property
+    def lifecycle_state(self) -> str:
+        """Label of the current lifecycle state ('unconfigured', 'inactive', 'active', ...)."""
+        return self._state_machine.current_state[1]
+
+    # ---------------------------------------------------------------- lifecycle
+
+    def on_configure(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self.lock:
+            try:
+                self._configure()
+            except (ValueError, ActRosError, OSError, ImportError) as exc:
+                return self._configure_failed(str(exc))
+            except Exception as exc:  # noqa: BLE001 - rclpy would swallow it without a word
+                return self._configure_failed(f'{type(exc).__name__}: {exc}')
+        s = self.settings
+        if s.trigger == 'timer' and abs(s.control_rate_hz - self.contract.fps) > 1e-6:
+            self.get_logger().warning(
+                f'control_rate_hz {s.control_rate_hz:g} differs from the contract fps '
+                f'{self.contract.fps}: the policy was trained for {self.contract.fps} Hz')
+        self.get_logger().info(
+            f"configured: model '{s.model_path}' on {self.loop.runtime.device}, mode {s.mode}/"
+            f'{s.execution}, {s.trigger} trigger at {s.control_rate_hz:g} Hz, '
+            f'{s.command_type} on {self.resolve_topic_name(s.command_topic)}')
+        return super().on_configure(state)
+
+    def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self.lock:
+            self.loop.reset()
+            self.status.reset_rates()
+            self._active = True
+            if self.settings.trigger == 'timer':
+                self._control_timer = self.create_timer(
+                    self.settings.period_s, self.tick, callback_group=self.control_group)
+        self.get_logger().info('active: commanding')
+        return super().on_activate(state)
+
+    def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self.lock:  # waits for a tick in progress, so none follows this transition
+            self._active = False
+            self._destroy_control_timer()
+        self.get_logger().info('inactive: commands stopped')
+        return super().on_deactivate(state)
+
+    def on_cleanup(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self.lock:
+            self._teardown()
+        return super().on_cleanup(state)
+
+    def on_shutdown(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self.lock:
+            self._active = False
+            self._teardown()
+        return super().on_shutdown(state)
+
+    def on_error(self, state: LifecycleState) -> TransitionCallbackReturn:
+        with self.lock:
+            self._active = False
+            self._teardown()
+        return TransitionCallbackReturn.SUCCESS
+
+    def start(self) -> bool:
+        """Configure and activate (the ``autostart`` path); ``False`` if either fails."""
+        if self.trigger_configure() != TransitionCallbackReturn.SUCCESS:
+            return False
+        return self.trigger_activate() == TransitionCallbackReturn.SUCCESS
+
+    def destroy_node(self) -> None:
+        with self.lock:
+            self._active = False
+            self._teardown()
+        super().destroy_node()
+
+    def _configure(self) -> None:
+        if self._parameter_errors:
+            raise ValueError('; '.join(self._parameter_errors))
+        settings = read_settings(self, self.specs, self.contract)
+        self.counters = NodeCounters()
+        self.inputs = InputStore(_required_streams(self.contract), settings.max_obs_age_s)
+        self.settings = settings
+        self.loop = build_control_loop(settings, self.contract, self.counters)
+        self.io = create_interfaces(self, settings, self.contract)
+
+    def _configure_failed(self, reason: str) -> TransitionCallbackReturn:
+        self.last_configure_error = reason
+        self.get_logger().error(f'configure failed: {reason}')
+        self._teardown()
+        return TransitionCallbackReturn.FAILURE
+
+    def _teardown(self) -> None:
+        self._destroy_control_timer()
+        if self.io is not None:
+            self.io.destroy(self)
+            self.io = None
+        if self.loop is not None:
+            self.loop.runtime.close()
+            self.loop = None
+        if self.inputs is not None:
+            self.inputs.clear()
+
+    def _destroy_control_timer(self) -> None:
+        if self._control_timer is not None:
+            self._control_timer.cancel()
+            self.destroy_timer(self._control_timer)
+            self._control_timer = None
+
+    # ----------------------------------------------------------- input callbacks
+
+    def now_s(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def store(self, stream: str, msg: Any, convert: Any) -> None:
+        """Convert ``msg`` and store it as the latest of ``stream``; reject it on error."""
+        inputs = self.inputs
+        if inputs is None:
+            return
+        try:
+            value = convert(msg)
+        except conv.MalformedMessageError as exc:
+            line = inputs.reject(stream, str(exc))
+            self.get_logger().error(f'rejected message: {line}',
+                                    throttle_duration_sec=LOG_THROTTLE_S)
+            return
+        stamp = msg.header.stamp
+        inputs.put(stream, value, self.now_s(), stamp.sec + stamp.nanosec * 1e-9)
+        if self.settings.trigger == 'observation' and self.io is not None \
+                and inputs.take_synchronized(self.settings.sync_tolerance_s):
+            self.io.observation_ready.trigger()
+
+    # --------------------------------------------------------------- control tick
+
+    def tick(self) -> None:
+        """One control period: read the latest inputs, act, publish a safe command."""
+        with self.lock:
+            if not self._active or self.loop is None:
+                return
+            snap = self.inputs.snapshot(self.now_s())
+            was_stale = self.loop.stale
+            result = self.loop.tick(snap)
+            if result.command is None:
+                if not snap.ok:
+                    self.get_logger().warning(f'no command, inputs unusable: {result.reason}',
+                                              throttle_duration_sec=LOG_THROTTLE_S)
+                elif result.reason != WAITING_FOR_CHUNK:
+                    self.get_logger().error(f'no command: {result.reason}',
+                                            throttle_duration_sec=LOG_THROTTLE_S)
+                return
+            if was_stale:
+                self.get_logger().info('inputs fresh again: runtime reset, commanding')
+            self._publish(result.command)
+            self.status.on_command(result.obs_stamp_s)
+
+    def _publish(self, command: np.ndarray) -> None:
+        s = self.settings
+        if s.command_type == 'JointTrajectory':
+            msg = conv.to_joint_trajectory(command, s.joint_names, s.period_s)
+        else:
+            msg = conv.to_float64_multiarray(command, len(s.joint_names))
+        self.io.command_pub.publish(msg)
+        self.counters.commands_published += 1
+
+    def handle_reset(self, request: Trigger.Request,
+                     response: Trigger.Response) -> Trigger.Response:
+        """``~/reset``: new episode (queue, ensembler, gate)."""
+        with self.lock:
+            if self.loop is None:
+                response.success, response.message = False, 'not configured'
+                return response
+            self.loop.reset()
+        response.success, response.message = True, 'episode reset: queue, ensembler and gate'
+        self.get_logger().info(response.message)
+        return response
+
+
+def _required_streams(contract: Contract) -> list[str]:
+    from act_ros.ros.control import JOINT_STATES, image_stream
+    return [JOINT_STATES] + [image_stream(cam) for cam in contract.camera_names]
+
+
+def _try_load_contract(node: LifecycleNode) -> tuple[Contract | None, str]:
+    """Load the contract named by ``contract_path`` (declared here, read-only)."""
+    errors = declare_parameters(node, [CONTRACT_PATH])
+    path = node.get_parameter('contract_path').value or None
+    try:
+        return load_contract(path), '; '.join(errors)
+    except (OSError, ValueError, KeyError) as exc:
+        return None, f'contract_path: {exc}'
+
+
+def main(args: list[str] | None = None) -> int:
+    """Console script ``act_node``: run the node until interrupted."""
+    rclpy.init(args=args)
+    node = None
+    code = 0
+    try:
+        node = ActNode()
+        executor = MultiThreadedExecutor(num_threads=4)
+        executor.add_node(node)
+        if node.autostart and not node.start():
+            node.get_logger().fatal('autostart failed; exiting (see the error above)')
+            code = 1
+        else:
+            executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""One control tick of the policy node, without ROS: snapshot in, safe command out.
+
+The node hands :meth:`ControlLoop.tick` the latest inputs; the loop asks the policy
+runtime for this tick's action, checks every newly finished chunk against the limits,
+runs the action through the safety chain (finite -> joint limits -> max step relative to
+the measured joints -> release gate) and returns what may be published, counting what it
+changed in :class:`~act_ros.ros.diagnostics.NodeCounters`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from act_ros.core.errors import ObservationError
+from act_ros.core.release_gate import GateState, ReleaseGate
+from act_ros.core.runtime import Observation, PolicyRuntime
+from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
+from act_ros.ros.diagnostics import NodeCounters
+from act_ros.ros.inputs import Snapshot
+
+JOINT_STATES = 'joint_states'
+EE_POSE = 'ee_pose'
+PAD_POSE = 'pad_pose'
+WAITING_FOR_CHUNK = 'waiting for the first chunk'
+
+
+def image_stream(camera: str) -> str:
+    """Name of a camera's stream in the input store."""
+    return f'image/{camera}'
+
+
+@dataclass(frozen=True)
+class TickResult:
+    """What one tick produced: a command to publish, or why there is none."""
+
+    command: np.ndarray | None
+    reason: str = ''
+    obs_stamp_s: float | None = None
+
+
+class ControlLoop:
+    """Runtime + safety chain + release gate, driven one tick at a time.
+
+    ``ee_position`` maps (snapshot, measured joints in contract order) to the end-effector
+    position or ``None`` when unknown; ``pad_position`` maps a snapshot to the pad position
+    or ``None``. Unknown positions count as "not near the pad" for the gate.
+    """
+
+    def __init__(self, runtime: PolicyRuntime, *, cameras: tuple[str, ...],
+                 limits: SafetyLimits, gate: ReleaseGate, gripper_index: int,
+                 ee_position: Callable[[Snapshot, np.ndarray], np.ndarray | None],
+                 pad_position: Callable[[Snapshot], np.ndarray | None],
+                 counters: NodeCounters) -> None:
+        self.runtime = runtime
+        self.cameras = cameras
+        self.limits = limits
+        self.gate = gate
+        self.gripper_index = gripper_index
+        self._ee_position = ee_position
+        self._pad_position = pad_position
+        self.counters = counters
+        self.stale = False
+        self.last_distance_m: float | None = None
+
+    def reset(self) -> None:
+        """New episode: empty queue/ensembler, gate back to FREE."""
+        self.runtime.reset()
+        self.gate.reset()
+        self.stale = False
+        self.last_distance_m = None
+
+    @property
+    def gate_state(self) -> GateState:
+        return self.gate.state
+
+    def tick(self, snap: Snapshot) -> TickResult:
+        """Return this tick's command (or why there is none) for the inputs in ``snap``."""
+        c = self.counters
+        if not snap.ok:
+            # Stale or invalid inputs: send nothing; the runtime restarts when data returns,
+            # so no action computed before the gap is played after it. The gate keeps its
+            # state: a held object stays held through a sensor dropout.
+            c.stale_ticks += 1
+            c.last_stale_reason = snap.describe_problems()
+            self.stale = True
+            return TickResult(None, c.last_stale_reason)
+        if self.stale:
+            self.runtime.reset()
+            c.runtime_resets += 1
+            self.stale = False
+        state = snap.value(JOINT_STATES)
+        stamps = [snap.samples[JOINT_STATES].stamp_s]
+        stamps += [snap.samples[image_stream(cam)].stamp_s for cam in self.cameras]
+        obs_stamp = min(stamps)
+        obs = Observation(images={cam: snap.value(image_stream(cam)) for cam in self.cameras},
+                          state=state, stamp_s=obs_stamp)
+        try:
+            action = self.runtime.act(obs)
+        except ObservationError as exc:
+            c.ticks_without_command += 1
+            return TickResult(None, f'observation refused by the runtime: {exc}', obs_stamp)
+        except RuntimeError as exc:  # the background inference failed; the next tick retries
+            c.ticks_without_command += 1
+            c.inference_failures += 1
+            return TickResult(None, f'inference failed: {exc}', obs_stamp)
+        self._check_new_chunks()
+        if action is None:
+            c.ticks_without_command += 1
+            return TickResult(None, WAITING_FOR_CHUNK, obs_stamp)
+
+        ee = self._ee_position(snap, state)
+        pad = self._pad_position(snap)
+        suppressed_before = self.gate.suppressed_releases
+        result = limit_command(action, state, self.limits, gripper_index=self.gripper_index,
+                               gate=self.gate, ee_position=ee, pad_position=pad)
+        c.suppressed_releases += self.gate.suppressed_releases - suppressed_before
+        if result.gate is not None:
+            self.last_distance_m = result.gate.distance_m
+        if result.reason:
+            c.last_safety_reason = result.reason
+        if result.rejected:
+            c.commands_rejected += 1
+            return TickResult(None, result.reason, obs_stamp)
+        c.joint_limit_clamps += int(result.limited.any())
+        c.step_limit_clamps += int(result.step_limited.any())
+        if not np.all(np.isfinite(result.command)):  # defence in depth: never send NaN
+            c.commands_rejected += 1
+            return TickResult(None, 'non-finite command after the safety chain', obs_stamp)
+        return TickResult(result.command, result.reason, obs_stamp)
+
+    def _check_new_chunks(self) -> None:
+        c = self.counters
+        for chunk in self.runtime.take_new_chunks():
+            report = check_chunk(chunk, self.limits)
+            c.chunks_checked += 1
+            c.chunk_limit_violations += report.limit_violations
+            c.nonfinite_chunk_steps += report.nonfinite_steps
+            c.chunks_with_violations += int(not report.ok)

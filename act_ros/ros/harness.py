@@ -1,0 +1,189 @@
+"""A stand-in robot for ``act_node``: publishes cameras and joint states, records commands.
+
+Used by the node tests and the node benchmark. It talks to the node only over the
+middleware (real publishers and subscriptions), with the same QoS a robot would use:
+sensor data best effort, commands reliable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+import contextlib
+from dataclasses import dataclass
+import threading
+import time
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+import numpy as np
+from rclpy.executors import MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from std_msgs.msg import Float64MultiArray
+from trajectory_msgs.msg import JointTrajectory
+
+from act_ros.ros import conversions as conv
+from act_ros.ros.diagnostics import status_values
+
+
+@dataclass(frozen=True)
+class ReceivedCommand:
+    """One command as it arrived: monotonic receive time, positions, joint names (if any)."""
+
+    received: float
+    positions: np.ndarray
+    joint_names: tuple[str, ...]
+
+
+class RobotHarness(Node):
+    """Publishes ``camera/<name>/image_raw`` and ``joint_states``; subscribes to commands.
+
+    Attributes the caller may change at any time (read on every publish): ``image`` (RGB),
+    ``encoding`` (raw encoding or ``'png'``/``'jpeg'`` for compressed transport),
+    ``joints`` (name -> position, published in dict order), ``enabled`` (stream -> bool),
+    ``mutate`` (stream -> function applied to the outgoing message, for malformed data).
+    """
+
+    def __init__(self, *, context: Any = None, cameras: Sequence[str] = ('top', 'wrist'),
+                 joints: dict[str, float], image: np.ndarray, encoding: str = 'rgb8',
+                 command_type: str = 'JointTrajectory', command_topic: str | None = None,
+                 rate_hz: float | None = 30.0, namespace: str = '',
+                 name: str = 'robot_harness') -> None:
+        super().__init__(name, context=context, namespace=namespace)
+        self.cameras = tuple(cameras)
+        self.joints = dict(joints)
+        self.image = image
+        self.encoding = encoding
+        self.enabled = {stream: True for stream in ('joint_states', *self.cameras)}
+        self.mutate: dict[str, Callable[[Any], Any]] = {}
+        self.ee_position: np.ndarray | None = None
+        self.pad_position: np.ndarray | None = None
+        self._lock = threading.Lock()
+        self.commands: list[ReceivedCommand] = []
+        self.diagnostics: list[tuple[float, bytes, str, dict[str, str]]] = []
+        self.published = 0
+        self._cache: dict[tuple[int, str], Any] = {}
+
+        self._raw_pubs = {cam: self.create_publisher(Image, f'camera/{cam}/image_raw',
+                                                     qos_profile_sensor_data)
+                          for cam in self.cameras}
+        self._compressed_pubs = {
+            cam: self.create_publisher(CompressedImage, f'camera/{cam}/image_raw/compressed',
+                                       qos_profile_sensor_data) for cam in self.cameras}
+        self._joint_pub = self.create_publisher(JointState, 'joint_states', qos_profile_sensor_data)
+        self._ee_pub = self.create_publisher(PoseStamped, 'ee_pose', qos_profile_sensor_data)
+        self._pad_pub = self.create_publisher(PoseStamped, 'pad_pose', qos_profile_sensor_data)
+        if command_type == 'JointTrajectory':
+            self.create_subscription(
+                JointTrajectory, command_topic or 'joint_trajectory_controller/joint_trajectory',
+                self._on_trajectory, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+        else:
+            self.create_subscription(
+                Float64MultiArray, command_topic or 'forward_position_controller/commands',
+                self._on_array, QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE))
+        self.create_subscription(DiagnosticArray, '/diagnostics', self._on_diagnostics, 10)
+        self.timer = (self.create_timer(1.0 / rate_hz, self.publish_once)
+                      if rate_hz else None)
+
+    # -- publishing ------------------------------------------------------------------------
+    def _image_msg(self) -> Image | CompressedImage:
+        key = (id(self.image), self.encoding)
+        msg = self._cache.get(key)
+        if msg is None:
+            if self.encoding in ('png', 'jpeg'):
+                msg = conv.rgb_to_compressed(self.image, self.encoding)
+            else:
+                msg = conv.rgb_to_image(self.image, self.encoding)
+            self._cache = {key: msg}
+        return msg
+
+    def publish_once(self) -> None:
+        """Publish every enabled stream once, all with the same header stamp."""
+        stamp = self.get_clock().now().to_msg()
+        if self.enabled.get('joint_states', True):
+            msg = JointState(name=list(self.joints),
+                             position=[float(v) for v in self.joints.values()])
+            msg.header.stamp = stamp
+            self._joint_pub.publish(self.mutate.get('joint_states', _same)(msg))
+        image = self._image_msg()
+        image.header.stamp = stamp
+        compressed = isinstance(image, CompressedImage)
+        for cam in self.cameras:
+            if self.enabled.get(cam, True):
+                pub = self._compressed_pubs[cam] if compressed else self._raw_pubs[cam]
+                pub.publish(self.mutate.get(cam, _same)(image))
+        for position, pub in ((self.ee_position, self._ee_pub), (self.pad_position, self._pad_pub)):
+            if position is not None:
+                pose = PoseStamped()
+                pose.header.stamp = stamp
+                pose.header.frame_id = 'base_link'
+                pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (
+                    float(v) for v in position)
+                pose.pose.orientation.w = 1.0
+                pub.publish(pose)
+        self.published += 1
+
+    # -- recording -------------------------------------------------------------------------
+    def _on_trajectory(self, msg: JointTrajectory) -> None:
+        positions = np.array(msg.points[0].positions) if msg.points else np.zeros(0)
+        with self._lock:
+            self.commands.append(ReceivedCommand(time.monotonic(), positions,
+                                                 tuple(msg.joint_names)))
+
+    def _on_array(self, msg: Float64MultiArray) -> None:
+        with self._lock:
+            self.commands.append(ReceivedCommand(time.monotonic(), np.array(msg.data), ()))
+
+    def _on_diagnostics(self, msg: DiagnosticArray) -> None:
+        if not msg.status:
+            return
+        status = msg.status[0]
+        with self._lock:
+            self.diagnostics.append((time.monotonic(), status.level, status.message,
+                                     status_values(msg)))
+
+    def commands_since(self, t: float) -> list[ReceivedCommand]:
+        with self._lock:
+            return [c for c in self.commands if c.received >= t]
+
+    def latest_diagnostics(self, since: float = 0.0) -> tuple[bytes, str, dict[str, str]] | None:
+        with self._lock:
+            recent = [d for d in self.diagnostics if d[0] >= since]
+        return recent[-1][1:] if recent else None
+
+
+def _same(msg: Any) -> Any:
+    return msg
+
+
+def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy (returned) or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(interval_s)
+
+
+@contextlib.contextmanager
+def spinning(context: Any, *nodes: Node, num_threads: int = 4) -> Iterator[MultiThreadedExecutor]:
+    """Spin ``nodes`` on a multi-threaded executor in a background thread.
+
+    On exit the executor stops and the nodes are destroyed (their recorded data stays
+    readable).
+    """
+    executor = MultiThreadedExecutor(num_threads=num_threads, context=context)
+    for node in nodes:
+        executor.add_node(node)
+    thread = threading.Thread(target=executor.spin, name='harness-executor', daemon=True)
+    thread.start()
+    try:
+        yield executor
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        thread.join(timeout=5.0)
+        for node in nodes:
+            node.destroy_node()

@@ -1,0 +1,133 @@
+"""Latest-value store of the node's input streams, with staleness and rejection tracking.
+
+Subscription callbacks only convert a message and :meth:`InputStore.put` the result (or
+:meth:`InputStore.reject` it); the control tick takes a :meth:`InputStore.snapshot`. The
+store is ROS-free apart from the times it is handed (node-clock seconds), so it also works
+with simulated time.
+
+A rejected message invalidates its stream until the next good message: a sensor that
+sends garbage stops the commands at once instead of leaving an older value in use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+import threading
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One converted message: value, receive time and header stamp (node-clock seconds)."""
+
+    value: Any
+    received_s: float
+    stamp_s: float
+    seq: int
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The latest sample of every stream at one instant, and why the required ones are unusable."""
+
+    samples: dict[str, Sample]
+    problems: dict[str, str]  # required stream -> 'never received' / 'stale (0.31 s old)' / ...
+    now_s: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def value(self, name: str) -> Any:
+        sample = self.samples.get(name)
+        return None if sample is None else sample.value
+
+    def age_s(self, name: str) -> float | None:
+        sample = self.samples.get(name)
+        return None if sample is None else self.now_s - sample.received_s
+
+    def describe_problems(self) -> str:
+        return '; '.join(f'{name}: {why}' for name, why in sorted(self.problems.items()))
+
+
+class InputStore:
+    """Thread-safe latest-value store for named streams.
+
+    ``required`` streams must all be present and younger than ``max_age_s`` for a
+    snapshot to be usable; other streams (poses) are stored and aged but optional.
+    """
+
+    def __init__(self, required: Iterable[str], max_age_s: float) -> None:
+        self.required = tuple(required)
+        self.max_age_s = float(max_age_s)
+        self._lock = threading.Lock()
+        self._samples: dict[str, Sample] = {}
+        self._invalid: dict[str, str] = {}
+        self._seq = 0
+        self._consumed: dict[str, int] = {}
+        self.rejections = 0
+        self.rejections_by_stream: dict[str, int] = {}
+        self.last_rejection = ''
+
+    def put(self, name: str, value: Any, received_s: float, stamp_s: float) -> None:
+        """Store the newest good value of a stream."""
+        with self._lock:
+            self._seq += 1
+            self._samples[name] = Sample(value, received_s, stamp_s, self._seq)
+            self._invalid.pop(name, None)
+
+    def reject(self, name: str, reason: str) -> str:
+        """Record a malformed message; the stream is unusable until its next good message.
+
+        Returns the one-line description that was recorded.
+        """
+        line = f'{name}: {reason}'
+        with self._lock:
+            self._samples.pop(name, None)
+            self._invalid[name] = f'rejected ({reason})'
+            self.rejections += 1
+            self.rejections_by_stream[name] = self.rejections_by_stream.get(name, 0) + 1
+            self.last_rejection = line
+        return line
+
+    def clear(self) -> None:
+        """Forget every sample (on cleanup); counters are kept."""
+        with self._lock:
+            self._samples.clear()
+            self._invalid.clear()
+            self._consumed.clear()
+
+    def snapshot(self, now_s: float) -> Snapshot:
+        """Latest samples and the problems of the required streams at ``now_s``."""
+        with self._lock:
+            samples = dict(self._samples)
+            invalid = dict(self._invalid)
+        problems = {}
+        for name in self.required:
+            sample = samples.get(name)
+            if sample is None:
+                problems[name] = invalid.get(name, 'never received')
+            elif now_s - sample.received_s > self.max_age_s:
+                problems[name] = (f'stale ({now_s - sample.received_s:.3f} s old, '
+                                  f'max {self.max_age_s:.3f} s)')
+        return Snapshot(samples, problems, now_s)
+
+    def take_synchronized(self, tolerance_s: float) -> bool:
+        """Whether every required stream has a new sample and their stamps agree.
+
+        Used by the observation trigger (lock-step simulation): returns ``True`` once per
+        set of new messages whose header stamps lie within ``tolerance_s`` of each other,
+        and marks them consumed.
+        """
+        with self._lock:
+            samples = [self._samples.get(name) for name in self.required]
+            if any(s is None or s.seq <= self._consumed.get(n, 0)
+                   for n, s in zip(self.required, samples)):
+                return False
+            stamps = [s.stamp_s for s in samples]
+            if max(stamps) - min(stamps) > tolerance_s:
+                return False
+            for name, sample in zip(self.required, samples):
+                self._consumed[name] = sample.seq
+            return True

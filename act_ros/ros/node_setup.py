@@ -1,0 +1,162 @@
+"""What ``act_node`` builds at configure: the control loop and its ROS interfaces.
+
+Split from :mod:`act_ros.ros.act_node` so the node reads as lifecycle logic only. The
+cheap checks (limits, gate, kinematics) run before the checkpoint is loaded, so a bad
+parameter fails configure without waiting for the model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from diagnostic_msgs.msg import DiagnosticArray
+from geometry_msgs.msg import PoseStamped
+import numpy as np
+from rclpy.guard_condition import GuardCondition
+from rclpy.lifecycle import LifecyclePublisher
+from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.service import Service
+from rclpy.subscription import Subscription
+from rclpy.timer import Timer
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
+
+from act_ros.core.contract import Contract
+from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
+from act_ros.core.safety import SafetyLimits
+from act_ros.ros import conversions as conv
+from act_ros.ros.control import EE_POSE, JOINT_STATES, PAD_POSE, ControlLoop, image_stream
+from act_ros.ros.diagnostics import NodeCounters
+from act_ros.ros.inputs import Snapshot
+from act_ros.ros.parameters import NodeSettings
+
+if TYPE_CHECKING:
+    from act_ros.ros.act_node import ActNode
+
+#: Commands go to ros2_control controllers, whose command topics are reliable.
+COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
+DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
+DIAGNOSTICS_TOPIC = '/diagnostics'
+
+
+@dataclass
+class Interfaces:
+    """Publishers, subscriptions, service and timers that exist while configured."""
+
+    command_pub: LifecyclePublisher
+    diagnostics_pub: LifecyclePublisher
+    reset_service: Service
+    diagnostics_timer: Timer
+    observation_ready: GuardCondition | None = None
+    subscriptions: list[Subscription] = field(default_factory=list)
+
+    def destroy(self, node: ActNode) -> None:
+        for sub in self.subscriptions:
+            node.destroy_subscription(sub)
+        self.subscriptions.clear()
+        self.diagnostics_timer.cancel()
+        node.destroy_timer(self.diagnostics_timer)
+        if self.observation_ready is not None:
+            node.destroy_guard_condition(self.observation_ready)
+        node.destroy_service(self.reset_service)
+        node.destroy_lifecycle_publisher(self.command_pub)
+        node.destroy_lifecycle_publisher(self.diagnostics_pub)
+
+
+def build_control_loop(settings: NodeSettings, contract: Contract,
+                       counters: NodeCounters) -> ControlLoop:
+    """Limits, gate, end-effector source and the policy runtime (loaded and warmed up)."""
+    step = settings.max_joint_step
+    limits = SafetyLimits(lower=np.array(settings.joint_lower),
+                          upper=np.array(settings.joint_upper),
+                          max_step=np.array(step if len(step) > 1 else step * contract.num_joints))
+    gate = ReleaseGate(ReleaseGateConfig(**settings.gate))
+    gripper = contract.gripper_index
+    ee_position = _ee_source(settings, gripper)
+    pad_position = _pad_source(settings)
+
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig  # loads torch and LeRobot
+
+    runtime = PolicyRuntime(RuntimeConfig(
+        model_path=settings.model_path, device=settings.device, mode=settings.mode,
+        execution=settings.execution, n_action_steps=settings.n_action_steps,
+        ensemble_coeff=settings.ensemble_coeff, compile_model=settings.compile_model,
+        compile_mode=settings.compile_mode, precision=settings.precision, contract=contract,
+        warmup=settings.warmup, torch_threads=settings.torch_threads or None))
+    return ControlLoop(runtime, cameras=contract.camera_names, limits=limits, gate=gate,
+                       gripper_index=gripper, ee_position=ee_position,
+                       pad_position=pad_position, counters=counters)
+
+
+def _ee_source(settings: NodeSettings,
+               gripper: int) -> Callable[[Snapshot, np.ndarray], np.ndarray | None]:
+    if settings.ee_source == 'topic':
+        max_age = settings.max_obs_age_s
+
+        def from_topic(snap: Snapshot, state: np.ndarray) -> np.ndarray | None:
+            age = snap.age_s(EE_POSE)
+            return snap.value(EE_POSE) if age is not None and age <= max_age else None
+        return from_topic
+
+    from act_ros.core.kinematics import ForwardKinematics
+
+    arm_joints = [name for i, name in enumerate(settings.joint_names) if i != gripper]
+    fk = ForwardKinematics(urdf_path=settings.urdf_path or None, ee_frame=settings.ee_frame,
+                           joint_names=arm_joints)
+
+    def from_fk(snap: Snapshot, state: np.ndarray) -> np.ndarray | None:
+        return fk.ee_position(np.delete(state, gripper))
+    return from_fk
+
+
+def _pad_source(settings: NodeSettings) -> Callable[[Snapshot], np.ndarray | None]:
+    if settings.pad_source == 'topic':
+        return lambda snap: snap.value(PAD_POSE)
+    pad = np.array(settings.pad_position_m, dtype=np.float64)
+    return lambda snap: pad
+
+
+def create_interfaces(node: ActNode, settings: NodeSettings, contract: Contract) -> Interfaces:
+    """Subscriptions (sensor QoS), command and diagnostics publishers, ``~/reset``, timers."""
+    group = node.input_group
+    subs = []
+
+    def subscribe(msg_type: Any, topic: str, stream: str, convert: Callable[[Any], Any]) -> None:
+        subs.append(node.create_subscription(
+            msg_type, topic, lambda msg: node.store(stream, msg, convert),
+            qos_profile_sensor_data, callback_group=group))
+
+    names = settings.joint_names
+    subscribe(JointState, settings.joint_states_topic, JOINT_STATES,
+              lambda msg: conv.joint_positions(msg, names))
+    compressed = settings.image_transport == 'compressed'
+    for cam in contract.camera_names:
+        subscribe(CompressedImage if compressed else Image, settings.camera_topics[cam],
+                  image_stream(cam), conv.compressed_to_rgb if compressed else conv.image_to_rgb)
+    if settings.ee_source == 'topic':
+        subscribe(PoseStamped, settings.ee_pose_topic, EE_POSE, conv.pose_position)
+    if settings.pad_source == 'topic':
+        subscribe(PoseStamped, settings.pad_pose_topic, PAD_POSE, conv.pose_position)
+
+    command_type = JointTrajectory if settings.command_type == 'JointTrajectory' \
+        else Float64MultiArray
+    guard = None
+    if settings.trigger == 'observation':
+        guard = node.create_guard_condition(node.tick, callback_group=node.control_group)
+    return Interfaces(
+        command_pub=node.create_lifecycle_publisher(command_type, settings.command_topic,
+                                                    COMMAND_QOS),
+        diagnostics_pub=node.create_lifecycle_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC,
+                                                        DIAGNOSTICS_QOS),
+        reset_service=node.create_service(Trigger, '~/reset', node.handle_reset,
+                                          callback_group=node.control_group),
+        diagnostics_timer=node.create_timer(settings.diagnostics_period_s,
+                                            node.status.publish,
+                                            callback_group=node.status_group),
+        observation_ready=guard,
+        subscriptions=subs,
+    )

@@ -1,0 +1,116 @@
+"""Status of ``act_node`` as ``diagnostic_msgs/DiagnosticArray`` on ``/diagnostics``.
+
+Level: ERROR while inputs are stale or invalid (no commands are sent); WARN when no
+command went out since the last report, a command was rejected, or a chunk violated the
+limits; OK otherwise. The key/values carry the rates, latencies, queue depth, gate state
+and every counter of :class:`~act_ros.ros.diagnostics.NodeCounters`.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+from diagnostic_msgs.msg import DiagnosticStatus
+
+from act_ros.ros.diagnostics import RateMeter, diagnostic_array
+
+if TYPE_CHECKING:
+    from act_ros.ros.act_node import ActNode
+
+
+class NodeStatus:
+    """Command rate and latency bookkeeping, and the periodic diagnostics message."""
+
+    def __init__(self, node: ActNode) -> None:
+        self.node = node
+        self.command_rate = RateMeter(window_s=2.0)
+        self._lock = threading.Lock()
+        self.last_latency_ms: float | None = None
+        self._latency_sum_ms = 0.0
+        self._latency_count = 0
+        self._last_report: dict[str, int] = {}
+
+    def reset_rates(self) -> None:
+        self.command_rate.reset()
+        with self._lock:
+            self.last_latency_ms = None
+            self._latency_sum_ms, self._latency_count = 0.0, 0
+
+    def on_command(self, obs_stamp_s: float | None) -> None:
+        """Record one published command; latency is from the observation's header stamp."""
+        now = self.node.now_s()
+        self.command_rate.tick(now)
+        if obs_stamp_s is not None and obs_stamp_s > 0.0:
+            latency = (now - obs_stamp_s) * 1e3
+            with self._lock:
+                self.last_latency_ms = latency
+                self._latency_sum_ms += latency
+                self._latency_count += 1
+
+    def report(self) -> tuple[bytes, str, dict[str, Any]]:
+        """Level, one-line message and key/values describing the node now."""
+        node = self.node
+        settings, loop, inputs = node.settings, node.loop, node.inputs
+        now = node.now_s()
+        counters = node.counters.as_dict()
+        snap = inputs.snapshot(now)
+        stats = loop.runtime.stats
+        rate = self.command_rate.rate_hz(now)
+        with self._lock:
+            mean_latency = (self._latency_sum_ms / self._latency_count
+                            if self._latency_count else None)
+            last_latency = self.last_latency_ms
+        values: dict[str, Any] = {
+            'active': node.is_active,
+            'command_rate_hz': rate,
+            'target_rate_hz': settings.control_rate_hz,
+            'trigger': settings.trigger,
+            'mode': f'{settings.mode}/{settings.execution}',
+            'device': str(loop.runtime.device),
+            'inference_last_ms': stats.last_inference_ms,
+            'inference_mean_ms': stats.mean_inference_ms,
+            'queue_depth': stats.queue_depth,
+            'chunks_computed': stats.chunks_computed,
+            'chunks_discarded': stats.chunks_discarded,
+            'runtime_ticks': stats.ticks,
+            'obs_to_command_last_ms': last_latency if last_latency is not None else 'n/a',
+            'obs_to_command_mean_ms': mean_latency if mean_latency is not None else 'n/a',
+            'gate_state': loop.gate_state.value,
+            'gate_distance_m': loop.last_distance_m if loop.last_distance_m is not None else 'n/a',
+            'input_problems': snap.describe_problems() or 'none',
+            'message_rejections': inputs.rejections,
+            'last_rejection': inputs.last_rejection or 'none',
+        }
+        for name in inputs.required:
+            age = snap.age_s(name)
+            values[f'age_s.{name}'] = age if age is not None else 'n/a'
+        values.update(counters)
+
+        new = {k: counters[k] - self._last_report.get(k, 0) for k in
+               ('commands_published', 'commands_rejected', 'chunks_with_violations')}
+        self._last_report = {k: counters[k] for k in new}
+        if not snap.ok:
+            problems = snap.describe_problems()
+            return DiagnosticStatus.ERROR, f'inputs unusable, no commands: {problems}', values
+        if new['commands_published'] == 0:
+            return DiagnosticStatus.WARN, 'no commands since the last report', values
+        if new['commands_rejected'] or new['chunks_with_violations']:
+            return DiagnosticStatus.WARN, (f"commanding at {rate:.1f} Hz; "
+                                           f"{new['commands_rejected']} commands rejected, "
+                                           f"{new['chunks_with_violations']} chunks over limits"), \
+                values
+        return DiagnosticStatus.OK, f'commanding at {rate:.1f} Hz', values
+
+    def publish(self) -> None:
+        """Publish one diagnostics message (only while active, like every output)."""
+        node = self.node
+        with node.lock:
+            if not node.is_active or node.io is None or node.loop is None:
+                return
+            level, message, values = self.report()
+            msg = diagnostic_array(name=f'{node.get_name()}: policy',
+                                   hardware_id=node.get_fully_qualified_name(),
+                                   level=level, message=message, values=values,
+                                   stamp=node.get_clock().now().to_msg())
+            node.io.diagnostics_pub.publish(msg)

@@ -1,0 +1,321 @@
+"""The parameters of ``act_node``: declared in one place, validated into one settings object.
+
+Every parameter is a :class:`ParamSpec` in :func:`parameter_specs` with its description,
+range or choices and whether it is read-only (the structural ones: topics, message types,
+joint names). ``config/act.yaml`` mirrors this table with comments.
+
+Declaration never raises on a bad value from the command line or a parameters file: the
+offending parameter keeps its default and the problem is recorded, so that the node
+still comes up and the *configure* transition fails with one clear line
+(:func:`read_settings`), as a managed node should.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+import math
+import re
+from typing import Any
+
+from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
+from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterValueException,
+                              ParameterUninitializedException)
+from rclpy.node import Node
+from rclpy.parameter import Parameter
+
+from act_ros.core.contract import Contract
+
+COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
+DEFAULT_COMMAND_TOPICS = {
+    'JointTrajectory': 'joint_trajectory_controller/joint_trajectory',
+    'Float64MultiArray': 'forward_position_controller/commands',
+}
+DEVICE_PATTERN = re.compile(r'^(auto|cpu|mps|cuda(:\d+)?)$')
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    """One parameter: name, default, description and constraints."""
+
+    name: str
+    default: Any
+    description: str
+    choices: tuple[str, ...] = ()
+    low: float | None = None
+    high: float | None = None
+    read_only: bool = False
+    type_: Parameter.Type | None = None  # only needed when ``default`` is None
+
+    def descriptor(self) -> ParameterDescriptor:
+        desc = ParameterDescriptor(name=self.name, description=self.description,
+                                   read_only=self.read_only)
+        if self.choices:
+            desc.additional_constraints = 'one of: ' + ', '.join(self.choices)
+        if self.low is not None and self.high is not None:
+            if isinstance(self.default, bool):
+                pass
+            elif isinstance(self.default, int):
+                desc.integer_range = [IntegerRange(from_value=int(self.low),
+                                                   to_value=int(self.high), step=1)]
+            elif isinstance(self.default, float):
+                desc.floating_point_range = [FloatingPointRange(
+                    from_value=float(self.low), to_value=float(self.high), step=0.0)]
+        return desc
+
+
+CONTRACT_PATH = ParamSpec(
+    'contract_path', '', 'I/O contract YAML; empty means the package config/contract.yaml.',
+    read_only=True)
+
+
+def camera_topic_param(camera: str) -> str:
+    return f'cameras.{camera}.topic'
+
+
+def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
+    """All parameters of the node; joint and camera defaults come from the contract."""
+    P = ParamSpec
+    joints = list(contract.joint_names) if contract else None
+    lower = [float(v) for v in contract.joint_lower] if contract else None
+    upper = [float(v) for v in contract.joint_upper] if contract else None
+    specs = [
+        # Policy and runtime (applied at configure).
+        P('model_path', '', 'Checkpoint directory (LeRobot pretrained_model: config.json, '
+          'model.safetensors, processor files). Required.'),
+        CONTRACT_PATH,
+        P('device', 'auto', 'Inference device: auto (MPS, then CUDA, then CPU), cpu, cuda, '
+          'cuda:N or mps. An explicit device that is missing fails configure.'),
+        P('compile_model', False, 'Compile the model with torch.compile at configure.'),
+        P('compile_mode', 'default', 'torch.compile mode.',
+          choices=('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')),
+        P('precision', 'fp32', 'Inference precision.', choices=('fp32', 'fp16', 'bf16')),
+        P('torch_threads', 0, 'PyTorch CPU threads for inference; 0 keeps the PyTorch default.',
+          low=0, high=256),
+        P('warmup', True, 'Run the model once at configure so the first tick is not slow.'),
+        P('mode', 'chunk', 'chunk: play n_action_steps of each chunk; ensemble: temporal '
+          'ensembling of every chunk covering the tick.', choices=('chunk', 'ensemble')),
+        P('execution', 'async', 'async: chunks are computed in the background while the '
+          'queue plays out (never blocks the tick); sync: the tick waits for the model '
+          '(LeRobot select_action semantics, for lock-step evaluation).',
+          choices=('async', 'sync')),
+        P('n_action_steps', 30, 'Actions executed from each chunk in chunk mode.',
+          low=1, high=1000),
+        P('ensemble_coeff', 0.01, 'Temporal ensembling weight exp(-k*i), i = 0 for the oldest.',
+          low=0.0, high=10.0),
+        # Control loop.
+        P('control_rate_hz', 30.0, 'Control rate (timer trigger); one command per period.',
+          low=1.0, high=1000.0),
+        P('trigger', 'timer', 'timer: tick at control_rate_hz; observation: one tick per '
+          'synchronized set of new messages (lock-step simulation).',
+          choices=('timer', 'observation'), read_only=True),
+        P('sync_tolerance_s', 0.005, 'observation trigger: header stamps within this many '
+          'seconds of each other form one observation.', low=0.0, high=1.0),
+        P('max_obs_age_s', 0.2, 'Inputs older than this (receive time, node clock) are stale: '
+          'no commands until fresh data returns.', low=0.001, high=10.0),
+        P('autostart', True, 'Configure and activate on start-up (no lifecycle manager).'),
+        P('diagnostics_period_s', 1.0, 'Period of the diagnostics message on /diagnostics.',
+          low=0.05, high=60.0),
+        # Topics and message types (structural).
+        P('joint_states_topic', 'joint_states', 'sensor_msgs/JointState input.', read_only=True),
+        P('image_transport', 'raw', 'raw: sensor_msgs/Image on each camera topic; compressed: '
+          'sensor_msgs/CompressedImage on <camera topic>/compressed.',
+          choices=('raw', 'compressed'), read_only=True),
+        P('command_type', 'JointTrajectory', 'Command message type.', choices=COMMAND_TYPES,
+          read_only=True),
+        P('command_topic', '', 'Command topic; empty means the controller default for the type '
+          '(joint_trajectory_controller/joint_trajectory or forward_position_controller/commands).',
+          read_only=True),
+        # Joints and safety limits.
+        P('joint_names', joints, 'Robot joint names in contract order (JointState is matched '
+          'by these names; commands carry them). Default: the contract names.',
+          read_only=True, type_=Parameter.Type.STRING_ARRAY),
+        P('joint_lower', lower, 'Lower position limits per joint (rad; gripper normalized). '
+          'Default: the contract.', type_=Parameter.Type.DOUBLE_ARRAY),
+        P('joint_upper', upper, 'Upper position limits per joint. Default: the contract.',
+          type_=Parameter.Type.DOUBLE_ARRAY),
+        P('max_joint_step', [0.1], 'Largest change per tick relative to the measured position '
+          '(rad; gripper normalized): one value for all joints or one per joint.'),
+        # Release gate.
+        P('release_gate.enabled', True, 'Gate the gripper: open only near the pad once holding.'),
+        P('release_gate.release_radius_m', 0.10, 'End effector to pad distance under which a '
+          'release may pass.', low=0.001, high=10.0),
+        P('release_gate.release_threshold', 0.90, 'Gripper command at or above which a command '
+          'is an open (release) request.', low=0.01, high=1.0),
+        P('release_gate.hold_threshold', 0.90, 'Gripper command below which the gripper counts '
+          'as commanded closed.', low=0.01, high=1.0),
+        P('release_gate.hold_ticks', 3, 'Consecutive closed ticks that enter HOLDING.',
+          low=1, high=1000),
+        P('release_gate.closed_command', 0.0, 'Gripper command sent while HOLDING.',
+          low=0.0, high=1.0),
+        P('pad_source', 'parameter', 'Pad position from pad_position_m or from pad_pose_topic.',
+          choices=('parameter', 'topic'), read_only=True),
+        P('pad_position_m', [0.25, 0.0, 0.0], 'Pad position (x, y, z) in the robot base frame.'),
+        P('pad_pose_topic', 'pad_pose', 'geometry_msgs/PoseStamped of the pad (pad_source topic).',
+          read_only=True),
+        P('ee_source', 'fk', 'End-effector position from forward kinematics of the measured '
+          'joints (fk) or from ee_pose_topic (topic).', choices=('fk', 'topic'), read_only=True),
+        P('ee_pose_topic', 'ee_pose', 'geometry_msgs/PoseStamped of the end effector in the pad '
+          'frame (ee_source topic); older than max_obs_age_s counts as unknown.', read_only=True),
+        P('urdf_path', '', 'Robot URDF for fk; empty means the package urdf/so101_class.urdf.'),
+        P('ee_frame', 'ee_link', 'URDF frame whose origin is the end-effector position (fk).'),
+    ]
+    for cam in (contract.cameras if contract else ()):
+        specs.append(P(camera_topic_param(cam.name), f'camera/{cam.name}/image_raw',
+                       f"Image topic of the '{cam.name}' camera ({cam.feature}).", read_only=True))
+    return specs
+
+
+def declare_parameters(node: Node, specs: Sequence[ParamSpec]) -> list[str]:
+    """Declare ``specs`` on ``node``; return one message per override that was refused.
+
+    An override of the wrong type or out of range leaves the default in place; an integer
+    given for a floating-point parameter is accepted as a float.
+    """
+    errors = []
+    overrides = node._parameter_overrides
+    for spec in specs:
+        if node.has_parameter(spec.name):
+            continue
+        value = spec.default if spec.default is not None else spec.type_
+        try:
+            node.declare_parameter(spec.name, value, spec.descriptor())
+            continue
+        except (InvalidParameterTypeException, InvalidParameterValueException) as exc:
+            given = overrides[spec.name].value if spec.name in overrides else None
+            problem = _override_problem(spec, given, exc)
+        if problem is None:  # int given for a float: retry with the converted value
+            node.declare_parameter(spec.name, _as_float(given), spec.descriptor(),
+                                   ignore_override=True)
+        else:
+            node.declare_parameter(spec.name, value, spec.descriptor(), ignore_override=True)
+            errors.append(problem)
+    return errors
+
+
+def _as_float(value: Any) -> Any:
+    if isinstance(value, (list, tuple)):
+        return [float(v) for v in value]
+    return float(value)
+
+
+def _override_problem(spec: ParamSpec, given: Any, exc: Exception) -> str | None:
+    """Describe a refused override, or ``None`` when it is an int for a float (converted)."""
+    is_float = isinstance(spec.default, float) or spec.type_ == Parameter.Type.DOUBLE_ARRAY or (
+        isinstance(spec.default, list) and spec.default and isinstance(spec.default[0], float))
+    numbers = given if isinstance(given, (list, tuple)) else [given]
+    if is_float and numbers and all(isinstance(v, int) and not isinstance(v, bool)
+                                    for v in numbers):
+        converted = _as_float(given)
+        if spec.low is None or spec.low <= converted <= spec.high:
+            return None
+        return f'{spec.name}: {given!r} is out of range [{spec.low}, {spec.high}]'
+    if isinstance(exc, InvalidParameterValueException) and spec.low is not None:
+        return f'{spec.name}: {given!r} is out of range [{spec.low}, {spec.high}]'
+    expected = type(spec.default).__name__ if spec.default is not None else spec.type_.name
+    return f'{spec.name}: {given!r} has the wrong type (expected {expected})'
+
+
+def get_value(node: Node, name: str) -> Any:
+    """Return a parameter's value, ``None`` when it was declared without a value."""
+    try:
+        return node.get_parameter(name).value
+    except ParameterUninitializedException:
+        return None
+
+
+@dataclass(frozen=True)
+class NodeSettings:
+    """Validated node configuration (everything :func:`read_settings` checked)."""
+
+    model_path: str
+    device: str
+    compile_model: bool
+    compile_mode: str
+    precision: str
+    torch_threads: int
+    warmup: bool
+    mode: str
+    execution: str
+    n_action_steps: int
+    ensemble_coeff: float
+    control_rate_hz: float
+    trigger: str
+    sync_tolerance_s: float
+    max_obs_age_s: float
+    diagnostics_period_s: float
+    joint_states_topic: str
+    image_transport: str
+    camera_topics: dict[str, str]
+    command_type: str
+    command_topic: str
+    joint_names: tuple[str, ...]
+    joint_lower: tuple[float, ...]
+    joint_upper: tuple[float, ...]
+    max_joint_step: tuple[float, ...]
+    gate: dict[str, Any] = field(default_factory=dict)
+    pad_source: str = 'parameter'
+    pad_position_m: tuple[float, ...] = (0.0, 0.0, 0.0)
+    pad_pose_topic: str = 'pad_pose'
+    ee_source: str = 'fk'
+    ee_pose_topic: str = 'ee_pose'
+    urdf_path: str = ''
+    ee_frame: str = 'ee_link'
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.control_rate_hz
+
+
+def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) -> NodeSettings:
+    """Read and validate every parameter; raise ``ValueError`` with one line on a problem."""
+    v = {spec.name: get_value(node, spec.name) for spec in specs}
+    for spec in specs:
+        if spec.choices and v[spec.name] not in spec.choices:
+            raise ValueError(f"{spec.name}: '{v[spec.name]}' is not one of {list(spec.choices)}")
+    if not v['model_path']:
+        raise ValueError('model_path is not set: pass -p model_path:=<checkpoint directory>')
+    if not DEVICE_PATTERN.match(v['device']):
+        raise ValueError(f"device: unknown device '{v['device']}' "
+                         '(expected auto, cpu, cuda, cuda:N or mps)')
+    n = contract.num_joints
+    names = tuple(v['joint_names'] or ())
+    if len(names) != n or len(set(names)) != n or not all(names):
+        raise ValueError(f'joint_names: expected {n} distinct names (contract order '
+                         f'{list(contract.joint_names)}), got {list(names)}')
+    lower, upper = tuple(v['joint_lower'] or ()), tuple(v['joint_upper'] or ())
+    for key, values in (('joint_lower', lower), ('joint_upper', upper)):
+        if len(values) != n or not all(math.isfinite(x) for x in values):
+            raise ValueError(f'{key}: expected {n} finite values, got {list(values)}')
+    bad = [names[i] for i in range(n) if not lower[i] < upper[i]]
+    if bad:
+        raise ValueError(f'joint_lower must be below joint_upper; not so for {bad}')
+    step = tuple(float(x) for x in v['max_joint_step'])
+    if len(step) not in (1, n) or not all(math.isfinite(x) and x > 0 for x in step):
+        raise ValueError(f'max_joint_step: expected 1 or {n} positive values, got {list(step)}')
+    pad = tuple(float(x) for x in v['pad_position_m'])
+    if len(pad) != 3 or not all(math.isfinite(x) for x in pad):
+        raise ValueError(f'pad_position_m: expected 3 finite values (x, y, z), got {list(pad)}')
+    command_topic = v['command_topic'] or DEFAULT_COMMAND_TOPICS[v['command_type']]
+    topics = {cam.name: v[camera_topic_param(cam.name)] for cam in contract.cameras}
+    if v['image_transport'] == 'compressed':
+        topics = {name: topic.rstrip('/') + '/compressed' for name, topic in topics.items()}
+    for key, topic in [('joint_states_topic', v['joint_states_topic']),
+                       ('command_topic', command_topic), *topics.items()]:
+        if not topic:
+            raise ValueError(f'{key}: topic name is empty')
+    gate = {key.split('.', 1)[1]: v[key] for key in v if key.startswith('release_gate.')}
+    return NodeSettings(
+        model_path=v['model_path'], device=v['device'], compile_model=v['compile_model'],
+        compile_mode=v['compile_mode'], precision=v['precision'],
+        torch_threads=v['torch_threads'], warmup=v['warmup'],
+        mode=v['mode'], execution=v['execution'], n_action_steps=v['n_action_steps'],
+        ensemble_coeff=v['ensemble_coeff'], control_rate_hz=v['control_rate_hz'],
+        trigger=v['trigger'], sync_tolerance_s=v['sync_tolerance_s'],
+        max_obs_age_s=v['max_obs_age_s'], diagnostics_period_s=v['diagnostics_period_s'],
+        joint_states_topic=v['joint_states_topic'], image_transport=v['image_transport'],
+        camera_topics=topics, command_type=v['command_type'], command_topic=command_topic,
+        joint_names=names, joint_lower=lower, joint_upper=upper, max_joint_step=step,
+        gate=gate, pad_source=v['pad_source'], pad_position_m=pad,
+        pad_pose_topic=v['pad_pose_topic'], ee_source=v['ee_source'],
+        ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'])

@@ -1,0 +1,65 @@
+"""Episode outcome of the port-pick-align task and the aggregate metrics (DESIGN.md §6)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+import math
+
+import numpy as np
+
+
+def wrap_angle(angle_rad: float) -> float:
+    """Angle wrapped to ``[-pi, pi)``."""
+    return (float(angle_rad) + math.pi) % (2.0 * math.pi) - math.pi
+
+
+def symmetric_yaw_error_deg(box_yaw_rad: float, pad_yaw_rad: float,
+                            symmetry_rad: float = math.pi / 2) -> float:
+    """Absolute yaw difference in degrees, modulo the box's rotational symmetry (90 deg).
+
+    The result lies in ``[0, 45]`` for a cube: a box turned by 90 degrees looks the same.
+    """
+    diff = (box_yaw_rad - pad_yaw_rad + symmetry_rad / 2) % symmetry_rad - symmetry_rad / 2
+    return abs(math.degrees(diff))
+
+
+@dataclass(frozen=True)
+class EpisodeResult:
+    """How one episode ended; ``success`` is the "aligned" criterion of the task.
+
+    ``success`` needs all of: ``box_on_pad`` (footprint on the pad, bottom on its top face,
+    upright), ``box_still`` (speed below the threshold), ``released`` (gripper open and no
+    finger touching the box), ``position_error_m`` (box centre to pad centre, XY) and
+    ``yaw_error_deg`` (modulo 90 degrees) within their tolerances.
+    """
+
+    success: bool
+    position_error_m: float
+    yaw_error_deg: float
+    released: bool
+    box_on_pad: bool
+    box_still: bool
+    max_box_height_m: float
+    steps: int
+    seed: int | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize_results(results: Sequence[EpisodeResult]) -> dict[str, float | int]:
+    """Aggregate metrics over episodes: ``align_rate`` (fraction successful),
+    ``mean_position_error`` (m), ``mean_yaw_error`` (deg) and ``count``.
+
+    The means run over all episodes, failed ones included.
+    """
+    results = list(results)
+    if not results:
+        raise ValueError('summarize_results needs at least one EpisodeResult, got none')
+    return {
+        'align_rate': float(np.mean([r.success for r in results])),
+        'mean_position_error': float(np.mean([r.position_error_m for r in results])),
+        'mean_yaw_error': float(np.mean([r.yaw_error_deg for r in results])),
+        'count': len(results),
+    }

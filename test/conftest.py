@@ -1,0 +1,49 @@
+"""Test environment: offline model hub, headless MuJoCo, ROS 2 on loopback in its own domain."""
+
+import itertools
+import os
+
+# Set before anything imports huggingface_hub, mujoco or rclpy.
+os.environ['HF_HUB_OFFLINE'] = '1'
+os.environ.setdefault('MUJOCO_GL', 'egl')
+os.environ.setdefault('PYOPENGL_PLATFORM', 'egl')
+os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+os.environ.setdefault('RMW_IMPLEMENTATION', 'rmw_fastrtps_cpp')
+# A domain of this test process's own, so parallel runs on one machine never see each other.
+os.environ.setdefault('ROS_DOMAIN_ID', str(10 + os.getpid() % 90))
+
+import pytest  # noqa: E402
+
+_domain_offsets = itertools.count()
+
+
+def unique_domain_id() -> int:
+    """A ROS domain id for one test: distinct within this process, spread across processes."""
+    base = int(os.environ['ROS_DOMAIN_ID'])
+    return 1 + (base + next(_domain_offsets)) % 101
+
+
+@pytest.fixture
+def ros_domain_id() -> int:
+    return unique_domain_id()
+
+
+@pytest.fixture
+def rclpy_context(ros_domain_id):
+    """A fresh rclpy context in a domain of its own; shut down after the test."""
+    rclpy = pytest.importorskip('rclpy')
+    context = rclpy.context.Context()
+    rclpy.init(context=context, domain_id=ros_domain_id)
+    try:
+        yield context
+    finally:
+        if context.ok():
+            rclpy.shutdown(context=context)
+
+
+@pytest.fixture(scope='session')
+def tiny_checkpoint(tmp_path_factory):
+    """A small real ACT checkpoint (LeRobot format, 48x64 cameras), shared by the session."""
+    from act_ros.core.checkpoint import create_checkpoint
+    return create_checkpoint(tmp_path_factory.mktemp('ckpt') / 'tiny', preset='tiny',
+                             image_size=(48, 64), seed=0)

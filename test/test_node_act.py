@@ -1,0 +1,291 @@
+"""act_node over real rclpy: a harness node publishes cameras and joint states, we check
+what arrives on the command and diagnostics topics (no mocks of rclpy)."""
+
+import os
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.ros
+rclpy = pytest.importorskip('rclpy')
+
+from diagnostic_msgs.msg import DiagnosticStatus  # noqa: E402
+from lifecycle_msgs.msg import Transition  # noqa: E402
+from lifecycle_msgs.srv import ChangeState  # noqa: E402
+from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
+from rclpy.parameter import Parameter  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from act_ros.core.contract import load_contract  # noqa: E402
+from act_ros.ros.act_node import ActNode  # noqa: E402
+from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
+
+CONTRACT = load_contract()
+JOINTS = list(CONTRACT.joint_names)
+LOWER, UPPER = CONTRACT.lower, CONTRACT.upper
+# Distinct measured positions, so a joint taken by position instead of by name shows.
+MEASURED = np.array([0.3, -0.4, 0.5, -0.2, 0.1, 0.6])
+DISCOVERY_S = 20.0  # generous: the test machine may be shared and slow
+
+
+@pytest.fixture(scope='module')
+def checkpoint(tiny_checkpoint):
+    return str(tiny_checkpoint)
+
+
+@pytest.fixture(scope='module')
+def image():
+    rng = np.random.default_rng(7)
+    return rng.integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
+
+
+def make_node(context, checkpoint, **params) -> ActNode:
+    values = {'model_path': checkpoint, 'autostart': False, 'torch_threads': 1,
+              'diagnostics_period_s': 0.2, **params}
+    return ActNode(context=context,
+                   parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+
+
+def make_harness(context, image, joints=None, **kwargs) -> RobotHarness:
+    joints = joints if joints is not None else dict(zip(JOINTS, MEASURED))
+    return RobotHarness(context=context, joints=joints, image=image, **kwargs)
+
+
+def wait_commands(harness, since, count, timeout=DISCOVERY_S):
+    got = wait_until(lambda: len(harness.commands_since(since)) >= count, timeout)
+    assert got, f'expected {count} commands, got {len(harness.commands_since(since))}'
+    return harness.commands_since(since)
+
+
+def wait_diagnostics(harness, predicate, timeout=10.0):
+    found = wait_until(lambda: any(predicate(*d[1:]) for d in list(harness.diagnostics)), timeout)
+    last = harness.latest_diagnostics()
+    assert found, f'no matching diagnostics; last: {last}'
+
+
+@pytest.mark.parametrize('command_type', ['JointTrajectory', 'Float64MultiArray'])
+def test_shuffled_joint_states_give_commands_in_contract_order(rclpy_context, checkpoint,
+                                                               image, command_type):
+    # JointState in reverse order with extra joints around; every command must be in
+    # contract order, inside the limits and within max_joint_step of the measured joints.
+    joints = {'camera_tilt': 2.5}
+    joints.update({name: float(v) for name, v in reversed(list(zip(JOINTS, MEASURED)))})
+    joints['conveyor'] = -3.0
+    node = make_node(rclpy_context, checkpoint, command_type=command_type,
+                     max_joint_step=[0.05], **{'release_gate.enabled': False})
+    harness = make_harness(rclpy_context, image, joints=joints, command_type=command_type)
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        commands = wait_commands(harness, 0.0, 10)
+    for cmd in commands:
+        assert cmd.positions.shape == (6,) and np.all(np.isfinite(cmd.positions))
+        if command_type == 'JointTrajectory':
+            assert list(cmd.joint_names) == JOINTS
+        assert np.all(cmd.positions >= LOWER) and np.all(cmd.positions <= UPPER)
+        assert np.all(np.abs(cmd.positions - MEASURED) <= 0.05 + 1e-9), cmd.positions
+
+
+def expected_action(checkpoint, rgb, state):
+    """What the runtime computes for this observation (the node must send the same)."""
+    from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
+    with PolicyRuntime(RuntimeConfig(checkpoint, execution='sync', n_action_steps=1,
+                                     contract=CONTRACT, warmup=False)) as runtime:
+        action = runtime.act(Observation(images={'top': rgb, 'wrist': rgb}, state=state))
+    return np.clip(action, LOWER, UPPER)
+
+
+EXACT = dict(execution='sync', n_action_steps=1, max_joint_step=[10.0],
+             **{'release_gate.enabled': False})
+
+
+def steady_command(harness, after):
+    """The command once two full ticks have run on the inputs published since ``after``."""
+    commands = wait_commands(harness, after, 3)
+    return commands[-1].positions
+
+
+def test_raw_encodings_give_the_runtime_action(rclpy_context, checkpoint, image):
+    expected = expected_action(checkpoint, image, MEASURED)
+    node = make_node(rclpy_context, checkpoint, **EXACT)
+    harness = make_harness(rclpy_context, image)
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        for encoding in ('rgb8', 'bgr8', 'bgra8', 'rgba8'):
+            harness.encoding = encoding
+            got = steady_command(harness, time.monotonic() + 0.1)
+            np.testing.assert_allclose(got, expected, atol=1e-5, err_msg=encoding)
+        # Control: the same bytes read with the channels swapped must change the action,
+        # otherwise the comparison above would prove nothing.
+        harness.image, harness.encoding = np.ascontiguousarray(image[:, :, ::-1]), 'rgb8'
+        swapped = steady_command(harness, time.monotonic() + 0.1)
+        assert not np.allclose(swapped, expected, atol=1e-5)
+
+
+def test_compressed_png_gives_the_runtime_action(rclpy_context, checkpoint, image):
+    expected = expected_action(checkpoint, image, MEASURED)
+    node = make_node(rclpy_context, checkpoint, image_transport='compressed', **EXACT)
+    harness = make_harness(rclpy_context, image, encoding='png')
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        got = steady_command(harness, time.monotonic() + 0.1)
+    np.testing.assert_allclose(got, expected, atol=1e-5)
+
+
+def test_stale_camera_stops_commands_then_they_resume(rclpy_context, checkpoint, image):
+    max_age, period = 0.2, 1.0 / 30.0
+    node = make_node(rclpy_context, checkpoint, max_obs_age_s=max_age)
+    harness = make_harness(rclpy_context, image)
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        wait_commands(harness, 0.0, 5)
+        harness.enabled['top'] = False
+        stopped = time.monotonic()
+        time.sleep(1.5)
+        late = harness.commands_since(stopped + max_age + period + 0.25)
+        assert not late, f'{len(late)} commands after the top camera went stale'
+        wait_diagnostics(harness, lambda level, msg, values: level == DiagnosticStatus.ERROR
+                         and 'image/top' in values['input_problems'])
+        harness.enabled['top'] = True
+        wait_commands(harness, time.monotonic(), 3)
+        wait_diagnostics(harness, lambda level, msg, values: int(values['runtime_resets']) >= 1
+                         and values['input_problems'] == 'none')
+
+
+def _nan_joint(msg):
+    msg.position[JOINTS.index('elbow_flex')] = float('nan')
+    return msg
+
+
+def _truncated(msg):
+    msg.data = bytes(msg.data)[:-5]
+    return msg
+
+
+def _yuv(msg):
+    msg.encoding = 'yuv422'
+    return msg
+
+
+def test_malformed_messages_are_rejected_and_the_node_keeps_running(rclpy_context, checkpoint,
+                                                                     image):
+    node = make_node(rclpy_context, checkpoint)
+    harness = make_harness(rclpy_context, image)
+    cases = [('joint_states', _nan_joint, "'elbow_flex'"),
+             ('wrist', _truncated, 'height*step'),
+             ('top', _yuv, "encoding 'yuv422'")]
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        wait_commands(harness, 0.0, 3)
+        for stream, mutate, words in cases:
+            # Bad copies of the harness's cached image: mutate a fresh message each time.
+            harness.mutate[stream] = (mutate if stream == 'joint_states'
+                                      else lambda m, f=mutate: f(_copy_image(m)))
+            start = time.monotonic()
+            time.sleep(0.6)
+            assert not harness.commands_since(start + 0.15), f'commands from a bad {stream}'
+            wait_diagnostics(harness, lambda level, msg, values, w=words:
+                             level == DiagnosticStatus.ERROR and w in values['last_rejection'])
+            del harness.mutate[stream]
+            wait_commands(harness, time.monotonic(), 3)  # alive: commands resume
+    assert node.inputs.rejections >= 3
+
+
+def _copy_image(msg):
+    from sensor_msgs.msg import Image
+    out = Image(height=msg.height, width=msg.width, encoding=msg.encoding, step=msg.step,
+                is_bigendian=msg.is_bigendian)
+    out.header = msg.header
+    out.data = bytes(msg.data)
+    return out
+
+
+@pytest.mark.parametrize('params, words', [
+    ({'device': 'tpu'}, "unknown device 'tpu'"),
+    ({'model_path': ''}, 'model_path is not set'),
+    ({'model_path': '/nonexistent/checkpoint'}, '/nonexistent/checkpoint'),
+    ({'control_rate_hz': 5000.0}, 'control_rate_hz: 5000.0 is out of range'),
+    ({'control_rate_hz': 0}, 'control_rate_hz: 0 is out of range'),
+    ({'mode': 'bogus'}, "mode: 'bogus' is not one of"),
+    ({'joint_names': ['a', 'b']}, 'joint_names: expected 6 distinct names'),
+    ({'max_joint_step': [0.1, -0.1]}, 'max_joint_step'),
+    ({'n_action_steps': 64}, 'n_action_steps (64) cannot exceed'),
+])
+def test_bad_parameters_fail_configure(rclpy_context, checkpoint, params, words):
+    node = make_node(rclpy_context, checkpoint, **params)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert node.lifecycle_state == 'unconfigured'
+        assert words in node.last_configure_error
+        assert '\n' not in node.last_configure_error
+    finally:
+        node.destroy_node()
+
+
+def test_console_script_exits_with_one_line_on_bad_configuration(ros_domain_id):
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    proc = subprocess.run(
+        [sys.executable, '-m', 'act_ros.ros.act_node', '--ros-args', '-p', 'device:=tpu',
+         '-p', 'model_path:=/nonexistent'],
+        check=False, capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = (proc.stdout + proc.stderr).splitlines()
+    errors = [line for line in lines if 'configure failed' in line]
+    assert len(errors) == 1 and "unknown device 'tpu'" in errors[0], proc.stderr[-2000:]
+
+
+def call(client, request, timeout=DISCOVERY_S):
+    assert client.wait_for_service(timeout_sec=timeout), f'{client.srv_name} not available'
+    future = client.call_async(request)
+    assert wait_until(future.done, timeout), f'{client.srv_name} did not answer'
+    return future.result()
+
+
+def change_state(client, transition_id):
+    return call(client, ChangeState.Request(transition=Transition(id=transition_id))).success
+
+
+def test_lifecycle_over_services_nothing_published_unless_active(rclpy_context, checkpoint,
+                                                                 image):
+    node = make_node(rclpy_context, checkpoint)
+    harness = make_harness(rclpy_context, image)
+    change = harness.create_client(ChangeState, '/act_node/change_state')
+    reset = harness.create_client(Trigger, '/act_node/reset')
+    with spinning(rclpy_context, node, harness):
+        assert change_state(change, Transition.TRANSITION_CONFIGURE)
+        assert node.lifecycle_state == 'inactive'
+        time.sleep(1.0)  # inputs flow, the node is configured but inactive
+        assert not harness.commands and not harness.diagnostics
+
+        assert change_state(change, Transition.TRANSITION_ACTIVATE)
+        wait_commands(harness, 0.0, 5)
+        response = call(reset, Trigger.Request())
+        assert response.success, response.message
+        wait_commands(harness, time.monotonic(), 3)  # commanding again after the reset
+
+        assert change_state(change, Transition.TRANSITION_DEACTIVATE)
+        stopped = time.monotonic()
+        time.sleep(0.8)
+        assert not harness.commands_since(stopped + 0.1), 'commands after deactivate'
+        assert change_state(change, Transition.TRANSITION_CLEANUP)
+        assert node.lifecycle_state == 'unconfigured'
+
+
+def test_observation_trigger_sends_one_command_per_observation(rclpy_context, checkpoint,
+                                                               image):
+    node = make_node(rclpy_context, checkpoint, trigger='observation', execution='sync')
+    harness = make_harness(rclpy_context, image, rate_hz=None)
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        # Discovery: publish until the first command comes back.
+        assert wait_until(lambda: harness.publish_once() or harness.commands, DISCOVERY_S,
+                          interval_s=0.3)
+        time.sleep(1.0)  # let any tick still in flight arrive
+        for _ in range(3):
+            before = len(harness.commands)
+            harness.publish_once()
+            assert wait_until(lambda n=before: len(harness.commands) > n, 10.0)
+            time.sleep(0.3)
+            assert len(harness.commands) == before + 1

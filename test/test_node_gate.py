@@ -1,0 +1,147 @@
+"""Release gate in act_node over real rclpy: open requests far from the pad are suppressed
+while holding, pass near it; the end effector comes from a pose topic or from forward
+kinematics of the measured joints.
+
+The policy is a real ACT checkpoint whose gripper output is steered by the camera image:
+its action statistics are rescaled so that a black image gives one end of the gripper
+range and a white image the other (found by running the model on both).
+"""
+
+import shutil
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.ros
+rclpy = pytest.importorskip('rclpy')
+
+from rclpy.parameter import Parameter  # noqa: E402
+
+from act_ros.core.contract import load_contract  # noqa: E402
+from act_ros.ros.act_node import ActNode  # noqa: E402
+from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
+
+CONTRACT = load_contract()
+JOINTS = list(CONTRACT.joint_names)
+GRIPPER = CONTRACT.gripper_index
+MEASURED = np.array([0.1, -0.3, 0.4, 0.2, 0.0, 0.0])
+PAD = [0.25, 0.0, 0.0]
+POST_STATS = 'policy_postprocessor_step_0_unnormalizer_processor.safetensors'
+
+
+@pytest.fixture(scope='module')
+def gated(tmp_path_factory, tiny_checkpoint):
+    """(checkpoint, open_image, closed_image): the image decides the gripper request."""
+    from safetensors.torch import load_file, save_file
+
+    from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
+
+    root = tmp_path_factory.mktemp('gate')
+    base = tiny_checkpoint  # session checkpoint (conftest), copied before it is changed
+    black = np.zeros((48, 64, 3), dtype=np.uint8)
+    white = np.full((48, 64, 3), 255, dtype=np.uint8)
+    raw = {}
+    with PolicyRuntime(RuntimeConfig(base, execution='sync', n_action_steps=1,
+                                     contract=CONTRACT, warmup=False)) as runtime:
+        for name, img in (('black', black), ('white', white)):
+            runtime.reset()
+            obs = Observation(images={'top': img, 'wrist': img}, state=MEASURED)
+            raw[name] = float(runtime.act(obs)[GRIPPER])
+    if abs(raw['white'] - raw['black']) < 1e-3:
+        pytest.fail(f'calibration: the gripper output barely depends on the image: {raw}')
+    opened, closed = ('white', 'black') if raw['white'] > raw['black'] else ('black', 'white')
+    # Affine map of the gripper output: closed image -> -0.5, open image -> 1.5 (the joint
+    # limits then clamp them to exactly 0 and 1).
+    scale = 2.0 / (raw[opened] - raw[closed])
+    offset = -0.5 - scale * raw[closed]
+    path = root / 'gated'
+    shutil.copytree(base, path)
+    stats = load_file(str(path / POST_STATS))
+    stats['action.mean'][GRIPPER] = scale * stats['action.mean'][GRIPPER] + offset
+    stats['action.std'][GRIPPER] = scale * stats['action.std'][GRIPPER]
+    save_file(stats, str(path / POST_STATS))
+    images = {'black': black, 'white': white}
+    return str(path), images[opened], images[closed]
+
+
+def make_node(context, checkpoint, **params) -> ActNode:
+    values = {'model_path': checkpoint, 'autostart': False, 'torch_threads': 1,
+              'diagnostics_period_s': 0.2, 'execution': 'sync', 'n_action_steps': 1,
+              'max_joint_step': [10.0], 'max_obs_age_s': 0.5, 'pad_position_m': PAD, **params}
+    return ActNode(context=context,
+                   parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+
+
+def gripper_commands(harness, since, count, timeout=20.0):
+    assert wait_until(lambda: len(harness.commands_since(since)) >= count, timeout), \
+        f'expected {count} commands, got {len(harness.commands_since(since))}'
+    return [float(c.positions[GRIPPER]) for c in harness.commands_since(since)]
+
+
+def wait_gate(harness, state, timeout=20.0, **at_least):
+    def match():
+        diag = harness.latest_diagnostics()
+        if diag is None or diag[2].get('gate_state') != state:
+            return False
+        return all(int(diag[2][key]) >= value for key, value in at_least.items())
+    assert wait_until(match, timeout), \
+        f'gate not {state} {at_least}: {harness.latest_diagnostics()}'
+
+
+def test_release_suppressed_far_from_pad_and_passes_near_it(rclpy_context, gated):
+    checkpoint, open_image, closed_image = gated
+    node = make_node(rclpy_context, checkpoint, ee_source='topic')
+    harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, MEASURED)),
+                           image=open_image)
+    harness.ee_position = np.array([0.6, 0.3, 0.3])  # 0.5 m from the pad
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        # FREE: an open gripper passes unchanged (approach).
+        assert gripper_commands(harness, 0.0, 2)[-1] == pytest.approx(1.0)
+        # Commanded closed for a few ticks: HOLDING.
+        harness.image = closed_image
+        wait_gate(harness, 'HOLDING')
+        # Open request far from the pad: replaced by the closed command, and counted.
+        harness.image = open_image
+        switched = time.monotonic() + 0.1
+        grips = gripper_commands(harness, switched, 3)
+        assert grips == pytest.approx([0.0] * len(grips))
+        wait_gate(harness, 'HOLDING', suppressed_releases=2)
+        # Near the pad (3 cm away): the release passes and the gate is RELEASED.
+        harness.ee_position = np.array([0.27, 0.01, 0.02])
+        moved = time.monotonic() + 0.1
+        assert wait_until(lambda: any(g == pytest.approx(1.0) for g in
+                                      gripper_commands(harness, moved, 1)), 20.0)
+        wait_gate(harness, 'RELEASED')
+
+
+def test_stale_end_effector_pose_counts_as_far_from_pad(rclpy_context, gated):
+    checkpoint, open_image, closed_image = gated
+    node = make_node(rclpy_context, checkpoint, ee_source='topic')
+    harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, MEASURED)),
+                           image=closed_image)
+    with spinning(rclpy_context, node, harness):  # no ee pose is ever published
+        assert node.start()
+        wait_gate(harness, 'HOLDING')
+        harness.image = open_image
+        wait_gate(harness, 'HOLDING', suppressed_releases=2)
+        assert harness.latest_diagnostics()[2]['gate_distance_m'] == 'n/a'
+
+
+def test_forward_kinematics_source_measures_the_distance_to_the_pad(rclpy_context, gated):
+    from act_ros.core.kinematics import ForwardKinematics
+
+    checkpoint, _, closed_image = gated
+    arm = [n for n in JOINTS if n != CONTRACT.gripper_joint]
+    fk = ForwardKinematics(joint_names=arm)
+    expected = float(np.linalg.norm(fk.ee_position(np.delete(MEASURED, GRIPPER)) - PAD))
+    node = make_node(rclpy_context, checkpoint)  # ee_source defaults to fk
+    harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, MEASURED)),
+                           image=closed_image)
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        assert wait_until(lambda: (harness.latest_diagnostics() or (0, 0, {}))[2].get(
+            'gate_distance_m', 'n/a') != 'n/a', 20.0)
+        distance = float(harness.latest_diagnostics()[2]['gate_distance_m'])
+    assert distance == pytest.approx(expected, abs=1e-3)
