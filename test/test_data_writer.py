@@ -112,23 +112,29 @@ def test_image_dataset_is_lossless(tmp_path, contract):
 
 @pytest.mark.parametrize('error', [RuntimeError('simulated crash'), KeyboardInterrupt()])
 def test_interrupted_write_leaves_nothing(tmp_path, monkeypatch, error):
-    original = AtomicDatasetWriter.add_episode
-    seen_staging: list[Path] = []
+    """A failure in the middle of episode 2 (video encoder running) leaves no trace."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    def add_then_fail(self, episode):
-        if self.episodes_written == 1:
-            seen_staging.append(self.staging_dir)
-            assert (self.staging_dir / 'dataset' / 'meta' / 'info.json').is_file()
+    original = LeRobotDataset.add_frame
+    calls = {'n': 0}
+    staging: list[Path] = []
+
+    def add_frame_then_fail(self, frame):
+        calls['n'] += 1
+        if calls['n'] == FRAMES + 5:  # episode 0 saved, episode 1 half-way
+            staging.append(Path(self.root).parent)
+            assert (Path(self.root) / 'meta' / 'info.json').is_file()
+            assert self.meta.total_episodes == 1
             raise error
-        original(self, episode)
+        original(self, frame)
 
-    monkeypatch.setattr(AtomicDatasetWriter, 'add_episode', add_then_fail)
+    monkeypatch.setattr(LeRobotDataset, 'add_frame', add_frame_then_fail)
     output = tmp_path / 'broken'
     with pytest.raises(type(error)):
         _generate(output)
-    assert seen_staging, 'the failure was never injected'
+    assert staging, 'the failure was never injected'
     assert not output.exists()
-    assert not seen_staging[0].exists()
+    assert not staging[0].exists()
     assert _leftovers(tmp_path) == []
 
 

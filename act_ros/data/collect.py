@@ -14,6 +14,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 import multiprocessing
+import os
 from pathlib import Path
 import sys
 import time
@@ -105,10 +106,13 @@ def _rollouts_in_process(sim_config, seeds: Iterator[int], cameras: tuple[str, .
     from act_ros.sim import PortPickAlignEnv
 
     env = PortPickAlignEnv(sim_config)
-    for seed in seeds:
-        if wanted() <= 0:
-            return
-        yield run_expert_episode(env, seed, cameras)
+    try:
+        for seed in seeds:
+            if wanted() <= 0:
+                return
+            yield run_expert_episode(env, seed, cameras)
+    finally:
+        env.close()  # release the GL context now, not at interpreter exit
 
 
 def _rollouts_in_pool(sim_config, seeds: Iterator[int], cameras: tuple[str, ...],
@@ -234,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     from act_ros.data.writer import quiet_library_output
 
     args = build_parser().parse_args(argv)
+    os.environ.setdefault('MUJOCO_GL', 'egl')  # headless rendering unless the user chose
     height, width = args.image_size
     try:
         config = CollectConfig(

@@ -59,14 +59,10 @@ def run_expert_episode(env, seed: int, camera_names: tuple[str, ...]) -> Rollout
 
 
 def _describe(result) -> str:
-    """A short text of the evaluation's error numbers, where the result has them."""
-    parts = []
-    for name, unit in (('position_error', 'm'), ('position_error_m', 'm'),
-                       ('yaw_error', 'deg'), ('yaw_error_deg', 'deg')):
-        value = getattr(result, name, None)
-        if isinstance(value, (int, float)):
-            parts.append(f'{name}={value:.4f}{unit if not name.endswith(unit) else ""}')
-    return ', '.join(parts)
+    """A short text of why an episode ended as it did (errors, release, resting)."""
+    return (f'position error {result.position_error_m * 100:.1f} cm, yaw error '
+            f'{result.yaw_error_deg:.1f} deg, on pad {result.box_on_pad}, released '
+            f'{result.released}, still {result.box_still}')
 
 
 # --- worker process side -------------------------------------------------------------

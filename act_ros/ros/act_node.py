@@ -33,7 +33,7 @@ from std_srvs.srv import Trigger
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.errors import ActRosError
 from act_ros.ros import conversions as conv
-from act_ros.ros.control import WAITING_FOR_CHUNK
+from act_ros.ros.control import JOINT_STATES, WAITING_FOR_CHUNK, image_stream
 from act_ros.ros.diagnostics import NodeCounters
 from act_ros.ros.inputs import InputStore
 from act_ros.ros.node_setup import Interfaces, build_control_loop, create_interfaces
@@ -251,7 +251,6 @@ class ActNode(LifecycleNode):
 
 
 def _required_streams(contract: Contract) -> list[str]:
-    from act_ros.ros.control import JOINT_STATES, image_stream
     return [JOINT_STATES] + [image_stream(cam) for cam in contract.camera_names]
 
 

@@ -8,10 +8,12 @@ and every counter of :class:`~act_ros.ros.diagnostics.NodeCounters`.
 
 from __future__ import annotations
 
+from collections import deque
 import threading
 from typing import TYPE_CHECKING, Any
 
 from diagnostic_msgs.msg import DiagnosticStatus
+import numpy as np
 
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array
 
@@ -29,6 +31,7 @@ class NodeStatus:
         self.last_latency_ms: float | None = None
         self._latency_sum_ms = 0.0
         self._latency_count = 0
+        self._recent_latency_ms: deque[float] = deque(maxlen=1000)
         self._last_report: dict[str, int] = {}
 
     def reset_rates(self) -> None:
@@ -36,6 +39,7 @@ class NodeStatus:
         with self._lock:
             self.last_latency_ms = None
             self._latency_sum_ms, self._latency_count = 0.0, 0
+            self._recent_latency_ms.clear()
 
     def on_command(self, obs_stamp_s: float | None) -> None:
         """Record one published command; latency is from the observation's header stamp."""
@@ -47,6 +51,7 @@ class NodeStatus:
                 self.last_latency_ms = latency
                 self._latency_sum_ms += latency
                 self._latency_count += 1
+                self._recent_latency_ms.append(latency)
 
     def report(self) -> tuple[bytes, str, dict[str, Any]]:
         """Level, one-line message and key/values describing the node now."""
@@ -61,6 +66,7 @@ class NodeStatus:
             mean_latency = (self._latency_sum_ms / self._latency_count
                             if self._latency_count else None)
             last_latency = self.last_latency_ms
+            recent = np.array(self._recent_latency_ms)
         values: dict[str, Any] = {
             'active': node.is_active,
             'command_rate_hz': rate,
@@ -76,6 +82,9 @@ class NodeStatus:
             'runtime_ticks': stats.ticks,
             'obs_to_command_last_ms': last_latency if last_latency is not None else 'n/a',
             'obs_to_command_mean_ms': mean_latency if mean_latency is not None else 'n/a',
+            # Over the last (up to) 1000 commands.
+            'obs_to_command_p50_ms': float(np.percentile(recent, 50)) if recent.size else 'n/a',
+            'obs_to_command_p99_ms': float(np.percentile(recent, 99)) if recent.size else 'n/a',
             'gate_state': loop.gate_state.value,
             'gate_distance_m': loop.last_distance_m if loop.last_distance_m is not None else 'n/a',
             'input_problems': snap.describe_problems() or 'none',

@@ -18,10 +18,14 @@ from act_ros.sim.scene import (BOX_BODY, CAMERAS, EE_SITE, FINGER_JOINTS, FINGER
 
 @dataclass(frozen=True)
 class SimObservation:
-    """One observation. Poses are ``(x, y, z, yaw)`` in the world frame (metres, radians);
-    ``joint_positions`` follow the contract order with the gripper normalized (0 closed,
-    1 open); ``images`` maps camera name to an ``HxWx3`` uint8 RGB array (empty when
-    rendering is off)."""
+    """One observation, world frame (table top at z = 0, base axis at x = y = 0).
+
+    ``joint_positions``: contract order, radians, gripper normalized (0 closed, 1 open).
+    ``ee_position``: tool centre point between the fingers (URDF ``ee_link``).
+    ``box_pose``: box centre ``(x, y, z, yaw)``; ``pad_pose``: pad centre on its top face
+    ``(x, y, z_top, yaw)``, yaw along the pad's stripe. ``images``: camera name to an
+    ``HxWx3`` uint8 RGB array (empty when rendering is off).
+    """
 
     images: dict[str, np.ndarray]
     joint_positions: np.ndarray

@@ -1,0 +1,177 @@
+"""``act-ros bench node``: act_node under a camera-rate load over Fast DDS on loopback.
+
+A harness in this process publishes two 480x640 rgb8 cameras and joint states at 30 Hz;
+``act_node`` runs as its own process (the console-script entry point), with a default-size
+ACT checkpoint in async chunk mode unless told otherwise. After start-up the benchmark
+measures for ``--duration`` seconds and prints:
+
+- command rate (Hz) and missed periods (gaps between commands longer than 1.5 periods,
+  counted in periods);
+- observation-stamp-to-command latency, median and p99, as the node measures it
+  (diagnostics: header stamp of the observation used by the tick -> publish);
+- CPU use of the node process and of the harness (percent of one core).
+
+Every ROS process runs with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST in one domain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+
+def _proc_cpu_s(pid: int) -> float | None:
+    """User + system CPU seconds of a process (Linux /proc), ``None`` elsewhere."""
+    try:
+        fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
+    except OSError:
+        return None
+    ticks = os.sysconf('SC_CLK_TCK')
+    return (int(fields[11]) + int(fields[12])) / ticks
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog='act-ros bench node', description=__doc__.split('\n')[0])
+    p.add_argument('--model-path', help='checkpoint to run (default: a new untrained one)')
+    p.add_argument('--preset', default='default', help="model size of the created checkpoint "
+                   "('default' = LeRobot ACT, 'cpu', 'tiny')")
+    p.add_argument('--duration', type=float, default=30.0, help='measured seconds (>= 20)')
+    p.add_argument('--rate', type=float, default=30.0, help='camera/joint rate = control rate')
+    p.add_argument('--height', type=int, default=480)
+    p.add_argument('--width', type=int, default=640)
+    p.add_argument('--device', default='auto')
+    p.add_argument('--mode', default='chunk', choices=('chunk', 'ensemble'))
+    p.add_argument('--execution', default='async', choices=('async', 'sync'))
+    p.add_argument('--torch-threads', type=int, default=0)
+    p.add_argument('--startup-timeout', type=float, default=300.0)
+    p.add_argument('--json', help='also write the results to this JSON file')
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    os.environ.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    os.environ.setdefault('RMW_IMPLEMENTATION', 'rmw_fastrtps_cpp')
+    os.environ.setdefault('HF_HUB_OFFLINE', '1')
+    os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(10, 99)))
+
+    import rclpy
+
+    from act_ros.core.contract import load_contract
+    from act_ros.core.paths import config_path
+    from act_ros.ros.harness import RobotHarness, spinning, wait_until
+
+    contract = load_contract()
+    with tempfile.TemporaryDirectory(prefix='act_ros_bench_node_') as tmp:
+        model_path = args.model_path
+        if not model_path:
+            from act_ros.core.checkpoint import create_checkpoint
+            print(f'[bench node] creating an untrained {args.preset} ACT checkpoint '
+                  f'({args.height}x{args.width} cameras)', flush=True)
+            model_path = str(create_checkpoint(Path(tmp) / 'model', preset=args.preset,
+                                               image_size=(args.height, args.width)))
+        cmd = [sys.executable, '-m', 'act_ros.ros.act_node', '--ros-args',
+               '--params-file', str(config_path('act.yaml')),
+               '-p', f'model_path:={model_path}', '-p', f'device:={args.device}',
+               '-p', f'mode:={args.mode}', '-p', f'execution:={args.execution}',
+               '-p', f'control_rate_hz:={float(args.rate)}',
+               '-p', f'torch_threads:={args.torch_threads}',
+               '-p', 'diagnostics_period_s:=1.0']
+        print(f"[bench node] starting act_node (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})",
+              flush=True)
+        log_path = Path(tmp) / 'act_node.log'
+        log = log_path.open('w')
+        node_proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+        context = rclpy.context.Context()
+        rclpy.init(context=context)
+        rng = np.random.default_rng(0)
+        image = rng.integers(0, 256, size=(args.height, args.width, 3), dtype=np.uint8)
+        harness = RobotHarness(context=context, cameras=contract.camera_names,
+                               joints={n: 0.0 for n in contract.joint_names}, image=image,
+                               rate_hz=args.rate, name='bench_robot')
+        try:
+            with spinning(context, harness, num_threads=2):
+                wait_until(lambda: harness.commands or node_proc.poll() is not None,
+                           args.startup_timeout, interval_s=0.2)
+                if not harness.commands:
+                    print(f'[bench node] no command within {args.startup_timeout:.0f} s '
+                          f'(node exit code {node_proc.poll()}):\n'
+                          f'{log_path.read_text()[-3000:]}', flush=True)
+                    return 1
+                time.sleep(2.0)  # settle past start-up
+                t0 = time.monotonic()
+                node_cpu0, own_cpu0 = _proc_cpu_s(node_proc.pid), time.process_time()
+                time.sleep(args.duration)
+                t1 = time.monotonic()
+                node_cpu1, own_cpu1 = _proc_cpu_s(node_proc.pid), time.process_time()
+                diag = harness.latest_diagnostics(since=t1 - 1.5)
+            results = summarize(harness, t0, t1, args.rate, diag)
+            wall = t1 - t0
+            if node_cpu0 is not None and node_cpu1 is not None:
+                results['node_cpu_percent'] = 100.0 * (node_cpu1 - node_cpu0) / wall
+            results['harness_cpu_percent'] = 100.0 * (own_cpu1 - own_cpu0) / wall
+            results.update(duration_s=wall, camera_size=f'{args.height}x{args.width}',
+                           mode=f'{args.mode}/{args.execution}', preset=args.preset
+                           if not args.model_path else 'given', cpu_count=os.cpu_count())
+        finally:
+            if node_proc.poll() is None:
+                node_proc.send_signal(signal.SIGINT)
+                try:
+                    node_proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    node_proc.kill()
+            log.close()
+            rclpy.try_shutdown(context=context)
+    report(results)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def summarize(harness, t0: float, t1: float, rate_hz: float, diag) -> dict:
+    """Rates, gaps and latencies of the commands received in [t0, t1]."""
+    times = np.array([c.received for c in harness.commands if t0 <= c.received <= t1])
+    period = 1.0 / rate_hz
+    gaps = np.diff(times) if times.size > 1 else np.zeros(0)
+    missed = int(np.sum(np.maximum(np.round(gaps / period) - 1, 0)[gaps > 1.5 * period]))
+    values = diag[2] if diag else {}
+
+    def number(key):
+        try:
+            return float(values[key])
+        except (KeyError, ValueError):
+            return None
+    return {
+        'commands': int(times.size),
+        'command_rate_hz': float(times.size / (t1 - t0)),
+        'target_rate_hz': rate_hz,
+        'missed_periods': missed,
+        'max_gap_ms': float(gaps.max() * 1e3) if gaps.size else None,
+        'latency_p50_ms': number('obs_to_command_p50_ms'),
+        'latency_p99_ms': number('obs_to_command_p99_ms'),
+        'inference_mean_ms': number('inference_mean_ms'),
+        'chunks_computed': number('chunks_computed'),
+        'stale_ticks': number('stale_ticks'),
+        'device': values.get('device'),
+    }
+
+
+def report(results: dict) -> None:
+    print('\nact_node benchmark')
+    for key, value in results.items():
+        text = f'{value:.2f}' if isinstance(value, float) else str(value)
+        print(f'  {key:<22} {text}')
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,137 @@
+"""Loading errors name the file and the problem; nothing touches the network."""
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from act_ros.core.checkpoint import create_checkpoint, load_checkpoint
+from act_ros.core.contract import Contract, load_contract
+from act_ros.core.device import select_device
+from act_ros.core.errors import CheckpointError, ContractMismatchError, DeviceUnavailableError
+from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+
+@pytest.fixture
+def ckpt(tiny_checkpoint, tmp_path):
+    path = tmp_path / 'ckpt'
+    shutil.copytree(tiny_checkpoint, path)
+    return path
+
+
+def test_loads_and_reports_shapes(ckpt):
+    loaded = load_checkpoint(ckpt)
+    assert loaded.image_shapes == {'observation.images.top': (48, 64),
+                                   'observation.images.wrist': (48, 64)}
+    assert loaded.chunk_size == 30 and loaded.config.pretrained_backbone_weights is None
+
+
+def test_missing_directory(tmp_path):
+    with pytest.raises(CheckpointError, match='does not exist'):
+        load_checkpoint(tmp_path / 'nope')
+
+
+@pytest.mark.parametrize('name', ['config.json', 'model.safetensors', 'policy_preprocessor.json',
+                                  'policy_postprocessor.json'])
+def test_missing_file(ckpt, name):
+    (ckpt / name).unlink()
+    with pytest.raises(CheckpointError, match=name.replace('.', r'\.')):
+        load_checkpoint(ckpt)
+
+
+def test_missing_normalizer_state(ckpt):
+    state = next(ckpt.glob('policy_preprocessor_step_*normalizer*.safetensors'))
+    state.unlink()
+    with pytest.raises(CheckpointError, match=state.name):
+        load_checkpoint(ckpt)
+
+
+def test_corrupt_safetensors(ckpt):
+    data = (ckpt / 'model.safetensors').read_bytes()
+    (ckpt / 'model.safetensors').write_bytes(data[: len(data) // 3])
+    with pytest.raises(CheckpointError, match='model.safetensors'):
+        load_checkpoint(ckpt)
+
+
+def test_broken_config_json(ckpt):
+    (ckpt / 'config.json').write_text('{"type": "act", ')
+    with pytest.raises(CheckpointError, match='config.json.*not valid JSON'):
+        load_checkpoint(ckpt)
+
+
+def test_wrong_policy_type(ckpt):
+    cfg = json.loads((ckpt / 'config.json').read_text())
+    cfg['type'] = 'diffusion'
+    (ckpt / 'config.json').write_text(json.dumps(cfg))
+    with pytest.raises(CheckpointError, match="expected 'act'"):
+        load_checkpoint(ckpt)
+
+
+def test_feature_mismatch_joint_count(tmp_path):
+    base = load_contract()
+    seven = Contract(joint_names=base.joint_names + ('extra',),
+                     joint_lower=base.joint_lower + (-1.0,), joint_upper=base.joint_upper + (1.0,),
+                     gripper_joint=base.gripper_joint, cameras=base.cameras)
+    path = create_checkpoint(tmp_path / 'seven', contract=seven)
+    with pytest.raises(ContractMismatchError, match='observation.state.*6 joints'):
+        load_checkpoint(path, contract=base)
+
+
+def test_feature_mismatch_cameras(tmp_path):
+    base = load_contract()
+    one_cam = Contract(joint_names=base.joint_names, joint_lower=base.joint_lower,
+                       joint_upper=base.joint_upper, gripper_joint=base.gripper_joint,
+                       cameras=base.cameras[:1])
+    path = create_checkpoint(tmp_path / 'onecam', contract=one_cam)
+    with pytest.raises(ContractMismatchError, match='camera features'):
+        load_checkpoint(path, contract=base)
+
+
+def test_missing_stats_are_refused(ckpt):
+    """A normalizer without stats would pass the feature through silently: refuse it."""
+    from safetensors.torch import load_file, save_file
+    state_file = next(ckpt.glob('policy_postprocessor_step_*unnormalizer*.safetensors'))
+    tensors = {k: v for k, v in load_file(state_file).items() if not k.startswith('action.')}
+    save_file(tensors, state_file)
+    with pytest.raises(CheckpointError, match="stats for 'action'"):
+        load_checkpoint(ckpt)
+
+
+def test_explicit_unavailable_device_raises_never_falls_back(ckpt):
+    if not torch.cuda.is_available():
+        with pytest.raises(DeviceUnavailableError, match='CUDA is not available'):
+            select_device('cuda')
+        with pytest.raises(DeviceUnavailableError):
+            PolicyRuntime(RuntimeConfig(model_path=ckpt, device='cuda:0'))
+    if not torch.backends.mps.is_available():
+        with pytest.raises(DeviceUnavailableError, match='MPS'):
+            select_device('mps')
+    with pytest.raises(ValueError, match='unknown device'):
+        select_device('tpu')
+    assert select_device('auto').type in ('cpu', 'cuda', 'mps')
+
+
+@pytest.mark.parametrize('kwargs, match', [
+    (dict(mode='chunks'), 'unknown mode'),
+    (dict(execution='threaded'), 'unknown execution'),
+    (dict(n_action_steps=0), 'n_action_steps'),
+    (dict(precision='int8'), 'unknown precision'),
+    (dict(model_path=''), 'model_path is empty'),
+])
+def test_runtime_config_validation(kwargs, match):
+    args = dict(model_path='x') | kwargs
+    with pytest.raises(ValueError, match=match):
+        RuntimeConfig(**args)
+
+
+def test_n_action_steps_above_chunk_size(ckpt):
+    with pytest.raises(ValueError, match='chunk_size'):
+        PolicyRuntime(RuntimeConfig(model_path=ckpt, device='cpu', n_action_steps=31,
+                                    warmup=False))
+
+
+def test_fp16_on_cpu_is_an_error(ckpt):
+    with pytest.raises(ValueError, match='fp16'):
+        PolicyRuntime(RuntimeConfig(model_path=ckpt, device='cpu', precision='fp16',
+                                    warmup=False))

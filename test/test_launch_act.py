@@ -1,0 +1,184 @@
+"""launch/act.launch.py and config/act.yaml.
+
+`launch` and `launch_ros` are not installable from the Python package index, so the launch
+file is checked by parsing it: every launch argument it uses is declared with a
+description, every executable is a console script of setup.py, every parameter file and
+remapped topic exists. Where `launch_ros` is importable the description is also built.
+The parameters file is loaded by a real node to check it matches the declarations.
+"""
+
+import ast
+import importlib
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_FILE = ROOT / 'launch' / 'act.launch.py'
+PARAMS_FILE = ROOT / 'config' / 'act.yaml'
+REQUIRED_ARGUMENTS = {'params_file', 'model_path', 'device', 'namespace', 'use_sim_time',
+                      'log_level'}
+NODE_KEY = '/**/act_node'
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    def callee(node: ast.Call) -> str:
+        f = node.func
+        return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ''
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and callee(n) == name]
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _string(node: ast.expr | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+@pytest.fixture(scope='module')
+def launch_tree() -> ast.Module:
+    return ast.parse(LAUNCH_FILE.read_text(), filename=str(LAUNCH_FILE))
+
+
+def console_scripts() -> dict[str, str]:
+    """name -> 'module:function' from setup.py's entry_points."""
+    tree = ast.parse((ROOT / 'setup.py').read_text())
+    scripts = {}
+    for call in _calls(tree, 'setup'):
+        entry_points = _keyword(call, 'entry_points')
+        if isinstance(entry_points, ast.Dict):
+            for key, value in zip(entry_points.keys, entry_points.values):
+                if _string(key) == 'console_scripts':
+                    for item in ast.literal_eval(value):
+                        name, _, target = item.partition('=')
+                        scripts[name.strip()] = target.strip()
+    return scripts
+
+
+def test_one_generate_launch_description(launch_tree):
+    names = [n.name for n in launch_tree.body if isinstance(n, ast.FunctionDef)]
+    assert names.count('generate_launch_description') == 1
+
+
+def test_arguments_are_declared_with_descriptions_and_all_used(launch_tree):
+    declared = {}
+    for call in _calls(launch_tree, 'DeclareLaunchArgument'):
+        name = _string(call.args[0]) if call.args else _string(_keyword(call, 'name'))
+        assert name, f'line {call.lineno}: argument name must be a string literal'
+        description = _keyword(call, 'description')
+        text = ast.literal_eval(description) if description is not None else ''
+        assert isinstance(text, str) and len(text) > 10, f"'{name}' has no description"
+        declared[name] = call
+    used = {_string(c.args[0]) for c in _calls(launch_tree, 'LaunchConfiguration')}
+    assert REQUIRED_ARGUMENTS <= set(declared), REQUIRED_ARGUMENTS - set(declared)
+    assert used <= set(declared), f'used but not declared: {used - set(declared)}'
+    assert set(declared) <= used, f'declared but never used: {set(declared) - used}'
+
+
+def test_executables_are_console_scripts_of_this_package(launch_tree):
+    nodes = _calls(launch_tree, 'LifecycleNode') + _calls(launch_tree, 'Node')
+    assert nodes
+    package = package_name()
+    scripts = console_scripts()
+    for call in nodes:
+        assert _string(_keyword(call, 'package')) == package
+        executable = _string(_keyword(call, 'executable'))
+        assert executable in scripts, (
+            f"executable '{executable}' is not a console script in setup.py "
+            f'(have {sorted(scripts)})')
+        module, _, function = scripts[executable].partition(':')
+        assert callable(getattr(importlib.import_module(module), function))
+
+
+def package_name() -> str:
+    """The package name from package.xml."""
+    import xml.etree.ElementTree as ET
+    return ET.parse(ROOT / 'package.xml').getroot().findtext('name')
+
+
+def test_parameter_files_exist_and_are_installed(launch_tree):
+    files = []
+    for call in _calls(launch_tree, 'PathJoinSubstitution'):
+        parts = call.args[0].elts
+        find = parts[0]
+        assert isinstance(find, ast.Call) and _calls(find, 'FindPackageShare')
+        assert _string(find.args[0]) == package_name()
+        files.append(Path(*[_string(p) for p in parts[1:]]))
+    assert Path('config/act.yaml') in files
+    for path in files:
+        assert (ROOT / path).is_file(), f'{path} named in the launch file does not exist'
+    setup = (ROOT / 'setup.py').read_text()
+    assert "_files('config/*.yaml')" in setup and "_files('launch/*.launch.py')" in setup
+
+
+def test_remapped_topics_are_the_node_defaults(launch_tree):
+    from act_ros.core.contract import load_contract
+    from act_ros.ros.parameters import parameter_specs
+
+    defaults = {s.default for s in parameter_specs(load_contract()) if isinstance(s.default, str)}
+    node = _calls(launch_tree, 'LifecycleNode')[0]
+    remappings = _keyword(node, 'remappings')
+    for pair in remappings.elts:
+        assert _string(pair.elts[0]) in defaults, f'remapping of unknown topic {pair.elts[0]}'
+
+
+def test_params_file_mirrors_the_declared_parameters():
+    from act_ros.core.contract import load_contract
+    from act_ros.ros.parameters import parameter_specs
+
+    data = yaml.safe_load(PARAMS_FILE.read_text())
+    assert list(data) == [NODE_KEY]
+    params = _flatten(data[NODE_KEY]['ros__parameters'])
+    names = {s.name for s in parameter_specs(load_contract())}
+    assert set(params) <= names, f'unknown parameters in act.yaml: {set(params) - names}'
+    text = PARAMS_FILE.read_text()
+    missing = [n for n in names if n.split('.')[-1] not in text]
+    assert not missing, f'parameters not mentioned in act.yaml (not even commented): {missing}'
+
+
+def _flatten(tree: dict, prefix: str = '') -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f'{prefix}{key}.'))
+        else:
+            out[f'{prefix}{key}'] = value
+    return out
+
+
+@pytest.mark.ros
+def test_params_file_loads_into_the_node(ros_domain_id):
+    rclpy = pytest.importorskip('rclpy')
+    from rclpy.lifecycle import TransitionCallbackReturn
+
+    from act_ros.ros.act_node import ActNode
+
+    context = rclpy.context.Context()
+    rclpy.init(context=context, domain_id=ros_domain_id,
+               args=['--ros-args', '--params-file', str(PARAMS_FILE)])
+    try:
+        node = ActNode(context=context, namespace='arm')  # the /** key matches namespaces
+        assert node.get_parameter('max_joint_step').value == [0.1]
+        assert node.get_parameter('cameras.top.topic').value == 'camera/top/image_raw'
+        assert node._parameter_errors == []
+        # Everything in the file validates; only the checkpoint is missing.
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert node.last_configure_error.startswith('model_path is not set')
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)
+
+
+def test_launch_description_builds_where_launch_ros_is_installed():
+    pytest.importorskip('launch_ros')
+    from launch.actions import DeclareLaunchArgument
+
+    spec = importlib.util.spec_from_file_location('act_launch', LAUNCH_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    description = module.generate_launch_description()
+    names = {e.name for e in description.entities if isinstance(e, DeclareLaunchArgument)}
+    assert REQUIRED_ARGUMENTS <= names

@@ -1,0 +1,84 @@
+"""Safety chain: finite check -> joint limits -> max step -> release gate."""
+
+import numpy as np
+import pytest
+
+from act_ros.core.contract import load_contract
+from act_ros.core.release_gate import GateState, ReleaseGate, ReleaseGateConfig
+from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
+
+LOWER = np.array([-1.0, -1.0, 0.0])
+UPPER = np.array([1.0, 1.0, 1.0])
+LIMITS = SafetyLimits(LOWER, UPPER, max_step=np.array([0.1, 0.1, 0.5]))
+HERE = np.zeros(3)
+
+
+@pytest.mark.parametrize('command, measured, expected, limited, stepped', [
+    ([0.05, -0.05, 0.2], [0, 0, 0], [0.05, -0.05, 0.2], [0, 0, 0], [0, 0, 0]),
+    ([0.5, 0.0, 0.0], [0, 0, 0], [0.1, 0.0, 0.0], [0, 0, 0], [1, 0, 0]),
+    ([2.0, 0.0, 0.0], [0.95, 0, 0], [1.0, 0.0, 0.0], [1, 0, 0], [0, 0, 0]),
+    ([-3.0, 0.0, 1.5], [-0.5, 0, 0.9], [-0.6, 0.0, 1.0], [1, 0, 1], [1, 0, 0]),
+])
+def test_limits_then_step(command, measured, expected, limited, stepped):
+    r = limit_command(np.array(command), np.array(measured, float), LIMITS)
+    np.testing.assert_allclose(r.command, expected)
+    assert r.limited.tolist() == [bool(x) for x in limited]
+    assert r.step_limited.tolist() == [bool(x) for x in stepped]
+    assert r.changed == bool(any(limited) or any(stepped))
+
+
+@pytest.mark.parametrize('command, measured, reason', [
+    ([np.nan, 0, 0], [0, 0, 0], 'non-finite command'),
+    ([0, np.inf, 0], [0, 0, 0], 'non-finite command'),
+    ([0, 0], [0, 0, 0], 'expected 3'),
+    ([0, 0, 0], None, 'no measured'),
+    ([0, 0, 0], [0, np.nan, 0], 'measured joint position invalid'),
+])
+def test_rejections_never_produce_a_command(command, measured, reason):
+    r = limit_command(np.array(command, float), None if measured is None else np.array(measured, float),
+                      LIMITS)
+    assert r.rejected and r.command is None and reason in r.reason
+
+
+def test_chunk_check_counts_violations():
+    chunk = np.zeros((5, 3))
+    chunk[1, 0] = 1.5
+    chunk[2, 2] = -0.2
+    chunk[3, 1] = np.nan
+    rep = check_chunk(chunk, LIMITS)
+    assert (rep.limit_violations, rep.nonfinite_steps, rep.steps) == (2, 1, 5)
+    assert rep.violations_per_joint.tolist() == [1, 0, 1]
+    assert rep.max_excess == pytest.approx(0.5) and not rep.ok
+    assert check_chunk(np.zeros((4, 3)), LIMITS).ok
+    with pytest.raises(ValueError, match='shape'):
+        check_chunk(np.zeros((4, 2)), LIMITS)
+
+
+def test_gate_applies_last_and_sees_intent_not_step_limited_value():
+    gate = ReleaseGate(ReleaseGateConfig(hold_ticks=2))
+    pad = np.array([0.3, 0.0, 0.0])
+    far = np.array([0.0, 0.0, 0.2])
+    measured = np.array([0.0, 0.0, 0.0])
+    for _ in range(2):  # grip: gripper commanded closed
+        r = limit_command(np.array([0.0, 0.0, 0.0]), measured, LIMITS, gripper_index=2, gate=gate,
+                          ee_position=far, pad_position=pad)
+    assert gate.state is GateState.HOLDING
+    r = limit_command(np.array([0.05, 0.0, 1.0]), measured, LIMITS, gripper_index=2, gate=gate,
+                      ee_position=far, pad_position=pad)
+    assert r.command[2] == 0.0 and r.gate.suppressed_release and 'release suppressed' in r.reason
+    assert r.command[0] == pytest.approx(0.05)
+    near = pad + np.array([0.0, 0.0, 0.05])
+    r = limit_command(np.array([0.0, 0.0, 1.0]), measured, LIMITS, gripper_index=2, gate=gate,
+                      ee_position=near, pad_position=pad)
+    # Released near the pad: the opening itself still respects the step limit (0.5/tick).
+    assert gate.state is GateState.RELEASED and r.command[2] == pytest.approx(0.5)
+
+
+def test_limits_validation_and_contract_limits():
+    with pytest.raises(ValueError, match='below'):
+        SafetyLimits(np.array([1.0]), np.array([0.0]), max_step=0.1)
+    with pytest.raises(ValueError, match='max_step'):
+        SafetyLimits(LOWER, UPPER, max_step=0.0)
+    c = load_contract()
+    lim = SafetyLimits(c.lower, c.upper, max_step=0.2)
+    assert lim.num_joints == 6 and lim.max_step.shape == (6,)
