@@ -176,7 +176,7 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
                 if not result.success:
                     stats.failed.append(result)
                     bar.write(f'expert failed with seed {result.seed} '
-                              f'({result.detail or "not aligned"}); not recorded')
+                              f'({result.detail or "not aligned"}); not recorded', file=sys.stderr)
                 else:
                     writer.add_episode(result.episode)
                     stats.recorded_seeds.append(result.seed)

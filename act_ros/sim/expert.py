@@ -29,7 +29,7 @@ import numpy as np
 from act_ros.core.release_gate import GateDecision, ReleaseGate, ReleaseGateConfig
 from act_ros.sim.env import PortPickAlignEnv, SimObservation
 from act_ros.sim.ik import ArmIK, down_rotation, gripper_yaw
-from act_ros.sim.metrics import wrap_angle
+from act_ros.sim.metrics import EpisodeResult, wrap_angle
 
 GRIPPER_OPEN = 1.0
 GRIPPER_CLOSED = 0.0
@@ -116,6 +116,7 @@ class ScriptedExpert:
         for name, steps in self.config.phase_steps():
             self._schedule.append((name, start, start + steps))
             start += steps
+        self._bounds = {name: (begin, end) for name, begin, end in self._schedule}
         self.tick = 0
         self.phase = 'approach'
         self.max_ik_error_m = 0.0     # worst IK position residual this episode
@@ -221,8 +222,7 @@ class ScriptedExpert:
             position = p0 + min_jerk(s) * (p1 - p0)
             if phase in ('lift', 'carry'):
                 # Yaw turns over lift and carry together.
-                begin = self._schedule[3][1]
-                end = self._schedule[4][2]
+                begin, end = self._bounds['lift'][0], self._bounds['carry'][1]
                 u = min_jerk((self.tick - begin + 1) / (end - begin))
                 yaw = self._carry_yaw_start + u * (self._carry_yaw_end - self._carry_yaw_start)
             else:
@@ -248,7 +248,7 @@ class ScriptedExpert:
         return any(d.suppressed_release or d.changed for d in self.gate_decisions)
 
 
-def run_episode(env: PortPickAlignEnv, expert: ScriptedExpert, seed: int):
+def run_episode(env: PortPickAlignEnv, expert: ScriptedExpert, seed: int) -> EpisodeResult:
     """Run one full expert episode; returns the env's :class:`EpisodeResult`."""
     obs = env.reset(seed=seed)
     expert.reset(obs)

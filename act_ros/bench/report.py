@@ -1,0 +1,60 @@
+"""Shared helpers for benchmark reports: statistics, markdown tables, machine description."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Iterable, Sequence
+
+import numpy as np
+
+
+def latency_summary(seconds: Sequence[float]) -> dict[str, float]:
+    """Median, p99 and max in milliseconds."""
+    ms = np.asarray(seconds, dtype=np.float64) * 1000.0
+    if ms.size == 0:
+        return {'median_ms': float('nan'), 'p99_ms': float('nan'), 'max_ms': float('nan')}
+    return {'median_ms': float(np.median(ms)), 'p99_ms': float(np.percentile(ms, 99)),
+            'max_ms': float(ms.max())}
+
+
+def fmt(value: object, digits: int = 1) -> str:
+    if isinstance(value, float):
+        if np.isnan(value):
+            return 'n/a'
+        if value != 0 and (abs(value) < 10 ** -digits or abs(value) >= 1e6):
+            return f'{value:.1e}'
+        return f'{value:.{digits}f}'
+    return str(value)
+
+
+def markdown_table(headers: Sequence[str], rows: Iterable[Sequence[object]], digits: int = 1) -> str:
+    lines = ['| ' + ' | '.join(headers) + ' |', '|' + '|'.join('---' for _ in headers) + '|']
+    for row in rows:
+        lines.append('| ' + ' | '.join(fmt(v, digits) for v in row) + ' |')
+    return '\n'.join(lines)
+
+
+def machine_description() -> str:
+    """One paragraph: CPU, cores, accelerator, library versions."""
+    import torch
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    cpu = line.split(':', 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    parts = [f'CPU: {cpu}, {os.cpu_count()} cores', f'torch {torch.__version__}',
+             f'torch threads {torch.get_num_threads()}']
+    if torch.cuda.is_available():
+        parts.append(f'GPU: {torch.cuda.get_device_name(0)}')
+    try:
+        import lerobot
+        parts.append(f'lerobot {lerobot.__version__}')
+    except (ImportError, AttributeError):
+        pass
+    parts.append(f'Python {platform.python_version()}')
+    return '; '.join(parts)

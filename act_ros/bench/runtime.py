@@ -1,0 +1,222 @@
+"""Runtime benchmark: LeRobot's ``select_action`` loop vs this runtime, at a fixed tick rate.
+
+``act-ros bench runtime`` (or ``python -m act_ros.bench.runtime``). One checkpoint, one
+process, side by side:
+
+1. Control loops at 30 Hz for ``--duration`` seconds each: LeRobot's ``select_action``
+   (chunk queue; the tick that refills the queue waits for the model) vs the runtime in
+   async chunk mode and async ensembling mode. Per-tick latency median/p99/max and the
+   number of ticks that overran the period.
+2. Model time per chunk, interleaved A/B: LeRobot eager vs this runtime eager, compiled
+   fp32 (inductor, frozen weights) and reduced precision, with the max action difference
+   against LeRobot eager in normalized units.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from act_ros.bench.report import latency_summary, machine_description, markdown_table
+from act_ros.core.checkpoint import create_checkpoint, load_checkpoint, parse_image_size
+from act_ros.core.contract import load_contract
+from act_ros.core.inference import ChunkPredictor, PredictorOptions
+from act_ros.core.observation import Observation
+from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+
+def _observations(contract, size, count, seed=0):
+    rng = np.random.default_rng(seed)
+    h, w = size
+    base = {c: rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for c in contract.camera_names}
+    obs = []
+    for i in range(count):
+        images = {c: np.roll(img, i, axis=1) for c, img in base.items()}
+        obs.append(Observation(images=images, state=rng.uniform(-0.5, 0.5, contract.num_joints)))
+    return obs
+
+
+def _lerobot_tensors(obs, contract, shapes):
+    from act_ros.core.observation import image_to_tensor, state_to_tensor
+    out = {contract.state_feature: state_to_tensor(obs.state, contract.num_joints)}
+    for cam in contract.cameras:
+        out[cam.feature] = image_to_tensor(obs.images[cam.name], shapes[cam.feature], cam.name)
+    return out
+
+
+def _control_loop(step, observations, duration_s, fps):
+    """Call ``step(obs)`` once per period for ``duration_s``; return per-tick durations."""
+    period = 1.0 / fps
+    ticks = int(duration_s * fps)
+    durations = []
+    next_t = time.perf_counter()
+    for i in range(ticks):
+        start = time.perf_counter()
+        step(observations[i % len(observations)])
+        durations.append(time.perf_counter() - start)
+        next_t += period
+        delay = next_t - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        else:
+            next_t = time.perf_counter()  # overrun: restart the schedule, as a robot loop would
+    return durations, period
+
+
+def run_control_loops(path, contract, observations, duration_s, device, compile_model):
+    from lerobot.configs.policies import PreTrainedConfig
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.factory import make_pre_post_processors
+
+    rows = []
+    config = PreTrainedConfig.from_pretrained(path)
+    config.pretrained_backbone_weights = None
+    config.device = str(device)
+    policy = ACTPolicy.from_pretrained(path, config=config)
+    pre, post = make_pre_post_processors(config, pretrained_path=str(path))
+    shapes = load_checkpoint(path, contract=contract).image_shapes
+    policy.reset()
+
+    def lerobot_step(obs):
+        post(policy.select_action(pre(_lerobot_tensors(obs, contract, shapes))))
+
+    lerobot_step(observations[0])  # warm-up, as for the runtime
+    policy.reset()
+    durations, period = _control_loop(lerobot_step, observations, duration_s, contract.fps)
+    rows.append(('LeRobot select_action (chunk, eager)', durations, None))
+    del policy
+
+    for mode in ('chunk', 'ensemble'):
+        rt = PolicyRuntime(RuntimeConfig(model_path=path, device=str(device), mode=mode,
+                                         execution='async', compile_model=compile_model,
+                                         contract=contract))
+        rt.reset()
+        durations, _ = _control_loop(rt.act, observations, duration_s, contract.fps)
+        rt.wait_idle(30)
+        label = f'act_ros async {mode}' + (' (compiled)' if compile_model else '')
+        rows.append((label, durations, rt.stats))
+        rt.close()
+
+    table = []
+    for label, durations, stats in rows:
+        s = latency_summary(durations)
+        overruns = sum(d > period for d in durations)
+        chunks = stats.chunks_computed if stats else 'n/a'
+        empty = stats.empty_ticks if stats else 0
+        table.append((label, len(durations), s['median_ms'], s['p99_ms'], s['max_ms'], overruns,
+                      empty, chunks))
+    return markdown_table(['loop', 'ticks', 'median ms', 'p99 ms', 'max ms',
+                           f'overruns (>{period * 1000:.1f} ms)', 'ticks without action',
+                           'chunks'], table, digits=2)
+
+
+def run_model_timing(path, contract, observations, iters, device, reduced):
+    from lerobot.policies.act.modeling_act import ACTPolicy
+
+    ckpt = load_checkpoint(path, contract=contract, device=str(device))
+    variants = {'LeRobot eager fp32': None}
+    variants['act_ros eager fp32'] = ChunkPredictor(ckpt, contract, device)
+    variants['act_ros compiled fp32'] = ChunkPredictor(ckpt, contract, device,
+                                                       PredictorOptions(compile_model=True))
+    variants[f'act_ros eager {reduced}'] = ChunkPredictor(ckpt, contract, device,
+                                                          PredictorOptions(precision=reduced))
+    variants[f'act_ros compiled {reduced}'] = ChunkPredictor(
+        ckpt, contract, device, PredictorOptions(precision=reduced, compile_model=True))
+    compile_s = {}
+    for name, pred in variants.items():
+        if pred is not None and pred.options.compile_model:
+            compile_s[name] = pred.warmup(2)
+    lerobot = ACTPolicy(ckpt.config).to(device).eval()
+    lerobot.load_state_dict(ckpt.policy.state_dict())
+
+    batches = [ckpt.preprocessor(_lerobot_tensors(o, contract, ckpt.image_shapes))
+               for o in observations[:iters]]
+
+    def run(name, batch):
+        with torch.no_grad():
+            if variants[name] is None:
+                return lerobot.predict_action_chunk(batch)
+            return variants[name].normalized_chunk(batch)
+
+    for name in variants:  # warm every variant once before timing
+        run(name, batches[0])
+    times = {name: [] for name in variants}
+    diffs = {name: 0.0 for name in variants}
+    for batch in batches:  # interleaved A/B: each variant sees the same inputs in turn
+        reference = None
+        for name in variants:
+            if device.type == 'cuda':
+                torch.cuda.synchronize()
+            start = time.perf_counter()
+            out = run(name, batch)
+            if device.type == 'cuda':
+                torch.cuda.synchronize()
+            times[name].append(time.perf_counter() - start)
+            if reference is None:
+                reference = out
+            diffs[name] = max(diffs[name], float((out.float() - reference.float()).abs().max()))
+    base = float(np.median(times['LeRobot eager fp32']))
+    rows = []
+    for name in variants:
+        med = float(np.median(times[name]))
+        rows.append((name, med * 1000, base / med, diffs[name], compile_s.get(name, 0.0)))
+    return markdown_table(['model', 'ms / chunk (median)', 'speed-up vs LeRobot',
+                           'max |action diff| (normalized)', 'compile s'], rows, digits=2)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog='act-ros bench runtime', description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--checkpoint', type=Path, help='checkpoint to use (default: an '
+                        'untrained default-size ACT written to a temporary directory)')
+    parser.add_argument('--preset', default='default', help='model preset when no checkpoint')
+    parser.add_argument('--image-size', default='480x640', help='camera size HxW (default 480x640)')
+    parser.add_argument('--duration', type=float, default=20.0, help='seconds per control loop')
+    parser.add_argument('--iters', type=int, default=10, help='model timing iterations')
+    parser.add_argument('--device', default='auto')
+    parser.add_argument('--reduced-precision', default=None, choices=['bf16', 'fp16'],
+                        help='default: bf16 on CPU, fp16 on CUDA')
+    parser.add_argument('--compile-loops', action='store_true',
+                        help='also compile the model used in the async loops')
+    parser.add_argument('--skip-loops', action='store_true')
+    parser.add_argument('--skip-model', action='store_true')
+    parser.add_argument('--output', type=Path, help='also write the report (markdown) here')
+    args = parser.parse_args(argv)
+
+    from act_ros.core.device import select_device
+    device = select_device(args.device)
+    contract = load_contract()
+    size = parse_image_size(args.image_size)
+    reduced = args.reduced_precision or ('fp16' if device.type == 'cuda' else 'bf16')
+    sections = [f'# act_ros runtime benchmark\n\n{machine_description()}; device {device}; '
+                f'cameras {size[0]}x{size[1]}\n']
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.checkpoint or create_checkpoint(Path(tmp) / 'ckpt', preset=args.preset,
+                                                    image_size=size, seed=0)
+        observations = _observations(contract, size, max(args.iters, 30))
+        if not args.skip_loops:
+            print(f'control loops: {args.duration:.0f} s each at {contract.fps} Hz ...',
+                  file=sys.stderr, flush=True)
+            sections.append(f'## Control loop at {contract.fps} Hz, {args.duration:.0f} s each\n\n'
+                            + run_control_loops(path, contract, observations, args.duration,
+                                                device, args.compile_loops))
+        if not args.skip_model:
+            print('model timing (compiling first) ...', file=sys.stderr, flush=True)
+            sections.append('## Model time per chunk (interleaved A/B)\n\n'
+                            + run_model_timing(path, contract, observations, args.iters, device,
+                                               reduced))
+    report = '\n\n'.join(sections) + '\n'
+    print(report)
+    if args.output:
+        args.output.write_text(report)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""``act-ros collect``: expert demonstrations from the simulation to a LeRobot dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+pytest.importorskip('mujoco')
+pytest.importorskip('lerobot.datasets.lerobot_dataset')
+
+from act_ros.core.contract import load_contract  # noqa: E402
+from act_ros.core.paths import config_path  # noqa: E402
+from act_ros.data import collect, rollout  # noqa: E402
+
+pytestmark = pytest.mark.sim
+
+H, W = 48, 64
+SEED = 3
+# The scripted expert's phases need 245 control steps; the shortest episode it completes.
+STEPS = 245
+COMMON = ['--image-size', f'{H}x{W}', '--episode-steps', str(STEPS), '--no-progress']
+
+
+def _load(root: Path):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    return LeRobotDataset(f'local/{root.name}', root=root, video_backend='pyav',
+                          delta_timestamps={'action': [i / 30 for i in range(30)]})
+
+
+def _start_state(seed: int) -> np.ndarray:
+    from act_ros.sim import PortPickAlignEnv, SimConfig
+
+    config = SimConfig.from_yaml(render=False, episode_steps=STEPS)
+    return PortPickAlignEnv(config).reset(seed=seed).joint_positions
+
+
+def _columns(root: Path, key: str) -> np.ndarray:
+    import pandas as pd
+
+    frames = pd.concat(pd.read_parquet(p) for p in sorted((root / 'data').rglob('*.parquet')))
+    return np.stack(frames[key].to_numpy())
+
+
+@pytest.fixture(scope='module')
+def collected(tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp('collect') / 'demos'
+    rc = collect.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
+                       '--workers', '1', *COMMON])
+    assert rc == 0
+    return output
+
+
+def test_collected_dataset_loads_with_contract_features(collected):
+    contract = load_contract()
+    ds = _load(collected)
+    assert ds.num_episodes == 2
+    assert ds.num_frames == 2 * STEPS
+    assert ds.fps == contract.fps
+    for key in (contract.state_feature, contract.action_feature):
+        assert ds.features[key]['names'] == list(contract.joint_names)
+    item = ds[STEPS + 10]
+    assert int(item['episode_index']) == 1 and int(item['frame_index']) == 10
+    for cam in contract.cameras:
+        assert ds.features[cam.feature]['dtype'] == 'video'
+        assert tuple(item[cam.feature].shape) == (3, H, W)
+        assert float(item[cam.feature].std()) > 0.01  # a rendered scene, not a blank frame
+    assert tuple(item['action'].shape) == (30, 6)
+    assert bool(ds[2 * STEPS - 1]['action_is_pad'][1:].all())
+    state = _columns(collected, 'observation.state')
+    action = _columns(collected, 'action')
+    lo, hi = contract.lower - 1e-3, contract.upper + 1e-3
+    assert np.all((state >= lo) & (state <= hi))
+    gripper = action[:STEPS, contract.gripper_index]
+    assert gripper.max() > 0.9 and gripper.min() < 0.1  # the expert opens and closes
+
+
+def test_episode_k_uses_seed_plus_k(collected):
+    state = _columns(collected, 'observation.state')
+    np.testing.assert_allclose(state[0], _start_state(SEED), atol=1e-6)
+    np.testing.assert_allclose(state[STEPS], _start_state(SEED + 1), atol=1e-6)
+
+
+def test_failed_expert_episodes_are_not_written(tmp_path, monkeypatch, capsys):
+    real = rollout.run_expert_episode
+
+    def fail_second_seed(env, seed, cameras):
+        result = real(env, seed, cameras)
+        if seed == SEED + 1:  # pretend the expert missed on this one
+            return rollout.RolloutResult(seed=seed, success=False, frames=result.frames,
+                                         episode=None, detail='injected failure')
+        return result
+
+    monkeypatch.setattr(rollout, 'run_expert_episode', fail_second_seed)
+    output = tmp_path / 'skips'
+    assert collect.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
+                         *COMMON]) == 0
+    out = capsys.readouterr()
+    assert f'seed {SEED + 1}' in out.err and 'injected failure' in out.err
+    assert 'expert failures: 1 of 3' in out.out
+    assert _load(output).num_episodes == 2
+    state = _columns(output, 'observation.state')
+    np.testing.assert_allclose(state[0], _start_state(SEED), atol=1e-6)
+    np.testing.assert_allclose(state[STEPS], _start_state(SEED + 2), atol=1e-6)
+
+
+def test_no_dataset_when_the_expert_keeps_failing(tmp_path, capsys):
+    settings = yaml.safe_load(config_path('sim.yaml').read_text())
+    settings['sim']['success_position_tol_m'] = 1e-7  # unreachable: every episode fails
+    sim_yaml = tmp_path / 'strict_sim.yaml'
+    sim_yaml.write_text(yaml.safe_dump(settings))
+    output = tmp_path / 'none'
+    rc = collect.main(['--output', str(output), '--episodes', '1', '--max-attempts', '1',
+                       '--sim-config', str(sim_yaml), *COMMON])
+    assert rc == 1
+    assert 'succeeded in only 0 of 1' in capsys.readouterr().err
+    assert not output.exists()
+    assert list(tmp_path.iterdir()) == [sim_yaml]
+
+
+def test_interrupted_collection_leaves_nothing(tmp_path, monkeypatch):
+    real = rollout.run_expert_episode
+
+    def interrupt_second(env, seed, cameras):
+        if seed == SEED + 1:
+            raise KeyboardInterrupt
+        return real(env, seed, cameras)
+
+    monkeypatch.setattr(rollout, 'run_expert_episode', interrupt_second)
+    output = tmp_path / 'interrupted'
+    assert collect.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
+                         *COMMON]) == 130
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_parallel_workers_write_the_same_dataset(collected, tmp_path):
+    output = tmp_path / 'parallel'
+    assert collect.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
+                         '--workers', '2', *COMMON]) == 0
+    for key in ('observation.state', 'action', 'episode_index', 'frame_index'):
+        np.testing.assert_array_equal(_columns(output, key), _columns(collected, key))
+
+
+def test_collect_config_validation(tmp_path):
+    with pytest.raises(ValueError, match='workers'):
+        collect.CollectConfig(output=tmp_path, episodes=1, workers=0)
+    with pytest.raises(ValueError, match='max_attempts'):
+        collect.CollectConfig(output=tmp_path, episodes=3, max_attempts=2)
+    assert collect.CollectConfig(output=tmp_path, episodes=10).attempt_limit == 15
