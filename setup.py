@@ -30,6 +30,9 @@ ROS_WHEELS = [
     'ros-trajectory-msgs>=5,<6',
     'ros-geometry-msgs>=5,<6',
     'ros-diagnostic-msgs>=5,<6',
+    'ros-lifecycle-msgs>=2,<3',
+    'ros-rosgraph-msgs>=2,<3',
+    'ros-rcl-interfaces>=2,<3',
     'ros-rmw-fastrtps-cpp>=9,<11',
 ]
 
@@ -69,6 +72,11 @@ setup(
     entry_points={
         'console_scripts': [
             'act-ros = act_ros.cli:main',
+            'act_node = act_ros.ros.act_node:main',
+            'sim_bridge = act_ros.ros.sim_bridge:main',
+            'train = act_ros.training.train:main',
+            'evaluate = act_ros.training.evaluate:main',
+            'collect = act_ros.data.collect:main',
         ],
     },
 )

@@ -90,7 +90,6 @@ def run_control_loops(path, contract, observations, duration_s, device, compile_
     policy.reset()
     durations, period = _control_loop(lerobot_step, observations, duration_s, contract.fps)
     rows.append(('LeRobot select_action (chunk, eager)', durations, None))
-    del policy
 
     for mode in ('chunk', 'ensemble'):
         rt = PolicyRuntime(RuntimeConfig(model_path=path, device=str(device), mode=mode,

@@ -100,7 +100,7 @@ class Contract:
         return tuple(c.feature for c in self.cameras)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], source: str = '<memory>') -> 'Contract':
+    def from_dict(cls, data: dict[str, Any], source: str = '<memory>') -> Contract:
         body = data.get('contract', data)
         required = ('joint_names', 'joint_lower', 'joint_upper', 'gripper_joint', 'cameras')
         missing = [k for k in required if k not in body]

@@ -305,7 +305,7 @@ class PolicyRuntime:
             self._worker.close()
             self._worker = None
 
-    def __enter__(self) -> 'PolicyRuntime':
+    def __enter__(self) -> PolicyRuntime:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -33,7 +33,7 @@ from std_srvs.srv import Trigger
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.errors import ActRosError
 from act_ros.ros import conversions as conv
-from act_ros.ros.control import JOINT_STATES, WAITING_FOR_CHUNK, image_stream
+from act_ros.ros.control import JOINT_STATES, WAITING_FOR_CHUNK, ControlLoop, image_stream
 from act_ros.ros.diagnostics import NodeCounters
 from act_ros.ros.inputs import InputStore
 from act_ros.ros.node_setup import Interfaces, build_control_loop, create_interfaces
@@ -61,11 +61,10 @@ class ActNode(LifecycleNode):
         self._active = False
         self.settings: NodeSettings | None = None
         self.inputs: InputStore | None = None
-        self.loop = None  # ControlLoop once configured
+        self.loop: ControlLoop | None = None
         self.io: Interfaces | None = None
         self.counters = NodeCounters()
         self.status = NodeStatus(self)
-        self._control_timer = None
         self.last_configure_error = ''
 
     @property
@@ -107,16 +106,16 @@ class ActNode(LifecycleNode):
             self.loop.reset()
             self.status.reset_rates()
             self._active = True
-            if self.settings.trigger == 'timer':
-                self._control_timer = self.create_timer(
-                    self.settings.period_s, self.tick, callback_group=self.control_group)
+            if self.io.control_timer is not None:
+                self.io.control_timer.reset()
         self.get_logger().info('active: commanding')
         return super().on_activate(state)
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self.lock:  # waits for a tick in progress, so none follows this transition
             self._active = False
-            self._destroy_control_timer()
+            if self.io.control_timer is not None:
+                self.io.control_timer.cancel()  # cancelled, not destroyed: safe while spinning
         self.get_logger().info('inactive: commands stopped')
         return super().on_deactivate(state)
 
@@ -166,7 +165,6 @@ class ActNode(LifecycleNode):
         return TransitionCallbackReturn.FAILURE
 
     def _teardown(self) -> None:
-        self._destroy_control_timer()
         if self.io is not None:
             self.io.destroy(self)
             self.io = None
@@ -175,12 +173,6 @@ class ActNode(LifecycleNode):
             self.loop = None
         if self.inputs is not None:
             self.inputs.clear()
-
-    def _destroy_control_timer(self) -> None:
-        if self._control_timer is not None:
-            self._control_timer.cancel()
-            self.destroy_timer(self._control_timer)
-            self._control_timer = None
 
     # ----------------------------------------------------------- input callbacks
 

@@ -51,6 +51,7 @@ class Interfaces:
     diagnostics_pub: LifecyclePublisher
     reset_service: Service
     diagnostics_timer: Timer
+    control_timer: Timer | None = None  # timer trigger; created cancelled, runs while active
     observation_ready: GuardCondition | None = None
     subscriptions: list[Subscription] = field(default_factory=list)
 
@@ -58,8 +59,10 @@ class Interfaces:
         for sub in self.subscriptions:
             node.destroy_subscription(sub)
         self.subscriptions.clear()
-        self.diagnostics_timer.cancel()
-        node.destroy_timer(self.diagnostics_timer)
+        for timer in (self.diagnostics_timer, self.control_timer):
+            if timer is not None:
+                timer.cancel()
+                node.destroy_timer(timer)
         if self.observation_ready is not None:
             node.destroy_guard_condition(self.observation_ready)
         node.destroy_service(self.reset_service)
@@ -144,9 +147,12 @@ def create_interfaces(node: ActNode, settings: NodeSettings, contract: Contract)
 
     command_type = JointTrajectory if settings.command_type == 'JointTrajectory' \
         else Float64MultiArray
-    guard = None
+    guard = timer = None
     if settings.trigger == 'observation':
         guard = node.create_guard_condition(node.tick, callback_group=node.control_group)
+    else:
+        timer = node.create_timer(settings.period_s, node.tick, callback_group=node.control_group)
+        timer.cancel()
     return Interfaces(
         command_pub=node.create_lifecycle_publisher(command_type, settings.command_topic,
                                                     COMMAND_QOS),
@@ -157,6 +163,7 @@ def create_interfaces(node: ActNode, settings: NodeSettings, contract: Contract)
         diagnostics_timer=node.create_timer(settings.diagnostics_period_s,
                                             node.status.publish,
                                             callback_group=node.status_group),
+        control_timer=timer,
         observation_ready=guard,
         subscriptions=subs,
     )
