@@ -56,7 +56,7 @@ demo: $(STAMP)
 	$(PY) -m act_ros.demo $(DEMO_ARGS)
 
 bench: $(STAMP)
-	$(PY) -m act_ros.bench $(BENCH_ARGS)
+	$(PY) -m act_ros.bench all $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check act_ros test launch setup.py
