@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
-from act_ros.core.paths import config_path
+from act_ros.core.paths import config_path, load_yaml_mapping
 
 
 @dataclass(frozen=True)
@@ -132,13 +131,4 @@ class Contract:
 def load_contract(path: str | Path | None = None) -> Contract:
     """Load a contract file; ``None`` loads the package's ``config/contract.yaml``."""
     path = Path(path) if path else config_path('contract.yaml')
-    if not path.is_file():
-        raise FileNotFoundError(f'contract file not found: {path}')
-    with path.open() as f:
-        try:
-            data = yaml.safe_load(f)
-        except yaml.YAMLError as exc:
-            raise ValueError(f'{path}: not valid YAML: {exc}') from exc
-    if not isinstance(data, dict):
-        raise ValueError(f'{path}: expected a mapping at top level, got {type(data).__name__}')
-    return Contract.from_dict(data, source=str(path))
+    return Contract.from_dict(load_yaml_mapping(path, 'contract'), source=str(path))

@@ -38,3 +38,20 @@ def share_dir() -> Path:
 def config_path(name: str) -> Path:
     """Return the path of a file under the package's ``config/`` directory."""
     return share_dir() / 'config' / name
+
+
+def load_yaml_mapping(path: str | Path, what: str = 'config') -> dict:
+    """Read a YAML file whose top level is a mapping; errors name the file and the problem."""
+    import yaml
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f'{what} file not found: {path}')
+    with path.open() as f:
+        try:
+            data = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise ValueError(f'{path}: not valid YAML: {exc}') from exc
+    if not isinstance(data, dict):
+        raise ValueError(f'{path}: expected a mapping at top level, got {type(data).__name__}')
+    return data

@@ -7,9 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
-import yaml
 
-from act_ros.core.paths import config_path
+from act_ros.core.paths import config_path, load_yaml_mapping
 
 Range = tuple[float, float]
 
@@ -129,15 +128,7 @@ class SimConfig:
     def from_yaml(cls, path: str | Path | None = None, **overrides: Any) -> SimConfig:
         """Load ``config/sim.yaml`` (or ``path``); keyword overrides replace file values."""
         path = Path(path) if path is not None else config_path('sim.yaml')
-        if not path.is_file():
-            raise FileNotFoundError(f'sim config not found: {path}')
-        with path.open() as f:
-            try:
-                data = yaml.safe_load(f)
-            except yaml.YAMLError as exc:
-                raise ValueError(f'{path}: not valid YAML: {exc}') from exc
-        if not isinstance(data, dict):
-            raise ValueError(f'{path}: expected a mapping at top level, got {type(data).__name__}')
+        data = load_yaml_mapping(path, 'sim config')
         body = dict(data.get('sim', data))
         body.update(overrides)
         return cls.from_dict(body, source=str(path))
