@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import yaml
 
+from act_ros.core.contract import load_contract
+from act_ros.core.paths import config_path
+from act_ros.data import collect, rollout
+
 pytest.importorskip('mujoco')
 pytest.importorskip('lerobot.datasets.lerobot_dataset')
-
-from act_ros.core.contract import load_contract  # noqa: E402
-from act_ros.core.paths import config_path  # noqa: E402
-from act_ros.data import collect, rollout  # noqa: E402
 
 pytestmark = pytest.mark.sim
 
@@ -88,11 +88,10 @@ def test_failed_expert_episodes_are_not_written(tmp_path, monkeypatch, capsys):
     real = rollout.run_expert_episode
 
     def fail_second_seed(env, seed, cameras):
-        result = real(env, seed, cameras)
         if seed == SEED + 1:  # pretend the expert missed on this one
-            return rollout.RolloutResult(seed=seed, success=False, frames=result.frames,
+            return rollout.RolloutResult(seed=seed, success=False, frames=STEPS,
                                          episode=None, detail='injected failure')
-        return result
+        return real(env, seed, cameras)
 
     monkeypatch.setattr(rollout, 'run_expert_episode', fail_second_seed)
     output = tmp_path / 'skips'
@@ -151,3 +150,17 @@ def test_collect_config_validation(tmp_path):
     with pytest.raises(ValueError, match='max_attempts'):
         collect.CollectConfig(output=tmp_path, episodes=3, max_attempts=2)
     assert collect.CollectConfig(output=tmp_path, episodes=10).attempt_limit == 15
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_that_cannot_build_the_sim_fails_the_run(tmp_path, capsys):
+    settings = yaml.safe_load(config_path('sim.yaml').read_text())
+    settings['sim']['urdf_path'] = str(tmp_path / 'missing.urdf')
+    sim_yaml = tmp_path / 'broken_sim.yaml'
+    sim_yaml.write_text(yaml.safe_dump(settings))
+    output = tmp_path / 'never'
+    rc = collect.main(['--output', str(output), '--episodes', '2', '--workers', '2',
+                       '--sim-config', str(sim_yaml), *COMMON])
+    assert rc == 1
+    assert 'could not be built in a worker process' in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['broken_sim.yaml']

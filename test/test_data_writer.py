@@ -178,9 +178,9 @@ def test_empty_existing_directory_is_accepted(tmp_path):
 
 def test_writer_refuses_an_empty_dataset(tmp_path, contract):
     layout = DatasetLayout(contract=contract, image_height=H, image_width=W)
-    with pytest.raises(RuntimeError, match='no episode'):
-        with AtomicDatasetWriter(layout, tmp_path / 'nothing'):
-            pass
+    with pytest.raises(RuntimeError, match='no episode'), \
+            AtomicDatasetWriter(layout, tmp_path / 'nothing'):
+        pass
     assert list(tmp_path.iterdir()) == []
 
 

@@ -54,7 +54,7 @@ class CollectConfig:
 
     @property
     def attempt_limit(self) -> int:
-        """Most seeds tried before giving up: ``max_attempts`` or 1.5x episodes + 5."""
+        """Most seeds tried before giving up: ``max_attempts`` or episodes + max(5, episodes // 2)."""
         if self.max_attempts is not None:
             return self.max_attempts
         return self.episodes + max(5, self.episodes // 2)
@@ -119,8 +119,9 @@ def _rollouts_in_pool(sim_config, seeds: Iterator[int], cameras: tuple[str, ...]
                       workers: int, wanted: Callable[[], int]) -> Iterator[RolloutResult]:
     """Results in seed order, from ``workers`` processes.
 
-    At most ``2 * workers`` episodes are in flight (bounded memory), and never more than
-    the successes still ``wanted()``, so little simulation is thrown away at the end.
+    At most ``workers + 1`` episodes are in flight (memory stays bounded: one episode at
+    480x640 is ~550 MB), and never more than the successes still ``wanted()``, so little
+    simulation is thrown away at the end.
     """
     from act_ros.data import rollout
 
@@ -131,7 +132,7 @@ def _rollouts_in_pool(sim_config, seeds: Iterator[int], cameras: tuple[str, ...]
         pending: deque = deque()
         exhausted = False
         while True:
-            while not exhausted and len(pending) < min(2 * workers, wanted()):
+            while not exhausted and len(pending) < min(workers + 1, wanted()):
                 seed = next(seeds, None)
                 if seed is None:
                     exhausted = True
@@ -220,9 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--workers', type=int, default=1,
                         help='simulation worker processes (default 1: simulate in-process)')
     parser.add_argument('--max-attempts', type=int, default=None,
-                        help='seeds to try before giving up (default: 1.5 x episodes + 5)')
+                        help='seeds to try before giving up (default: episodes + max(5, episodes / 2))')
     parser.add_argument('--episode-steps', type=int, default=None,
-                        help='control steps per episode (default: from the sim config)')
+                        help='control steps per episode (default: from the sim config; the scripted '
+                             'expert needs at least 245)')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace an existing dataset at --output')
     parser.add_argument('--contract', type=Path, default=None,

@@ -36,24 +36,29 @@ def run_expert_episode(env, seed: int, camera_names: tuple[str, ...]) -> Rollout
     obs = env.reset(seed=seed)
     expert = ScriptedExpert(env)
     expert.reset(obs)
-    images: dict[str, list[np.ndarray]] = {name: [] for name in camera_names}
-    states: list[np.ndarray] = []
-    actions: list[np.ndarray] = []
+    steps = int(env.config.episode_steps)
+    # Filled in place: a 10 s episode at 480x640 is ~550 MB of frames, held once.
+    images = {name: np.empty((steps, *np.shape(obs.images[name])), dtype=np.uint8)
+              for name in camera_names}
+    states = np.empty((steps, len(obs.joint_positions)), dtype=np.float32)
+    actions = np.empty_like(states)
+    t = 0
     while not env.done:
+        if t >= steps:
+            raise RuntimeError(f'the episode ran past episode_steps={steps}')
         action = np.asarray(expert.act(obs), dtype=np.float64)
         for name in camera_names:
-            images[name].append(np.array(obs.images[name], dtype=np.uint8))  # copy
-        states.append(np.array(obs.joint_positions, dtype=np.float64))
-        actions.append(action)
+            images[name][t] = obs.images[name]
+        states[t] = obs.joint_positions
+        actions[t] = action
         obs = env.step(action)
+        t += 1
     result = env.evaluate()
     detail = _describe(result)
-    if not result.success or not states:
-        return RolloutResult(seed=seed, success=False, frames=len(states), episode=None,
-                             detail=detail)
-    episode = Episode(images={name: np.stack(frames) for name, frames in images.items()},
-                      state=np.stack(states).astype(np.float32),
-                      action=np.stack(actions).astype(np.float32), seed=seed)
+    if not result.success or t == 0:
+        return RolloutResult(seed=seed, success=False, frames=t, episode=None, detail=detail)
+    episode = Episode(images={name: frames[:t] for name, frames in images.items()},
+                      state=states[:t], action=actions[:t], seed=seed)
     return RolloutResult(seed=seed, success=True, frames=episode.length, episode=episode,
                          detail=detail)
 
@@ -69,24 +74,33 @@ def _describe(result) -> str:
 
 _worker_env = None
 _worker_cameras: tuple[str, ...] = ()
+_worker_error: str | None = None
 
 
 def init_worker(sim_config, camera_names: tuple[str, ...]) -> None:
     """Pool initializer: build one simulation per worker process, reused across episodes.
 
     Workers ignore SIGINT: Ctrl-C is handled once, in the main process, which then
-    terminates the pool.
+    terminates the pool. A simulation that cannot be built is remembered and reported by
+    the first task (an initializer that raises would make the pool respawn the worker
+    forever, and the main process would wait forever).
     """
-    global _worker_env, _worker_cameras
+    global _worker_env, _worker_cameras, _worker_error
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from act_ros.sim import PortPickAlignEnv
-
-    _worker_env = PortPickAlignEnv(sim_config)
     _worker_cameras = tuple(camera_names)
+    try:
+        from act_ros.sim import PortPickAlignEnv
+
+        _worker_env = PortPickAlignEnv(sim_config)
+    except Exception as exc:  # noqa: BLE001 - reported to the main process by worker_episode
+        _worker_error = f'{type(exc).__name__}: {exc}'
 
 
 def worker_episode(seed: int) -> RolloutResult:
     """Pool task: one expert episode in this worker's simulation."""
+    if _worker_error is not None:
+        raise RuntimeError(f'the simulation could not be built in a worker process: '
+                           f'{_worker_error}')
     if _worker_env is None:
         raise RuntimeError('worker_episode() called in a process where init_worker() did not run')
     return run_expert_episode(_worker_env, seed, _worker_cameras)

@@ -12,10 +12,12 @@ from dataclasses import dataclass
 import gc
 import logging
 import os
+import queue
 from pathlib import Path
 import shutil
 import tempfile
 from types import TracebackType
+from typing import Self
 
 import numpy as np
 
@@ -129,7 +131,7 @@ class AtomicDatasetWriter:
         """The hidden directory the dataset is built in while the writer is open."""
         return self._staging
 
-    def __enter__(self) -> 'AtomicDatasetWriter':
+    def __enter__(self) -> Self:
         from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
         check_output(self.output, self.overwrite)
@@ -220,6 +222,7 @@ class AtomicDatasetWriter:
         """Drop the partial dataset: let LeRobot close its files, then delete the staging dir."""
         dataset, self._dataset = self._dataset, None
         if dataset is not None:
+            _drop_queued_video_frames(dataset)
             try:
                 # Closing its writers now keeps LeRobot's __del__ safety net from writing
                 # into (and so re-creating) the staging directory after it is deleted.
@@ -243,3 +246,23 @@ def _prune_empty_dirs(root: Path) -> None:
             path.rmdir()
     if not any(root.iterdir()):
         root.rmdir()
+
+
+def _drop_queued_video_frames(dataset) -> None:
+    """Empty the streaming encoder's frame queues of a dataset that is being discarded.
+
+    LeRobot's encoder threads check their stop flag only once their queue is empty, and a
+    whole episode is queued at once here, so cancelling would otherwise wait (up to 5 s
+    per camera) for frames nobody wants to be encoded. Best effort: this reaches into
+    LeRobot's private state and does nothing where that state is not found.
+    """
+    encoder = getattr(getattr(dataset, 'writer', None), '_streaming_encoder', None)
+    queues = getattr(encoder, '_frame_queues', None)
+    if not isinstance(queues, dict):
+        return
+    for frame_queue in queues.values():
+        try:
+            while True:
+                frame_queue.get_nowait()
+        except queue.Empty:
+            pass
