@@ -33,7 +33,7 @@ def test_compiled_inference_matches_eager(tiny_checkpoint):
         assert np.isfinite(b).all() and np.abs(a - b).max() < 1e-4
 
 
-def test_compiled_training_loss_step_matches_eager(tiny_checkpoint):
+def test_compiled_training_loss_step_matches_eager(tiny_checkpoint, monkeypatch):
     from lerobot.policies.act.modeling_act import ACTPolicy
     torch._dynamo.reset()
     policy = ACTPolicy.from_pretrained(tiny_checkpoint)
@@ -52,16 +52,21 @@ def test_compiled_training_loss_step_matches_eager(tiny_checkpoint):
         return act_training_loss(model, b, image_features=features, dim_weights=weights,
                                  kl_weight=10.0).loss
 
+    # Compiled code draws random numbers with its own generator, so the comparison removes
+    # randomness: dropout off, and a fixed VAE noise sample instead of randn_like.
+    for m in model.modules():
+        if isinstance(m, torch.nn.Dropout):
+            m.p = 0.0
+        elif isinstance(m, torch.nn.MultiheadAttention):
+            m.dropout = 0.0
+    monkeypatch.setattr(torch, 'randn_like', lambda t, **kw: torch.full_like(t, 0.3))
     compiled = torch.compile(step, fullgraph=True)
-    with torch._inductor.config.patch(fallback_random=True):
-        torch.manual_seed(1)
-        eager_loss = step(batch)
-        eager_loss.backward()
-        eager_grad = model.action_head.weight.grad.clone()
-        model.zero_grad()
-        torch.manual_seed(1)
-        compiled_loss = compiled(batch)
-        compiled_loss.backward()
+    eager_loss = step(batch)
+    eager_loss.backward()
+    eager_grad = model.action_head.weight.grad.clone()
+    model.zero_grad()
+    compiled_loss = compiled(batch)
+    compiled_loss.backward()
     assert torch.isfinite(compiled_loss)
     assert abs(compiled_loss.item() - eager_loss.item()) < 1e-4
     assert (model.action_head.weight.grad - eager_grad).abs().max().item() < 1e-4
