@@ -15,6 +15,8 @@ export RMW_IMPLEMENTATION ?= rmw_fastrtps_cpp
 export HF_HUB_OFFLINE ?= 1
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
+# Full-size camera images between processes (see config/fastdds_large_images.xml).
+export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_large_images.xml
 
 .PHONY: help setup test test-fast demo bench lint clean-venv
 

@@ -44,7 +44,7 @@ setup(
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
         ('share/' + package_name + '/launch', _files('launch/*.launch.py')),
-        ('share/' + package_name + '/config', _files('config/*.yaml')),
+        ('share/' + package_name + '/config', _files('config/*.yaml') + _files('config/*.xml')),
         ('share/' + package_name + '/urdf', _files('urdf/*')),
     ] + _model_docs(),
     python_requires='>=3.12',

@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault('RMW_IMPLEMENTATION', 'rmw_fastrtps_cpp')
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
     os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(10, 99)))
+    # Full-size images between processes need the large shared-memory profile (both sides).
+    from act_ros.ros.ros_eval_dds import dds_environment
+    os.environ.update(dds_environment(dict(os.environ)))
 
     import rclpy
 

@@ -1,0 +1,265 @@
+"""Evaluate a checkpoint over ROS 2: ``sim_bridge`` and ``act_node`` as separate processes.
+
+    python -m act_ros.ros.ros_eval --checkpoint DIR --episodes 10 --mode both \
+        --image-size 96x128 --seed 1000
+
+What it does, per policy mode (``chunk``, ``ensemble``):
+
+1. starts ``sim_bridge`` (lock-step, episodes on ``~/reset``, calling ``/act_node/reset``
+   before each one) and ``act_node`` (``trigger: observation``, ``execution: sync``: one
+   synchronous policy tick per simulated observation; pad position from the bridge's
+   ``pad_pose``; simulated time), both once, in one ROS domain on loopback; for the next
+   mode the node is reconfigured through its lifecycle services (deactivate, cleanup,
+   set ``mode``, configure, activate) instead of starting again;
+2. for each episode: sets the bridge's ``seed`` parameter, calls ``/sim_bridge/reset``,
+   waits for ``/sim_bridge/episode_status`` to report the episode done, keeps its result;
+3. prints and returns ``align_rate``, ``mean_position_error`` (m) and ``mean_yaw_error``
+   (deg) per mode, with the lock-step timeouts (0 in a clean run) and the step rate.
+
+The same seeds are used for every mode. Everything started is stopped at the end, on an
+error, on Ctrl-C and on SIGTERM (:mod:`act_ros.ros.ros_eval_procs`). Child logs go to
+``--log-dir`` (a temporary directory by default, named in the output). With Fast DDS the
+children get a profile that passes full-size images through shared memory
+(:mod:`act_ros.ros.ros_eval_dds`).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+import json
+import os
+from pathlib import Path
+import signal
+import sys
+import tempfile
+import threading
+import time
+from typing import Any
+
+from act_ros.ros.ros_eval_client import EvalClient, EvalError
+from act_ros.ros.ros_eval_dds import dds_environment
+from act_ros.ros.ros_eval_procs import ChildExitedError, ProcessSet, signals_deferred
+from act_ros.sim.metrics import EpisodeResult, summarize_results
+
+PREFIX = '[ros-eval]'
+MODES = ('chunk', 'ensemble')
+DEFAULT_IMAGE_SIZE = (96, 128)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog='python -m act_ros.ros.ros_eval',
+        description='Run lock-step evaluation episodes of a checkpoint with sim_bridge and '
+                    'act_node as separate ROS 2 processes.')
+    p.add_argument('--checkpoint', required=True, type=Path,
+                   help='LeRobot pretrained_model directory')
+    p.add_argument('--episodes', type=int, default=10, help='episodes per mode (default 10)')
+    p.add_argument('--mode', choices=(*MODES, 'both'), default='both',
+                   help='policy execution mode(s) to evaluate (default both)')
+    p.add_argument('--image-size', default=None, metavar='HxW',
+                   help="camera images rendered by the simulation (default: the checkpoint's "
+                        'input size, else 96x128)')
+    p.add_argument('--seed', type=int, default=0, help='seed of the first episode; then +1')
+    p.add_argument('--episode-steps', type=int, default=0,
+                   help='control steps per episode (default: config/sim.yaml, 300)')
+    p.add_argument('--device', default='auto', help='act_node inference device (default auto)')
+    p.add_argument('--torch-threads', type=int, default=0,
+                   help='act_node PyTorch CPU threads (0: PyTorch default)')
+    p.add_argument('--command-type', choices=('JointTrajectory', 'Float64MultiArray'),
+                   default='JointTrajectory', help='command message act_node sends')
+    p.add_argument('--lockstep-timeout', type=float, default=5.0,
+                   help='seconds the bridge waits for a command before holding the last '
+                        'target (counted; default 5)')
+    p.add_argument('--startup-timeout', type=float, default=180.0,
+                   help='seconds to wait for the processes to come up (default 180)')
+    p.add_argument('--domain-id', type=int, default=None,
+                   help='ROS_DOMAIN_ID for every process (default: $ROS_DOMAIN_ID, else one '
+                        'derived from the process id)')
+    p.add_argument('--log-dir', type=Path, default=None, help='where child logs go')
+    p.add_argument('--output', type=Path, default=None, help='also write the results as JSON')
+    return p
+
+
+def checkpoint_image_size(checkpoint: Path) -> tuple[int, int] | None:
+    """(H, W) of the first camera feature of a checkpoint's ``config.json``, if readable."""
+    try:
+        config = json.loads((checkpoint / 'config.json').read_text())
+    except (OSError, ValueError):
+        return None
+    for key, feature in sorted((config.get('input_features') or {}).items()):
+        shape = feature.get('shape') if isinstance(feature, dict) else None
+        if key.startswith('observation.images.') and shape and len(shape) == 3:
+            return int(shape[1]), int(shape[2])
+    return None
+
+
+def parse_image_size(text: str) -> tuple[int, int]:
+    """``'HxW'`` to ``(H, W)``; as :func:`act_ros.core.checkpoint.parse_image_size`, which
+    would import torch into this process, which never needs it."""
+    parts = text.lower().split('x')
+    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise EvalError(f"image size must look like HxW with positive integers (e.g. 96x128), "
+                        f"got '{text}'")
+    return int(parts[0]), int(parts[1])
+
+
+def default_domain_id() -> int:
+    env = os.environ.get('ROS_DOMAIN_ID', '')
+    return int(env) if env.isdigit() else 1 + os.getpid() % 100
+
+
+def bridge_command(args: argparse.Namespace, image_size: tuple[int, int], *,
+                   policy_reset: bool = True) -> list[str]:
+    """``sim_bridge`` in lock-step, episodes on ``~/reset`` (resetting ``/act_node`` first)."""
+    params = {'mode': 'lockstep', 'autostart': 'false', 'seed': args.seed,
+              'image_height': image_size[0], 'image_width': image_size[1],
+              'episode_steps': args.episode_steps,
+              'lockstep_timeout_s': float(args.lockstep_timeout)}
+    if policy_reset:
+        params.update(policy_reset_service='/act_node/reset',
+                      policy_reset_timeout_s=float(args.startup_timeout))
+    return _ros_command('act_ros.ros.sim_bridge', params)
+
+
+def node_command(args: argparse.Namespace, mode: str) -> list[str]:
+    """``act_node`` for lock-step evaluation: one synchronous tick per observation."""
+    params = {'model_path': str(args.checkpoint.resolve()), 'mode': mode, 'execution': 'sync',
+              'trigger': 'observation', 'pad_source': 'topic', 'pad_pose_topic': 'pad_pose',
+              'device': args.device, 'torch_threads': args.torch_threads,
+              'command_type': args.command_type, 'use_sim_time': 'true', 'autostart': 'true'}
+    return _ros_command('act_ros.ros.act_node', params)
+
+
+def _ros_command(module: str, params: dict[str, Any]) -> list[str]:
+    command = [sys.executable, '-m', module, '--ros-args']
+    for name, value in params.items():
+        command += ['-p', f'{name}:={value}']
+    return command
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)
+
+
+def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print) -> dict[str, Any]:
+    """Run the evaluation described by parsed ``args``; see the module docstring."""
+    modes = MODES if args.mode == 'both' else (args.mode,)
+    if args.episodes < 1:
+        raise EvalError(f'--episodes must be >= 1, got {args.episodes}')
+    if not (args.checkpoint / 'config.json').is_file():
+        raise EvalError(f'{args.checkpoint}: not a checkpoint directory (no config.json)')
+    image_size = (parse_image_size(args.image_size) if args.image_size
+                  else checkpoint_image_size(args.checkpoint) or DEFAULT_IMAGE_SIZE)
+    domain = args.domain_id if args.domain_id is not None else default_domain_id()
+    log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix='act_ros_ros_eval_'))
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
+    env.setdefault('MUJOCO_GL', 'egl')
+    env.setdefault('HF_HUB_OFFLINE', '1')
+    env = dds_environment(env)  # full-size images through shared memory
+    log(f'{PREFIX} ROS domain {domain} (loopback), images {image_size[0]}x{image_size[1]}, '
+        f'{args.episodes} episode(s) per mode from seed {args.seed}, logs in {log_dir}')
+
+    procs = ProcessSet(log_dir, env)
+    client = EvalClient(domain, check=procs.check)
+    results: dict[str, Any] = {}
+    try:
+        bridge = procs.start('sim_bridge', bridge_command(args, image_size))
+        log(f'{PREFIX} started sim_bridge (pid {bridge.pid})')
+        node = procs.start('act_node', node_command(args, modes[0]))
+        log(f'{PREFIX} started act_node (pid {node.pid}, mode {modes[0]}); waiting for it')
+        client.wait_policy_active(args.startup_timeout)
+        for mode in modes:
+            if mode != modes[0]:
+                log(f'{PREFIX} reconfiguring act_node for mode {mode}')
+                client.switch_policy_mode(mode, args.startup_timeout)
+            results[mode] = _run_mode(client, args, mode, log)
+    except ChildExitedError as exc:
+        raise EvalError(str(exc)) from None
+    finally:
+        with signals_deferred():
+            procs.stop_all()
+            client.close()
+    for mode, metrics in results.items():
+        log(format_metrics(mode, metrics))
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(results, indent=2))
+        log(f'{PREFIX} results written to {args.output}')
+    return results
+
+
+def _run_mode(client: EvalClient, args: argparse.Namespace, mode: str,
+              log: Callable[[str], None]) -> dict[str, Any]:
+    results, episodes = [], []
+    start = time.monotonic()
+    steps = 0
+    for i in range(args.episodes):
+        seed = args.seed + i
+        status = client.run_episode(seed, args.lockstep_timeout, args.startup_timeout)
+        result = EpisodeResult(**status['result'])
+        results.append(result)
+        episodes.append({**status['result'], 'commands': status['commands']})
+        steps += result.steps
+        timeouts = status['commands']['lockstep_timeouts']
+        log(f'{PREFIX} {mode} episode {i + 1}/{args.episodes} seed {seed}: '
+            f"{'aligned' if result.success else 'not aligned'}, position error "
+            f'{result.position_error_m * 1000:.1f} mm, yaw error {result.yaw_error_deg:.1f} deg'
+            + (f', {timeouts} lock-step timeouts' if timeouts else ''))
+    wall = time.monotonic() - start
+    metrics: dict[str, Any] = dict(summarize_results(results))
+    metrics.update(
+        lockstep_timeouts=sum(e['commands']['lockstep_timeouts'] for e in episodes),
+        commands_rejected=sum(e['commands']['rejected'] for e in episodes),
+        wall_s=wall, steps_per_s=steps / wall if wall > 0 else float('nan'),
+        seeds=[args.seed + i for i in range(args.episodes)], episodes=episodes)
+    return metrics
+
+
+def format_metrics(mode: str, m: dict[str, Any]) -> str:
+    aligned = round(m['align_rate'] * m['count'])
+    return (f"{PREFIX} {mode:8s} align_rate {m['align_rate']:.2f} ({aligned}/{m['count']}), "
+            f"mean position error {m['mean_position_error'] * 1000:.1f} mm, mean yaw error "
+            f"{m['mean_yaw_error']:.1f} deg, lock-step timeouts {m['lockstep_timeouts']}, "
+            f"{m['steps_per_s']:.1f} steps/s")
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, turned into an exception so that cleanup runs."""
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise _Terminated(f'signal {signum}')
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Parse ``argv``, run the evaluation and return ``{mode: metrics}``.
+
+    Exits with status 1 and one line on an error, 130 on Ctrl-C/SIGTERM (after stopping
+    every child process).
+    """
+    args = build_parser().parse_args(argv)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
+    try:
+        return run_evaluation(args)
+    except EvalError as exc:
+        print(f'{PREFIX} error: {exc}', file=sys.stderr)
+        raise SystemExit(1) from None
+    except KeyboardInterrupt:
+        print(f'{PREFIX} interrupted: every process it started is stopped', file=sys.stderr)
+        raise SystemExit(130) from None
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """Console-script entry point (``ros_eval``): :func:`main` with an exit status."""
+    main(argv)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(cli())

@@ -1,0 +1,186 @@
+"""Child processes of the over-ROS evaluation: started in process groups, never left behind.
+
+Every child runs in a process group of its own (so a terminal's Ctrl-C reaches only the
+parent, which then stops the children in order) and, on Linux, is told by the kernel to
+terminate if the parent dies without cleaning up (``PR_SET_PDEATHSIG``). Stopping a child
+sends SIGINT to its group (rclpy shuts down cleanly), then SIGTERM, then SIGKILL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+import contextlib
+import ctypes
+import ctypes.util
+from dataclasses import dataclass, field
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import IO
+
+
+class ChildExitedError(RuntimeError):
+    """A child process exited when it should be running."""
+
+
+def _load_prctl():  # noqa: ANN202 - a ctypes function or None
+    if not sys.platform.startswith('linux'):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True)
+    except OSError:
+        return None
+    return libc.prctl
+
+
+_PRCTL = _load_prctl()
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec: syscalls only
+    if _PRCTL is not None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+
+
+@dataclass
+class Child:
+    """One started process: its name, command, log file and ``Popen``."""
+
+    name: str
+    command: list[str]
+    log_path: Path
+    popen: subprocess.Popen
+    log_file: IO[bytes] = field(repr=False)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def running(self) -> bool:
+        return self.popen.poll() is None
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last ``lines`` lines of the child's output."""
+        self.log_file.flush()
+        try:
+            text = self.log_path.read_text(errors='replace')
+        except OSError as exc:
+            return f'(log {self.log_path} unreadable: {exc})'
+        return '\n'.join(text.splitlines()[-lines:])
+
+
+class ProcessSet:
+    """Starts children in their own process groups and stops every one of them."""
+
+    def __init__(self, log_dir: Path, env: dict[str, str]) -> None:
+        self.log_dir = Path(log_dir)
+        self.env = dict(env)
+        self.children: list[Child] = []
+
+    def start(self, name: str, command: Sequence[str]) -> Child:
+        """Start ``command`` with output to ``<log_dir>/<name>.log``."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log_path = self.log_dir / f'{name}.log'
+        log_file = log_path.open('wb')
+        popen = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log_file,
+                                 stderr=subprocess.STDOUT, env=self.env, process_group=0,
+                                 preexec_fn=_die_with_parent)
+        child = Child(name, list(command), log_path, popen, log_file)
+        self.children.append(child)
+        return child
+
+    def check(self) -> None:
+        """Raise :class:`ChildExitedError` if a child has exited (with its log tail)."""
+        for child in self.children:
+            code = child.popen.poll()
+            if code is not None:
+                raise ChildExitedError(
+                    f'{child.name} (pid {child.pid}) exited with code {code}; last lines of '
+                    f'{child.log_path}:\n{child.log_tail()}')
+
+    def stop(self, child: Child, grace_s: float = 5.0) -> int | None:
+        """Stop one child and everything in its process group; return its exit code."""
+        self._stop([child], grace_s)
+        return child.popen.returncode
+
+    def stop_all(self, grace_s: float = 5.0) -> None:
+        """Stop every child at once: SIGINT, then SIGTERM, then SIGKILL to each group."""
+        self._stop(list(self.children), grace_s)
+
+    def _stop(self, children: list[Child], grace_s: float) -> None:
+        for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 3.0),
+                            (signal.SIGKILL, 3.0)):
+            running = [c for c in children if c.running()]
+            for child in running:
+                _signal_group(child.pid, sig)
+            deadline = time.monotonic() + wait_s
+            for child in running:
+                try:
+                    child.popen.wait(timeout=max(deadline - time.monotonic(), 0.01))
+                except subprocess.TimeoutExpired:
+                    pass
+        for child in children:
+            _signal_group(child.pid, signal.SIGKILL)  # anything the child left in its group
+            child.log_file.close()
+            if child in self.children:
+                self.children.remove(child)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back while cleanup runs (main thread only); re-raised after.
+
+    A second Ctrl-C during cleanup must not leave the children it was stopping behind.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+    handlers = {sig: signal.signal(sig, lambda signum, frame: received.append(signum))
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        if received:
+            signal.raise_signal(received[0])
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError:  # the group id was reused by someone else's process
+        pass
+
+
+def wait_gone(pids: Sequence[int], timeout_s: float) -> list[int]:
+    """Wait until none of ``pids`` exists; return those still there after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    alive = list(pids)
+    while alive and time.monotonic() < deadline:
+        alive = [pid for pid in alive if _exists(pid)]
+        if alive:
+            time.sleep(0.05)
+    return alive
+
+
+def _exists(pid: int) -> bool:
+    """Whether ``pid`` is a live (not zombie) process."""
+    try:
+        with open(f'/proc/{pid}/stat') as f:
+            return f.read().rsplit(')', 1)[1].split()[0] != 'Z'
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True

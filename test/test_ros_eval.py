@@ -1,0 +1,165 @@
+"""The over-ROS evaluation driver: sim_bridge and act_node as real processes, no orphans.
+
+The end-to-end test runs the whole stage of `make demo` (lock-step episodes over the
+topics, both policy modes) with a tiny checkpoint and short episodes. The signal tests
+stop the driver while its children are running and check that none of them survives.
+"""
+
+import json
+import os
+from pathlib import Path
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+pytestmark = [pytest.mark.ros, pytest.mark.sim]
+pytest.importorskip('rclpy')
+pytest.importorskip('mujoco')
+
+from act_ros.ros import ros_eval  # noqa: E402
+from act_ros.ros.ros_eval_procs import wait_gone  # noqa: E402
+
+PID_LINE = re.compile(r'started (sim_bridge|act_node) \(pid (\d+)')
+
+
+def started_pids(text: str) -> dict[str, int]:
+    return {name: int(pid) for name, pid in PID_LINE.findall(text)}
+
+
+@pytest.mark.slow
+def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
+        tiny_checkpoint, ros_domain_id, tmp_path, capsys):
+    output = tmp_path / 'ros_eval.json'
+    results = ros_eval.main([
+        '--checkpoint', str(tiny_checkpoint), '--episodes', '2', '--mode', 'both',
+        '--episode-steps', '15', '--seed', '100', '--lockstep-timeout', '30',
+        '--torch-threads', '1', '--domain-id', str(ros_domain_id),
+        '--log-dir', str(tmp_path / 'logs'), '--output', str(output)])
+    printed = capsys.readouterr().out
+    assert set(results) == {'chunk', 'ensemble'}
+    for mode, metrics in results.items():
+        assert metrics['count'] == 2 and metrics['seeds'] == [100, 101]
+        assert 0.0 <= metrics['align_rate'] <= 1.0
+        assert metrics['mean_position_error'] > 0 and metrics['mean_yaw_error'] >= 0
+        # Clean lock-step: every step was answered by a policy command.
+        assert metrics['lockstep_timeouts'] == 0, metrics['episodes']
+        for episode in metrics['episodes']:
+            assert episode['steps'] == 15
+            assert episode['commands']['applied'] == 15 and episode['commands']['rejected'] == 0
+        assert re.search(rf'{mode}\s+align_rate \d\.\d\d \(\d/2\), mean position error', printed)
+    assert json.loads(output.read_text()) == json.loads(json.dumps(results))
+    # Both processes really ran, and neither is left.
+    logs = {p.name for p in (tmp_path / 'logs').glob('*.log')}
+    assert logs == {'sim_bridge.log', 'act_node.log'}
+    assert 'reconfiguring act_node for mode ensemble' in printed
+    assert 'episode 0 started with seed 100' in (tmp_path / 'logs' / 'sim_bridge.log').read_text()
+    pids = [int(p) for _, p in PID_LINE.findall(printed)]
+    assert len(pids) == 2 and not wait_gone(pids, 10.0)
+
+
+def test_a_child_that_fails_is_reported_and_nothing_is_left(tiny_checkpoint, ros_domain_id,
+                                                            tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ros_eval.main(['--checkpoint', str(tiny_checkpoint), '--episodes', '1',
+                       '--mode', 'chunk', '--device', 'tpu', '--domain-id', str(ros_domain_id),
+                       '--log-dir', str(tmp_path)])
+    assert exit_info.value.code == 1
+    captured = capsys.readouterr()
+    error = [line for line in captured.err.splitlines() if 'error:' in line]
+    assert len(error) == 1 and 'act_node' in error[0] and 'exited with code 1' in error[0]
+    assert "unknown device 'tpu'" in captured.err  # the child's log tail comes with it
+    pids = list(started_pids(captured.out).values())
+    assert len(pids) == 2 and not wait_gone(pids, 10.0)
+
+
+def test_bad_arguments_fail_fast_with_one_line(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        ros_eval.main(['--checkpoint', str(tmp_path / 'missing'), '--episodes', '1'])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and 'not a checkpoint directory' in err[0]
+
+
+def _reader(stream, lines: queue.Queue) -> None:
+    for line in stream:
+        lines.put(line)
+
+
+@pytest.mark.parametrize('sig, expected_code, mid_episode', [
+    pytest.param(signal.SIGINT, 130, True, marks=pytest.mark.slow), (signal.SIGTERM, 130, False),
+    (signal.SIGKILL, -signal.SIGKILL, False)])
+def test_stopping_the_driver_leaves_no_orphans(tiny_checkpoint, ros_domain_id, tmp_path, sig,
+                                               expected_code, mid_episode):
+    # SIGINT is Ctrl-C during an episode; SIGTERM and SIGKILL come while act_node is still
+    # loading. After SIGKILL the driver cannot clean up: the kernel's parent-death signal
+    # stops the children.
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    driver = subprocess.Popen(
+        [sys.executable, '-m', 'act_ros.ros.ros_eval', '--checkpoint', str(tiny_checkpoint),
+         '--episodes', '5', '--mode', 'both', '--domain-id', str(ros_domain_id),
+         '--log-dir', str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+        start_new_session=True)  # like a terminal's foreground job, apart from pytest
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=_reader, args=(driver.stdout, lines), daemon=True).start()
+    seen = ''
+    try:
+        deadline = time.monotonic() + 60.0
+        while len(started_pids(seen)) < 2 and time.monotonic() < deadline:
+            try:
+                seen += lines.get(timeout=1.0)
+            except queue.Empty:
+                assert driver.poll() is None, seen
+        pids = started_pids(seen)
+        assert set(pids) == {'sim_bridge', 'act_node'}, seen
+        if mid_episode:
+            bridge_log = Path(tmp_path, 'sim_bridge.log')
+            while 'episode 0 started' not in bridge_log.read_text():
+                assert time.monotonic() < deadline + 60.0, bridge_log.read_text()
+                assert driver.poll() is None
+                time.sleep(0.2)
+        time.sleep(1.5)  # the children are up and busy (loading the model, stepping)
+        for pid in pids.values():
+            os.kill(pid, 0)  # raises ProcessLookupError if a child died on its own
+        driver.send_signal(sig)
+        assert driver.wait(timeout=60.0) == expected_code
+        left = wait_gone(list(pids.values()), 20.0)
+        assert not left, f'orphans after {sig.name}: {left}'
+    finally:
+        if driver.poll() is None:
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+    assert Path(tmp_path, 'sim_bridge.log').is_file()
+
+
+def test_dds_profile_is_selected_unless_the_user_chose_one():
+    import xml.etree.ElementTree as ET
+
+    from act_ros.ros.ros_eval_dds import dds_environment
+
+    env = dds_environment({'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp'})
+    profile = Path(env['FASTDDS_DEFAULT_PROFILES_FILE'])
+    ET.parse(profile)  # well-formed
+    assert '<address>127.0.0.1</address>' in profile.read_text()  # loopback only
+    mine = {'FASTRTPS_DEFAULT_PROFILES_FILE': '/etc/my_profile.xml'}
+    assert dds_environment(mine) == mine
+    cyclone = {'RMW_IMPLEMENTATION': 'rmw_cyclonedds_cpp'}
+    assert dds_environment(cyclone) == cyclone
+
+
+def test_full_size_images_cross_processes_in_lockstep(ros_domain_id):
+    # 480x640 rgb8 (921,600 bytes) from the bridge process to a best-effort subscriber in
+    # another process: with the middleware defaults most are lost (steps time out).
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    proc = subprocess.run(
+        [sys.executable, '-m', 'act_ros.ros.sim_bridge_bench', '--image-size', '480x640',
+         '--steps', '10', '--domain-id', str(ros_domain_id)],
+        check=False, capture_output=True, text=True, timeout=180, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert re.search(r'480x640: [\d.]+ steps/s .*10 steps, 0 timeouts', proc.stdout), proc.stdout

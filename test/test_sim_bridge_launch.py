@@ -1,0 +1,141 @@
+"""launch/sim.launch.py and config/sim_bridge.yaml.
+
+`launch`/`launch_ros` are not installable from the Python package index, so the launch
+file is checked by parsing it: every launch argument is declared with a description and
+used, every executable is a console script of setup.py, every parameter it sets is one
+the node declares, every file it names exists. The parameter file is loaded by a real
+bridge node. Where `launch_ros` is importable the description is also built.
+"""
+
+import ast
+import importlib.util
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip('rclpy')
+
+from act_ros.core.contract import load_contract  # noqa: E402
+from act_ros.ros.parameters import parameter_specs  # noqa: E402
+from act_ros.ros.sim_bridge_params import BRIDGE_PARAMETERS  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_FILE = ROOT / 'launch' / 'sim.launch.py'
+BRIDGE_YAML = ROOT / 'config' / 'sim_bridge.yaml'
+REQUIRED_ARGUMENTS = {'model_path', 'mode', 'policy_mode', 'seed', 'episodes', 'image_height',
+                      'image_width', 'use_sim_time', 'device', 'namespace'}
+
+
+def _callee(node: ast.Call) -> str:
+    f = node.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ''
+
+
+def _calls(tree: ast.AST, name: str) -> list[ast.Call]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Call) and _callee(n) == name]
+
+
+def _keyword(call: ast.Call, name: str) -> ast.expr | None:
+    return next((k.value for k in call.keywords if k.arg == name), None)
+
+
+def _string(node: ast.expr | None) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+@pytest.fixture(scope='module')
+def tree() -> ast.Module:
+    return ast.parse(LAUNCH_FILE.read_text(), filename=str(LAUNCH_FILE))
+
+
+def node_calls(tree) -> dict[str, ast.Call]:
+    """executable -> the Node/LifecycleNode call."""
+    calls = _calls(tree, 'Node') + _calls(tree, 'LifecycleNode')
+    return {_string(_keyword(c, 'executable')): c for c in calls}
+
+
+def parameter_names(call: ast.Call) -> set[str]:
+    names = set()
+    params = _keyword(call, 'parameters')
+    for item in getattr(params, 'elts', []):
+        if isinstance(item, ast.Dict):
+            names |= {_string(k) for k in item.keys}
+    return names
+
+
+def console_scripts() -> set[str]:
+    setup = ast.parse((ROOT / 'setup.py').read_text())
+    scripts = set()
+    for call in _calls(setup, 'setup'):
+        entry_points = _keyword(call, 'entry_points')
+        for key, value in zip(entry_points.keys, entry_points.values):
+            if _string(key) == 'console_scripts':
+                scripts |= {item.partition('=')[0].strip() for item in ast.literal_eval(value)}
+    return scripts
+
+
+def test_arguments_are_declared_with_descriptions_and_all_used(tree):
+    assert [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] == \
+        ['generate_launch_description']
+    declared = {}
+    for call in _calls(tree, 'DeclareLaunchArgument'):
+        name = _string(call.args[0])
+        assert name, f'line {call.lineno}: argument name must be a string literal'
+        text = _string(_keyword(call, 'description')) or ''
+        assert len(text) > 10, f"'{name}' has no description"
+        declared[name] = call
+    used = {_string(c.args[0]) for c in _calls(tree, 'LaunchConfiguration')}
+    assert REQUIRED_ARGUMENTS <= set(declared), REQUIRED_ARGUMENTS - set(declared)
+    assert used == set(declared), (used ^ set(declared))
+
+
+def test_both_executables_exist_and_get_only_parameters_they_declare(tree):
+    nodes = node_calls(tree)
+    assert set(nodes) == {'sim_bridge', 'act_node'}
+    assert set(nodes) <= console_scripts()
+    bridge_names = {spec.name for spec in BRIDGE_PARAMETERS}
+    node_names = {spec.name for spec in parameter_specs(load_contract())} | {'use_sim_time'}
+    assert parameter_names(nodes['sim_bridge']) <= bridge_names
+    assert parameter_names(nodes['act_node']) <= node_names
+    # Lock-step friendly pairing: the bridge resets the policy, the node reads the pad pose.
+    assert {'policy_reset_service', 'mode', 'seed'} <= parameter_names(nodes['sim_bridge'])
+    assert {'trigger', 'execution', 'pad_source', 'mode'} <= parameter_names(nodes['act_node'])
+
+
+def test_named_files_exist(tree):
+    files = {_string(e) for call in _calls(tree, 'PathJoinSubstitution')
+             for e in getattr(call.args[0], 'elts', [])} - {None}
+    yamls = {f for f in files if f.endswith('.yaml')}
+    assert yamls == {'sim_bridge.yaml', 'act.yaml'}
+    for name in yamls:
+        assert (ROOT / 'config' / name).is_file()
+
+
+def test_bridge_yaml_matches_the_declarations_and_loads_in_a_real_node(rclpy_context):
+    from rclpy.parameter import Parameter
+
+    from act_ros.ros.sim_bridge import SimBridge
+
+    data = yaml.safe_load(BRIDGE_YAML.read_text())
+    params = data['/**/sim_bridge']['ros__parameters']
+    specs = {spec.name: spec for spec in BRIDGE_PARAMETERS}
+    assert set(params) == set(specs)
+    for name, value in params.items():
+        assert value == specs[name].default, f'{name}: yaml {value!r} != default'
+    bridge = SimBridge(context=rclpy_context, parameter_overrides=[
+        Parameter(k, value=v) for k, v in params.items()])
+    try:
+        assert bridge.settings.mode == 'realtime' and bridge.env.config.episode_steps == 300
+    finally:
+        bridge.destroy_node()
+
+
+@pytest.mark.skipif(importlib.util.find_spec('launch_ros') is None,
+                    reason='launch_ros is only available on a ROS 2 install')
+def test_launch_description_builds():
+    spec = importlib.util.spec_from_file_location('sim_launch', LAUNCH_FILE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    description = module.generate_launch_description()
+    assert len(description.entities) > len(REQUIRED_ARGUMENTS)
