@@ -57,6 +57,8 @@ setup(
         'safetensors>=0.4,<1',
         'opencv-python-headless>=4.9,<5',
         'pin>=3,<5',  # pinocchio: forward kinematics for the release gate
+        'matplotlib>=3.8,<4',  # training plots
+        'tqdm>=4.60,<5',
     ],
     extras_require={
         'ros': ROS_WHEELS,

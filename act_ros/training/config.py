@@ -1,0 +1,222 @@
+"""Trainer settings: one validated dataclass, presets from ``config/train_<preset>.yaml``.
+
+Precedence: an option given on the command line wins over the preset file, which wins
+over the dataclass defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, fields
+import math
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from act_ros.core.checkpoint import PRESETS, parse_image_size
+from act_ros.core.paths import config_path
+
+TRAIN_PRESETS = ('synthetic', 'sim')
+SCHEDULERS = ('cosine', 'none')
+CAMERA_STATS = ('imagenet', 'dataset')
+# A run shorter than this is a smoke test, not a result (training_metrics.json says so).
+RECOMMENDED_MIN_STEPS = 1000
+
+
+@dataclass
+class TrainConfig:
+    """Everything one training run depends on (written to ``training_metrics.json``)."""
+
+    dataset_root: Path
+    output_dir: Path
+    preset: str = 'synthetic'
+    model_preset: str = 'tiny'
+    image_size: tuple[int, int] | None = (48, 64)
+    steps: int = 500
+    batch_size: int = 8
+    lr: float = 1e-4
+    lr_backbone: float | None = None  # None: same as lr (LeRobot's ACT preset)
+    weight_decay: float = 1e-4
+    grad_clip_norm: float = 10.0
+    scheduler: str = 'cosine'
+    warmup_steps: int = 0
+    min_lr_ratio: float = 0.1
+    gripper_loss_weight: float = 5.0
+    kl_weight: float = 10.0
+    device: str = 'auto'
+    torch_threads: int | None = None  # CPU threads for PyTorch; None = PyTorch's default
+    val_ratio: float = 0.1
+    val_interval: int = 100
+    max_val_batches: int = 32
+    checkpoint_interval: int = 500
+    early_stop_patience: int = 10
+    min_steps: int = 3000
+    closed_loop_val_episodes: int = 0  # the sim preset uses 10
+    closed_loop_te_episodes: int = 0
+    # Selection episodes use seeds from here: far from the seeds demonstrations are collected
+    # with (0, 1, ...) and from act-ros evaluate's default (2_000_000).
+    closed_loop_seed: int = 1_000_000
+    closed_loop_episode_steps: int | None = None  # None: config/sim.yaml (quick checks only)
+    camera_stats: str = 'imagenet'
+    compile: bool = False
+    seed: int = 0
+    resume: bool = False
+    skip_infer: bool = False
+    infer_only: bool = False
+    contract_path: Path | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        self.dataset_root = Path(self.dataset_root).expanduser()
+        self.output_dir = Path(self.output_dir).expanduser()
+        if self.image_size is not None:
+            self.image_size = (int(self.image_size[0]), int(self.image_size[1]))
+            if min(self.image_size) < 16:
+                raise ValueError(f'image_size must be at least 16x16, got {self.image_size}')
+        if self.preset not in TRAIN_PRESETS:
+            raise ValueError(f"unknown preset '{self.preset}', expected one of {TRAIN_PRESETS}")
+        if self.model_preset not in PRESETS:
+            raise ValueError(f"unknown model_preset '{self.model_preset}', expected one of "
+                             f'{sorted(PRESETS)}')
+        if self.scheduler not in SCHEDULERS:
+            raise ValueError(f"unknown scheduler '{self.scheduler}', expected one of {SCHEDULERS}")
+        if self.camera_stats not in CAMERA_STATS:
+            raise ValueError(f"unknown camera_stats '{self.camera_stats}', expected one of "
+                             f'{CAMERA_STATS}')
+        if self.torch_threads is not None and self.torch_threads < 1:
+            raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
+        for name in ('steps', 'batch_size', 'val_interval', 'checkpoint_interval'):
+            if getattr(self, name) < 1:
+                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
+        for name in ('max_val_batches', 'early_stop_patience', 'min_steps', 'warmup_steps',
+                     'closed_loop_val_episodes', 'closed_loop_te_episodes'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        for name in ('lr', 'weight_decay', 'grad_clip_norm', 'gripper_loss_weight', 'kl_weight'):
+            value = getattr(self, name)
+            if not math.isfinite(value) or value < 0 or (name in ('lr', 'gripper_loss_weight')
+                                                         and value == 0):
+                raise ValueError(f'{name} must be finite and {"> 0" if name == "lr" else ">= 0"},'
+                                 f' got {value}')
+        if self.lr_backbone is not None and not (math.isfinite(self.lr_backbone)
+                                                 and self.lr_backbone >= 0):
+            raise ValueError(f'lr_backbone must be finite and >= 0, got {self.lr_backbone}')
+        if not 0.0 <= self.val_ratio < 1.0:
+            raise ValueError(f'val_ratio must be in [0, 1), got {self.val_ratio}')
+        if not 0.0 <= self.min_lr_ratio <= 1.0:
+            raise ValueError(f'min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}')
+        if self.closed_loop_te_episodes and self.preset != 'sim':
+            raise ValueError('closed-loop evaluation needs --preset sim (got preset '
+                             f"'{self.preset}' with closed_loop_te_episodes > 0)")
+        if self.closed_loop_val_episodes and self.preset != 'sim':
+            raise ValueError('closed-loop evaluation needs --preset sim (got preset '
+                             f"'{self.preset}' with closed_loop_val_episodes > 0)")
+        if self.closed_loop_episode_steps is not None and self.closed_loop_episode_steps < 1:
+            raise ValueError('closed_loop_episode_steps must be >= 1, got '
+                             f'{self.closed_loop_episode_steps}')
+        if self.infer_only and self.skip_infer:
+            raise ValueError('--infer-only and --skip-infer contradict each other')
+
+    @property
+    def closed_loop(self) -> bool:
+        """Whether checkpoints are selected by closed-loop evaluation in the simulation."""
+        return self.preset == 'sim' and self.closed_loop_val_episodes > 0
+
+    @property
+    def below_recommended_steps(self) -> bool:
+        return self.steps < RECOMMENDED_MIN_STEPS
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready view (paths as strings)."""
+        data = asdict(self)
+        for key, value in data.items():
+            if isinstance(value, Path):
+                data[key] = str(value)
+        data['image_size'] = list(self.image_size) if self.image_size else None
+        return data
+
+
+def load_preset(name: str, path: str | Path | None = None) -> dict[str, Any]:
+    """Values of ``config/train_<name>.yaml`` (or ``path``) as TrainConfig field names."""
+    if name not in TRAIN_PRESETS:
+        raise ValueError(f"unknown preset '{name}', expected one of {TRAIN_PRESETS}")
+    path = Path(path) if path else config_path(f'train_{name}.yaml')
+    if not path.is_file():
+        raise FileNotFoundError(f'trainer preset file not found: {path}')
+    data = yaml.safe_load(path.read_text()) or {}
+    body = data.get('train', data) if isinstance(data, dict) else None
+    if not isinstance(body, dict):
+        raise ValueError(f'{path}: expected a mapping under "train", got {type(body).__name__}')
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise ValueError(f'{path}: unknown settings {unknown} (TrainConfig fields: {sorted(known)})')
+    return dict(body)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Parser of ``act-ros train``; options left unset take the preset's value."""
+    p = argparse.ArgumentParser(
+        prog='act-ros train', description='Train an ACT policy (LeRobot) on a LeRobot v3 dataset.',
+        epilog='Several GPUs: see README (accelerate launch). Presets: config/train_<preset>.yaml.')
+    p.add_argument('--dataset-root', type=Path, help='LeRobot v3 dataset directory')
+    p.add_argument('--output-dir', type=Path, required=True, help='run directory (checkpoints, '
+                   'training_metrics.json, plots)')
+    p.add_argument('--preset', choices=TRAIN_PRESETS, default='synthetic')
+    p.add_argument('--model-preset', choices=sorted(PRESETS), help='model size (preset default)')
+    p.add_argument('--image-size', type=parse_image_size, help='model input HxW (preset default)')
+    p.add_argument('--steps', type=int)
+    p.add_argument('--batch-size', type=int)
+    p.add_argument('--lr', type=float, help='peak learning rate')
+    p.add_argument('--lr-backbone', type=float, help='backbone learning rate (default: --lr)')
+    p.add_argument('--weight-decay', type=float)
+    p.add_argument('--grad-clip-norm', type=float)
+    p.add_argument('--scheduler', choices=SCHEDULERS)
+    p.add_argument('--warmup-steps', type=int)
+    p.add_argument('--gripper-loss-weight', type=float, help='L1 weight of the gripper (5)')
+    p.add_argument('--kl-weight', type=float)
+    p.add_argument('--device', help='auto | cpu | cuda | cuda:N | mps (explicit = must exist)')
+    p.add_argument('--torch-threads', type=int, help='PyTorch CPU threads (default: PyTorch '
+                   'decides; 1 is fastest on a CPU shared with other work)')
+    p.add_argument('--val-ratio', type=float, help='fraction of episodes held out (0.1)')
+    p.add_argument('--val-interval', type=int, help='steps between validations')
+    p.add_argument('--max-val-batches', type=int, help='validation batches (0 = full pass)')
+    p.add_argument('--checkpoint-interval', type=int, help='steps between step_NNNNNN/ saves')
+    p.add_argument('--early-stop-patience', type=int, help='evaluations without improvement '
+                   'before stopping (0 = off)')
+    p.add_argument('--min-steps', type=int, help='no early stop before this step')
+    p.add_argument('--closed-loop-val-episodes', type=int, help='sim episodes per closed-loop '
+                   'evaluation, chunk execution (selects best/)')
+    p.add_argument('--closed-loop-te-episodes', type=int, help='sim episodes with temporal '
+                   'ensembling (selects best_te/; 0 = off)')
+    p.add_argument('--closed-loop-seed', type=int, help='first seed of the evaluation episodes')
+    p.add_argument('--closed-loop-episode-steps', type=int,
+                   help='ticks per closed-loop episode (default: config/sim.yaml)')
+    p.add_argument('--camera-stats', choices=CAMERA_STATS, help='camera normalization: ImageNet '
+                   "statistics (LeRobot's default) or the dataset's")
+    p.add_argument('--compile', action='store_true', default=None,
+                   help='torch.compile(fullgraph=True) the loss step')
+    p.add_argument('--seed', type=int)
+    p.add_argument('--resume', action='store_true', default=None,
+                   help='continue from OUTPUT_DIR/last (model, optimizer, scheduler, RNG, step)')
+    p.add_argument('--skip-infer', action='store_true', default=None,
+                   help='skip the inference check of the final checkpoint')
+    p.add_argument('--infer-only', action='store_true', default=None,
+                   help='only run the inference check on OUTPUT_DIR/best (or last)')
+    p.add_argument('--contract', dest='contract_path', type=Path, help='contract YAML')
+    p.add_argument('--no-progress', dest='progress', action='store_false', default=None)
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """Merge defaults, the preset file and the given options into a TrainConfig."""
+    values = load_preset(args.preset)
+    values['preset'] = args.preset
+    for f in fields(TrainConfig):
+        given = getattr(args, f.name, None)
+        if given is not None:
+            values[f.name] = given
+    if values.get('dataset_root') is None:
+        raise ValueError('--dataset-root is required (a LeRobot v3 dataset directory)')
+    return TrainConfig(**values)

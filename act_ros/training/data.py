@@ -1,0 +1,302 @@
+"""Training data: a LeRobot v3 dataset checked against the contract, split, held in memory.
+
+The dataset is opened with LeRobot (``LeRobotDataset`` with ``delta_timestamps`` for a
+chunk of ``chunk_size`` actions). Every camera frame is then decoded once, in episode
+order, and resized to the model input size with the same OpenCV call the runtime uses at
+inference; batches are plain tensor indexing. A sample equals what
+``LeRobotDataset.__getitem__`` returns (``action`` chunk, ``action_is_pad``), except
+that chunks never run across the train/validation boundary of a frame-level split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import logging
+import math
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import torch
+
+from act_ros.core.checkpoint import IMAGENET_MEAN, IMAGENET_STD
+from act_ros.core.contract import Contract
+from act_ros.core.errors import ActRosError
+
+logger = logging.getLogger(__name__)
+STD_FLOOR = 1e-3  # normalization std floor for (near-)constant joints
+
+
+class TrainingDataError(ActRosError, ValueError):
+    """The dataset cannot be used for training (missing, empty, or not the contract's)."""
+
+
+def resize_uint8(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """HxWx3 uint8 -> ``size`` (H, W) with the interpolation the runtime uses."""
+    h, w = size
+    if image.shape[:2] == (h, w):
+        return image
+    shrinking = image.shape[0] > h or image.shape[1] > w
+    return cv2.resize(image, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+
+
+def open_dataset(root: Path, contract: Contract) -> Any:
+    """Open a local LeRobot v3 dataset with an action chunk of ``contract.chunk_size``.
+
+    Raises :class:`TrainingDataError` before anything is trained when the path is not a
+    dataset, the dataset is empty, or its features do not match the contract.
+    """
+    root = Path(root).expanduser()
+    if not root.exists():
+        raise TrainingDataError(f'--dataset-root {root}: does not exist (expected a LeRobot v3 '
+                                'dataset directory with meta/info.json)')
+    if not root.is_dir():
+        raise TrainingDataError(f'--dataset-root {root}: is a file, expected a LeRobot v3 '
+                                'dataset directory')
+    if not (root / 'meta' / 'info.json').is_file():
+        raise TrainingDataError(f'--dataset-root {root}: no meta/info.json, so not a LeRobot v3 '
+                                'dataset (create one with act-ros collect or generate-synthetic)')
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
+
+    try:
+        meta = LeRobotDatasetMetadata(f'local/{root.name}', root=root)
+    except (OSError, ValueError, KeyError) as exc:
+        raise TrainingDataError(f'--dataset-root {root}: cannot be read as a LeRobot v3 dataset '
+                                f'({type(exc).__name__}: {exc})') from exc
+    if meta.total_frames < 1 or meta.total_episodes < 1:
+        raise TrainingDataError(f'--dataset-root {root}: the dataset is empty ({meta.total_episodes}'
+                                f' episodes, {meta.total_frames} frames); record episodes first')
+    check_features(meta.features, contract, root)
+    delta = {contract.action_feature: [i / meta.fps for i in range(contract.chunk_size)]}
+    return LeRobotDataset(f'local/{root.name}', root=root, delta_timestamps=delta,
+                          video_backend='pyav', return_uint8=True)
+
+
+def check_features(features: dict[str, dict], contract: Contract, root: Path) -> None:
+    """The dataset must hold the contract's state, action and cameras, joints in order."""
+    problems = []
+    joints = list(contract.joint_names)
+    for key in (contract.state_feature, contract.action_feature):
+        feat = features.get(key)
+        if feat is None:
+            problems.append(f"'{key}' is missing")
+            continue
+        if tuple(feat.get('shape', ())) != (contract.num_joints,):
+            problems.append(f"'{key}' has shape {tuple(feat.get('shape', ()))}, expected "
+                            f'({contract.num_joints},)')
+        names = feat.get('names')
+        if isinstance(names, dict):  # LeRobot also writes {'motors': [...]}
+            names = next(iter(names.values()), None)
+        if isinstance(names, list) and len(names) == len(joints) and names != joints:
+            problems.append(f"'{key}' joints are {names}, the contract expects {joints} (order "
+                            'matters)')
+    for cam in contract.cameras:
+        feat = features.get(cam.feature)
+        if feat is None:
+            problems.append(f"camera '{cam.feature}' is missing")
+        elif feat.get('dtype') not in ('video', 'image'):
+            problems.append(f"camera '{cam.feature}' has dtype {feat.get('dtype')}, expected "
+                            'video or image')
+    if problems:
+        present = sorted(k for k in features if k not in ('timestamp', 'frame_index', 'index',
+                                                             'episode_index', 'task_index'))
+        raise TrainingDataError(f'--dataset-root {root}: features do not match the contract '
+                                f'({contract.source}): {"; ".join(problems)}. Dataset features: '
+                                f'{present}')
+
+
+@dataclass
+class Split:
+    """Which frames train and which validate; ``kind`` is 'episode' or 'frame'."""
+
+    kind: str
+    train: np.ndarray
+    val: np.ndarray
+    train_episodes: list[int] = field(default_factory=list)
+    val_episodes: list[int] = field(default_factory=list)
+    note: str = ''
+
+    def to_dict(self) -> dict[str, Any]:
+        return {'kind': self.kind, 'train_frames': int(self.train.size),
+                'val_frames': int(self.val.size), 'train_episodes': self.train_episodes,
+                'val_episodes': self.val_episodes, 'note': self.note}
+
+
+def make_split(episode_index: np.ndarray | None, val_ratio: float, seed: int,
+               num_frames: int) -> tuple[Split, np.ndarray, np.ndarray]:
+    """Split by episode when there are at least two; otherwise by frame (logged).
+
+    Returns the split and, per frame, the [start, end) segment its action chunk may span:
+    the episode, or for a frame-level split the train or validation block of it, so that
+    no target crosses from one set into the other.
+    """
+    if episode_index is None:
+        episode_index = np.zeros(num_frames, dtype=np.int64)
+    episode_index = np.asarray(episode_index, dtype=np.int64)
+    seg_start = np.zeros(num_frames, dtype=np.int64)
+    seg_end = np.zeros(num_frames, dtype=np.int64)
+    episodes = sorted(set(episode_index.tolist()))
+    bounds = {}
+    for ep in episodes:
+        where = np.flatnonzero(episode_index == ep)
+        bounds[ep] = (int(where[0]), int(where[-1]) + 1)
+        seg_start[where], seg_end[where] = where[0], where[-1] + 1
+    if val_ratio == 0.0:
+        split = Split('episode' if len(episodes) > 1 else 'frame', np.arange(num_frames),
+                      np.zeros(0, np.int64), episodes, [], 'val_ratio 0: no validation')
+        return split, seg_start, seg_end
+    if len(episodes) >= 2:
+        rng = np.random.default_rng(seed)
+        n_val = min(len(episodes) - 1, max(1, round(val_ratio * len(episodes))))
+        val_eps = sorted(rng.permutation(episodes)[:n_val].tolist())
+        train_eps = [ep for ep in episodes if ep not in val_eps]
+        is_val = np.isin(episode_index, val_eps)
+        split = Split('episode', np.flatnonzero(~is_val), np.flatnonzero(is_val), train_eps,
+                      val_eps)
+        return split, seg_start, seg_end
+    # Frame-level fallback: the last val_ratio of each episode validates.
+    note = (f'the dataset has {len(episodes)} episode(s): no episode-level split is possible, so '
+            f'the last {val_ratio:.0%} of the frames validate (frame-level split; validation '
+            'frames come from the same episode as training frames)')
+    logger.warning('frame-level train/val split: %s', note)
+    train, val = [], []
+    for ep, (start, end) in bounds.items():
+        cut = end - max(1, math.ceil(val_ratio * (end - start)))
+        if cut <= start:
+            raise TrainingDataError(f'episode {ep} has {end - start} frame(s): too few to split '
+                                    f'with val_ratio {val_ratio}')
+        train.append(np.arange(start, cut))
+        val.append(np.arange(cut, end))
+        seg_end[start:cut] = cut
+        seg_start[cut:end] = cut
+    split = Split('frame', np.concatenate(train), np.concatenate(val), episodes, episodes, note)
+    return split, seg_start, seg_end
+
+
+class FrameStore:
+    """All frames of a dataset in memory; ``batch(indices)`` builds a training batch."""
+
+    def __init__(self, *, state: np.ndarray, action: np.ndarray,
+                 images: dict[str, torch.Tensor], seg_start: np.ndarray, seg_end: np.ndarray,
+                 chunk_size: int, state_key: str, action_key: str) -> None:
+        self.state = torch.from_numpy(np.ascontiguousarray(state, dtype=np.float32))
+        self.action = torch.from_numpy(np.ascontiguousarray(action, dtype=np.float32))
+        self.images = images  # feature -> (N, 3, H, W) uint8
+        self.seg_start = torch.from_numpy(seg_start)
+        self.seg_end = torch.from_numpy(seg_end)
+        self.chunk_size = chunk_size
+        self.state_key, self.action_key = state_key, action_key
+        self._offsets = torch.arange(chunk_size)
+
+    def __len__(self) -> int:
+        return int(self.state.shape[0])
+
+    def batch(self, indices: np.ndarray | torch.Tensor) -> dict[str, torch.Tensor]:
+        """Unnormalized batch: state (B, J), cameras float (B, 3, H, W) in [0, 1], action
+        chunk (B, T, J) and ``action_is_pad`` (B, T), as LeRobot's dataset gives them."""
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        query = idx[:, None] + self._offsets[None, :]
+        end = self.seg_end[idx][:, None]
+        pad = query >= end
+        query = torch.minimum(query, end - 1)
+        out = {self.state_key: self.state[idx], self.action_key: self.action[query],
+               f'{self.action_key}_is_pad': pad}
+        for key, frames in self.images.items():
+            out[key] = frames[idx].to(torch.float32).div_(255.0)
+        return out
+
+
+def _column(hf_dataset: Any, key: str) -> np.ndarray:
+    return np.stack(hf_dataset.data.column(key).to_numpy(zero_copy_only=False)).astype(np.float32)
+
+
+def _decode_episode(dataset: Any, key: str, ep: int, timestamps: list[float]) -> np.ndarray:
+    """(T, H, W, 3) uint8 frames of one episode's camera ``key``."""
+    meta = dataset.meta
+    if key in meta.video_keys:
+        from lerobot.datasets.video_utils import decode_video_frames
+
+        info = meta.episodes[ep]
+        start = info[f'videos/{key}/from_timestamp']
+        path = dataset.root / meta.get_video_file_path(ep, key)
+        frames = decode_video_frames(path, [start + t for t in timestamps], dataset.tolerance_s,
+                                     'pyav', return_uint8=True)
+        return frames.permute(0, 2, 3, 1).numpy()
+    info = meta.episodes[ep]
+    rows = dataset.hf_dataset[int(info['dataset_from_index']):int(info['dataset_to_index'])][key]
+    return np.stack([(img.permute(1, 2, 0) * 255.0).round().clamp(0, 255).to(torch.uint8).numpy()
+                     for img in rows])
+
+
+def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int], *,
+                seg_start: np.ndarray, seg_end: np.ndarray, progress: bool = False) -> FrameStore:
+    """Decode every camera frame once, resized to ``image_size``, into a FrameStore."""
+    from tqdm import tqdm
+
+    hf = dataset.hf_dataset
+    n = len(hf)
+    state = _column(hf, contract.state_feature)
+    action = _column(hf, contract.action_feature)
+    episode_index = hf.data.column('episode_index').to_numpy()
+    timestamps = hf.data.column('timestamp').to_numpy()
+    h, w = image_size
+    images = {cam.feature: torch.empty((n, 3, h, w), dtype=torch.uint8) for cam in contract.cameras}
+    episodes = sorted(set(episode_index.tolist()))
+    for ep in tqdm(episodes, desc='decoding frames', unit='episode', disable=not progress):
+        rows = np.flatnonzero(episode_index == ep)
+        for cam in contract.cameras:
+            frames = _decode_episode(dataset, cam.feature, ep, timestamps[rows].tolist())
+            if frames.shape[0] != rows.size:
+                raise TrainingDataError(f"episode {ep}, camera '{cam.feature}': decoded "
+                                        f'{frames.shape[0]} frames, expected {rows.size}')
+            resized = np.stack([resize_uint8(f, (h, w)) for f in frames])
+            images[cam.feature][torch.from_numpy(rows)] = torch.from_numpy(resized).permute(0, 3, 1, 2)
+    for key, values in ((contract.state_feature, state), (contract.action_feature, action)):
+        if not np.all(np.isfinite(values)):
+            raise TrainingDataError(f"dataset column '{key}' contains NaN or infinite values")
+    return FrameStore(state=state, action=action, images=images, seg_start=seg_start,
+                      seg_end=seg_end, chunk_size=contract.chunk_size,
+                      state_key=contract.state_feature, action_key=contract.action_feature)
+
+
+def normalization_stats(meta_stats: dict[str, dict[str, Any]], contract: Contract, *,
+                        camera_stats: str = 'imagenet') -> dict[str, dict[str, torch.Tensor]]:
+    """Stats for LeRobot's normalizer: state and action from the dataset; cameras ImageNet
+    (LeRobot's ``use_imagenet_stats`` default) or the dataset's. Std is floored at
+    ``STD_FLOOR`` so a joint that never moved in the data does not blow up at inference."""
+    stats: dict[str, dict[str, torch.Tensor]] = {}
+    for key in (contract.state_feature, contract.action_feature):
+        if key not in meta_stats:
+            raise TrainingDataError(f"meta/stats.json has no statistics for '{key}'")
+        entry = {name: torch.as_tensor(np.asarray(meta_stats[key][name]), dtype=torch.float32)
+                 for name in ('mean', 'std', 'min', 'max') if name in meta_stats[key]}
+        if 'mean' not in entry or 'std' not in entry:
+            raise TrainingDataError(f"meta/stats.json: '{key}' lacks mean/std (has "
+                                    f'{sorted(meta_stats[key])})')
+        entry['std'] = entry['std'].clamp_min(STD_FLOOR)
+        stats[key] = entry
+    for cam in contract.cameras:
+        if camera_stats == 'imagenet':
+            stats[cam.feature] = {'mean': torch.tensor(IMAGENET_MEAN).reshape(3, 1, 1),
+                                  'std': torch.tensor(IMAGENET_STD).reshape(3, 1, 1),
+                                  'min': torch.zeros(3, 1, 1), 'max': torch.ones(3, 1, 1)}
+        else:
+            src = meta_stats.get(cam.feature, {})
+            if 'mean' not in src or 'std' not in src:
+                raise TrainingDataError(f"meta/stats.json has no mean/std for '{cam.feature}'; "
+                                        'use --camera-stats imagenet')
+            stats[cam.feature] = {
+                name: torch.as_tensor(np.asarray(src[name]), dtype=torch.float32).reshape(3, 1, 1)
+                for name in ('mean', 'std', 'min', 'max') if name in src}
+            stats[cam.feature]['std'] = stats[cam.feature]['std'].clamp_min(STD_FLOOR)
+    return stats
+
+
+def dataset_image_size(meta: Any, contract: Contract) -> tuple[int, int]:
+    """(H, W) of the first camera as stored in the dataset."""
+    shape = meta.features[contract.cameras[0].feature]['shape']
+    names = meta.features[contract.cameras[0].feature].get('names') or []
+    if names and names[0] == 'channels':
+        return int(shape[1]), int(shape[2])
+    return int(shape[0]), int(shape[1])

@@ -1,0 +1,122 @@
+"""``act-ros evaluate``: closed-loop evaluation of a checkpoint in the simulation (no ROS).
+
+Runs the policy through the same runtime, safety chain and release gate as the node
+(:func:`~act_ros.training.rollout.run_policy_episodes`), prints and writes ``align_rate``,
+``mean_position_error`` (m) and ``mean_yaw_error`` (deg) per mode, and can save a video of
+chosen episodes with both cameras side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from pathlib import Path
+import sys
+
+from act_ros.core.checkpoint import parse_image_size
+from act_ros.core.errors import ActRosError
+
+logger = logging.getLogger(__name__)
+
+
+def _episode_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(',') if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated episode numbers like '0,1', "
+                                         f"got '{text}'") from None
+    if any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f'episode numbers must be >= 0, got {values}')
+    return values
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog='act-ros evaluate', description=__doc__.splitlines()[0])
+    p.add_argument('--checkpoint', type=Path, required=True, help='LeRobot pretrained_model dir')
+    p.add_argument('--episodes', type=int, default=10)
+    p.add_argument('--mode', choices=('chunk', 'ensemble', 'both'), default='both',
+                   help='chunk: n_action_steps 30; ensemble: every tick, k = --ensemble-coeff')
+    p.add_argument('--seed', type=int, default=2_000_000,
+                   help='episode k uses seed + k (default: seeds used neither by act-ros collect '
+                   "nor by the trainer's checkpoint selection)")
+    p.add_argument('--ensemble-coeff', type=float, default=0.01)
+    p.add_argument('--device', default='cpu', help='auto | cpu | cuda | cuda:N | mps')
+    p.add_argument('--render-size', type=parse_image_size, default=None,
+                   help='camera HxW (default: the size the training data was recorded at)')
+    p.add_argument('--episode-steps', type=int, default=None,
+                   help='ticks per episode (default: config/sim.yaml; shorter only for checks)')
+    p.add_argument('--video', type=Path, default=None, help='write chosen episodes to .mp4/.gif '
+                   '(with --mode both, one file per mode: NAME_chunk.mp4, NAME_ensemble.mp4)')
+    p.add_argument('--video-episodes', type=_episode_list, default=[0], help="e.g. '0,1'")
+    p.add_argument('--output', type=Path, default=None, help='metrics JSON to write')
+    p.add_argument('--no-progress', dest='progress', action='store_false')
+    return p
+
+
+def evaluate(args: argparse.Namespace) -> dict:
+    """Run the requested modes; returns the metrics written to ``--output``."""
+    from act_ros.core.contract import load_contract
+    from act_ros.core.device import select_device
+    from act_ros.training.rollout import SafetySettings, make_sim_config, run_policy_episodes
+    from act_ros.training.video import VideoWriter, side_by_side
+
+    contract = load_contract()
+    select_device(args.device)  # an explicit missing device fails here, before the sim starts
+    modes = ['chunk', 'ensemble'] if args.mode == 'both' else [args.mode]
+    sim_config = make_sim_config(args.checkpoint, args.render_size,
+                                 episode_steps=args.episode_steps)
+    safety = SafetySettings.from_node_config(contract)
+    out = {'checkpoint': str(args.checkpoint), 'episodes': args.episodes, 'seed': args.seed,
+           'render_size': [sim_config.camera_height, sim_config.camera_width],
+           'episode_steps': sim_config.episode_steps,
+           'execution': 'sync', 'ensemble_coeff': args.ensemble_coeff, 'modes': {}}
+    for mode in modes:
+        writer = None
+        if args.video is not None:
+            path = args.video if len(modes) == 1 else args.video.with_name(
+                f'{args.video.stem}_{mode}{args.video.suffix}')
+            writer = VideoWriter(path, fps=contract.fps)
+        try:
+            result = run_policy_episodes(
+                args.checkpoint, episodes=args.episodes, mode=mode, seed=args.seed,
+                device=args.device, sim_config=sim_config, contract=contract, safety=safety,
+                ensemble_coeff=args.ensemble_coeff,
+                frame_sink=(lambda _k, images, w=writer: w.add(side_by_side(images)))
+                if writer else None,
+                sink_episodes=args.video_episodes, progress=args.progress)
+        finally:
+            if writer is not None:
+                writer.close()
+        out['modes'][mode] = result.to_dict()
+        if writer is not None:
+            out['modes'][mode]['video'] = str(writer.path)
+        s = result.summary
+        print(f'{mode:>8}: align_rate {s["align_rate"]:.3f}  mean_position_error '
+              f'{s["mean_position_error"] * 100:.2f} cm  mean_yaw_error {s["mean_yaw_error"]:.1f} deg'
+              f'  ({s["count"]} episodes, {result.seconds:.0f} s, suppressed releases '
+              f'{result.suppressed_releases})')
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``act-ros evaluate``."""
+    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        parser.error(f'--episodes must be >= 1, got {args.episodes}')
+    try:
+        out = evaluate(args)
+    except (ActRosError, FileNotFoundError, ValueError) as exc:
+        print(f'act-ros evaluate: {exc}', file=sys.stderr)
+        return 2
+    if args.output is not None:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(out, indent=2))
+        print(f'wrote {args.output}')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,56 @@
+"""Inference check of a written checkpoint: load it the way the node does and run it.
+
+The checkpoint is loaded by :class:`~act_ros.core.runtime.PolicyRuntime` (the node's and
+the evaluator's loader), fed dataset frames as the node would feed camera images, and
+its action chunks are compared with the recorded ones.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+import time
+from typing import Any
+
+import numpy as np
+
+from act_ros.core.observation import Observation
+
+
+def inference_check(checkpoint: Path, inputs: Any, *, frames: int = 8,
+                    device: str = 'cpu') -> dict[str, Any]:
+    """Run ``frames`` validation (else training) frames through the runtime.
+
+    Returns whether every action was finite, the mean absolute error against the
+    recorded chunk (joint units: rad, gripper normalized; padded steps excluded) and the
+    mean model latency.
+    """
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+    split = inputs.split
+    pool = split.val if split.val.size else split.train
+    picks = pool[np.linspace(0, pool.size - 1, min(frames, pool.size)).round().astype(np.int64)]
+    store = inputs.store
+    names = {cam.feature: cam.name for cam in inputs.contract.cameras}
+    runtime = PolicyRuntime(RuntimeConfig(model_path=checkpoint, device=device, execution='sync',
+                                          contract=inputs.contract, warmup=False))
+    errors, finite, latency = [], True, []
+    try:
+        for index in picks.tolist():
+            batch = store.batch(np.array([index]))
+            images = {names[key]: store.images[key][index].permute(1, 2, 0).numpy()
+                      for key in store.images}
+            obs = Observation(images=images, state=store.state[index].numpy())
+            start = time.perf_counter()
+            chunk = runtime.predictor.predict(obs)
+            latency.append(time.perf_counter() - start)
+            finite &= bool(np.all(np.isfinite(chunk)))
+            target = batch[store.action_key][0].numpy()
+            valid = ~batch[f'{store.action_key}_is_pad'][0].numpy()
+            errors.append(np.abs(chunk - target)[valid])
+    finally:
+        runtime.close()
+    err = np.concatenate(errors) if errors else np.zeros((0,))
+    return {'checkpoint': str(checkpoint), 'frames': int(picks.size), 'finite': finite,
+            'mean_abs_error': float(err.mean()) if err.size and finite else None,
+            'mean_inference_ms': float(np.mean(latency) * 1000.0) if latency else None,
+            'source': 'val' if split.val.size else 'train'}

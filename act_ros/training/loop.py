@@ -1,0 +1,312 @@
+"""The training loop: steps, validation, closed-loop selection, checkpoints, resume, signals.
+
+Checkpoints in ``output_dir``: ``last/`` (with ``training_state.pt``, for ``--resume``),
+``best/`` (lowest validation L1 with the loss's dimension weights, or with the sim preset
+the best closed-loop chunk execution by ``(align_rate, -mean_position_error)``),
+``best_te/`` (best temporal ensembling), ``step_NNNNNN/`` every ``checkpoint_interval``
+steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import json
+import logging
+import shutil
+import signal
+import threading
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from act_ros.core.loss import act_loss, act_training_loss, dimension_weights
+from act_ros.training.config import TrainConfig
+from act_ros.training.metrics import History
+from act_ros.training.prepare import RunInputs, build_optimizer, build_policy
+from act_ros.training.state import (BatchOrder, capture_rng, copy_checkpoint, load_training_state,
+                                    restore_rng, save_model, seed_everything)
+
+logger = logging.getLogger(__name__)
+CANDIDATE_DIR = '.closed_loop_candidate'
+PROGRESS_SYNC_EVERY = 10  # steps between .item() syncs for the progress bar and history
+
+
+class Trainer:
+    """One training run (see module docstring); ``run()`` returns the metrics dict."""
+
+    def __init__(self, config: TrainConfig, inputs: RunInputs, *,
+                 on_step: Callable[[Trainer, int], None] | None = None) -> None:
+        self.config = config
+        self.inputs = inputs
+        self.on_step = on_step
+        self.out = config.output_dir
+        seed_everything(config.seed)
+        self.policy, self.preprocessor, self.postprocessor = build_policy(config, inputs)
+        self.optimizer, self.scheduler = build_optimizer(config, self.policy)
+        self.features = list(self.policy.config.image_features)
+        self.weights = dimension_weights(inputs.contract.num_joints,
+                                         gripper_index=inputs.contract.gripper_index,
+                                         gripper_weight=config.gripper_loss_weight).to(inputs.device)
+        self.order = BatchOrder(inputs.split.train, config.batch_size, config.seed)
+        self.history = History()
+        self.step = 0
+        self.best: dict[str, dict[str, Any]] = {}
+        self.evals_without_improvement = 0
+        self.stop_reason: str | None = None
+        self.resumed_from: int | None = None
+        self.previous_wall_s = 0.0
+        self.train_seconds = 0.0
+        self.first_step_s: float | None = None
+        self.session_steps = 0
+        self._stop_requested: str | None = None
+        self._env = None
+        self._loss_step = self._make_loss_step()
+
+    # -- pieces -----------------------------------------------------------------------------
+    def _make_loss_step(self) -> Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]:
+        model, features, weights, kl = self.policy.model, self.features, self.weights, \
+            self.config.kl_weight
+
+        def loss_step(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            out = act_training_loss(model, batch, image_features=features, dim_weights=weights,
+                                    kl_weight=kl)
+            return out.loss, out.l1.detach(), out.kl.detach()
+
+        return torch.compile(loss_step, fullgraph=True) if self.config.compile else loss_step
+
+    def request_stop(self, reason: str) -> None:
+        """Finish the current step, save ``last/`` and return (signal handlers call this)."""
+        self._stop_requested = reason
+
+    def _info_json(self, **extra: Any) -> str:
+        return json.dumps({'step': self.step, 'preset': self.config.preset,
+                           'model_preset': self.config.model_preset,
+                           'image_size': list(self.inputs.image_size),
+                           'dataset_image_size': list(self.inputs.stored_image_size),
+                           'dataset_root': str(self.config.dataset_root), **extra}, indent=2)
+
+    def training_state(self) -> dict[str, Any]:
+        return {'step': self.step, 'optimizer': self.optimizer.state_dict(),
+                'scheduler': self.scheduler.state_dict(), 'rng': capture_rng(),
+                'history': self.history.to_dict(), 'best': self.best,
+                'evals_without_improvement': self.evals_without_improvement,
+                'wall_s': self.previous_wall_s + (time.perf_counter() - self._start),
+                'config': self.config.to_dict(),
+                'dataset_frames': len(self.inputs.store)}
+
+    def save(self, name: str, *, with_state: bool = False) -> None:
+        save_model(self.out / name, self.policy, self.preprocessor, self.postprocessor,
+                   info_json=self._info_json(),
+                   training_state=self.training_state() if with_state else None)
+
+    def resume(self) -> None:
+        """Restore model, optimizer, scheduler, step, RNG and history from ``last/``."""
+        from safetensors.torch import load_file
+
+        last = self.out / 'last'
+        state = load_training_state(last)
+        saved = state['config']
+        for key in ('model_preset', 'image_size', 'batch_size', 'seed'):
+            now = self.config.to_dict()[key]
+            if saved.get(key) != now:
+                raise ValueError(f"--resume: {key} was {saved.get(key)!r} in {last}, now {now!r};"
+                                 ' resume with the same settings or start a new --output-dir')
+        if state['dataset_frames'] != len(self.inputs.store):
+            raise ValueError(f"--resume: the dataset had {state['dataset_frames']} frames when "
+                             f'{last} was written, it has {len(self.inputs.store)} now')
+        for key in ('steps', 'lr', 'scheduler', 'warmup_steps'):
+            if saved.get(key) != self.config.to_dict()[key]:
+                logger.warning('--resume: %s changed from %r to %r (the learning-rate schedule '
+                               'differs from the interrupted run)', key, saved.get(key),
+                               self.config.to_dict()[key])
+        self.policy.load_state_dict(load_file(str(last / 'model.safetensors')), strict=True)
+        self.optimizer.load_state_dict(state['optimizer'])
+        self.scheduler.load_state_dict(state['scheduler'])
+        self.step = self.resumed_from = int(state['step'])
+        self.history = History.from_dict(state['history'])
+        self.best = state['best']
+        self.evals_without_improvement = state['evals_without_improvement']
+        self.previous_wall_s = float(state['wall_s'])
+        restore_rng(state['rng'])
+        logger.info('resumed from %s at step %d', last, self.step)
+
+    # -- validation ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def validate(self) -> dict[str, float] | None:
+        """Mean per-sample masked L1 (normalized units) over the validation frames: plain
+        (``val_l1``) and with the training's dimension weights (``val_l1_weighted``)."""
+        val = self.inputs.split.val
+        if val.size == 0:
+            return None
+        b = self.config.batch_size
+        n = val.size if self.config.max_val_batches == 0 else min(val.size,
+                                                                  self.config.max_val_batches * b)
+        frames = val[np.linspace(0, val.size - 1, n).round().astype(np.int64)]
+        self.policy.eval()
+        plain = torch.zeros((), device=self.inputs.device)
+        weighted = torch.zeros((), device=self.inputs.device)
+        for start in range(0, n, b):
+            batch = self.preprocessor(self.inputs.store.batch(frames[start:start + b]))
+            inputs = dict(batch)
+            inputs['observation.images'] = [batch[key] for key in self.features]
+            actions_hat, _ = self.policy.model(inputs)
+            kwargs = dict(action_is_pad=batch.get('action_is_pad'), reduction='sum')
+            plain += act_loss(actions_hat, batch['action'], **kwargs).l1
+            weighted += act_loss(actions_hat, batch['action'], dim_weights=self.weights,
+                                 **kwargs).l1
+        self.policy.train()
+        return {'val_l1': float(plain.item()) / n, 'val_l1_weighted': float(weighted.item()) / n}
+
+    def closed_loop(self) -> dict[str, Any]:
+        """Evaluate the current weights in the simulation (chunk; ensemble when asked)."""
+        from act_ros.training.rollout import make_sim_config, run_policy_episodes
+
+        candidate = self.out / CANDIDATE_DIR
+        self.save(CANDIDATE_DIR)
+        if self._env is None:
+            from act_ros.sim import PortPickAlignEnv
+            self._env = PortPickAlignEnv(
+                make_sim_config(candidate, episode_steps=self.config.closed_loop_episode_steps),
+                self.inputs.contract)
+        results = {}
+        for mode, episodes in (('chunk', self.config.closed_loop_val_episodes),
+                               ('ensemble', self.config.closed_loop_te_episodes)):
+            if episodes:
+                res = run_policy_episodes(candidate, episodes=episodes, mode=mode,
+                                          seed=self.config.closed_loop_seed,
+                                          device=str(self.inputs.device),
+                                          contract=self.inputs.contract, env=self._env)
+                results[mode] = {k: v for k, v in res.to_dict().items() if k != 'episodes'}
+        return results
+
+    def _improved(self, key: str, value: tuple, checkpoint: str, record: dict) -> bool:
+        old = self.best.get(key)
+        if old is not None and tuple(old['key']) >= value:
+            return False
+        self.best[key] = {'key': list(value), 'step': self.step, 'path': checkpoint, **record}
+        return True
+
+    def evaluate_and_select(self) -> None:
+        rng = capture_rng()  # evaluation must not change the training's random stream
+        val = self.validate()
+        entry: dict[str, Any] = {'step': self.step}
+        improved = False
+        if val is not None:
+            entry.update(val)
+            self.history.val.append(entry)
+            if not self.config.closed_loop and self._improved(
+                    'val_l1', (-val['val_l1_weighted'],), 'best', val):
+                self.save('best')
+                improved = True
+        if self.config.closed_loop:
+            results = self.closed_loop()
+            self.history.closed_loop.append({'step': self.step, **results})
+            for mode, name in (('chunk', 'best'), ('ensemble', 'best_te')):
+                if mode in results:
+                    r = results[mode]
+                    if self._improved(f'closed_loop_{mode}',
+                                      (r['align_rate'], -r['mean_position_error']), name,
+                                      {k: r[k] for k in ('align_rate', 'mean_position_error',
+                                                         'mean_yaw_error')}):
+                        copy_checkpoint(self.out / CANDIDATE_DIR, self.out / name)
+                        improved = True
+            shutil.rmtree(self.out / CANDIDATE_DIR, ignore_errors=True)
+            logger.info('step %d closed loop: %s', self.step, {
+                m: f"align {r['align_rate']:.2f}, pos {r['mean_position_error'] * 100:.1f} cm"
+                for m, r in results.items()})
+        if val is not None:
+            logger.info('step %d: val L1 %.4f (weighted %.4f)', self.step, val['val_l1'],
+                        val['val_l1_weighted'])
+        self.evals_without_improvement = 0 if improved else self.evals_without_improvement + 1
+        restore_rng(rng)
+        patience = self.config.early_stop_patience
+        if patience and self.evals_without_improvement >= patience \
+                and self.step >= self.config.min_steps:
+            self.stop_reason = 'early_stop'
+            logger.info('early stop at step %d: no improvement in %d evaluations', self.step,
+                        patience)
+
+    # -- loop ----------------------------------------------------------------------------------
+    def train_step(self) -> None:
+        start = time.perf_counter()
+        batch = self.preprocessor(self.inputs.store.batch(self.order.indices(self.step)))
+        loss, l1, kl = self._loss_step(batch)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
+                                                   self.config.grad_clip_norm)
+        lr = self.optimizer.param_groups[0]['lr']
+        self.optimizer.step()
+        self.scheduler.step()
+        self.step += 1
+        self.history.add_train(self.step, {'loss': loss.detach(), 'l1': l1, 'kl': kl,
+                                           'grad_norm': grad_norm.detach()}, lr)
+        elapsed = time.perf_counter() - start
+        if self.first_step_s is None:
+            self.first_step_s = elapsed
+        else:
+            self.train_seconds += elapsed
+            self.session_steps += 1
+
+    def run(self) -> None:
+        """Train until ``steps``, an early stop or a stop request (SIGINT/SIGTERM)."""
+        from tqdm import tqdm
+        from tqdm.contrib.logging import logging_redirect_tqdm
+
+        self._start = time.perf_counter()
+        self.policy.train()
+        handlers = self._install_signal_handlers()
+        cfg = self.config
+        try:
+            with logging_redirect_tqdm(), tqdm(total=cfg.steps, initial=self.step, unit='step',
+                                               desc='train', disable=not cfg.progress,
+                                               dynamic_ncols=True) as bar:
+                while self.step < cfg.steps and self.stop_reason is None:
+                    self.train_step()
+                    bar.update(1)
+                    if self.step % PROGRESS_SYNC_EVERY == 0 or self.step == cfg.steps:
+                        row = self.history.flush()
+                        bar.set_postfix(loss=f"{row['loss']:.3f}", l1=f"{row['l1']:.3f}",
+                                        lr=f"{row['lr']:.1e}")
+                    if self.step % cfg.val_interval == 0 or self.step == cfg.steps:
+                        self.evaluate_and_select()
+                    if self.step % cfg.checkpoint_interval == 0:
+                        self.save(f'step_{self.step:06d}')
+                        self.save('last', with_state=True)
+                    if self.on_step is not None:
+                        self.on_step(self, self.step)
+                    if self._stop_requested and self.stop_reason is None:
+                        self.stop_reason = 'interrupted'
+                        logger.warning('%s: saving last/ at step %d and exiting',
+                                       self._stop_requested, self.step)
+            self.save('last', with_state=True)
+        finally:
+            self._restore_signal_handlers(handlers)
+            if self._env is not None:
+                self._env.close()
+                self._env = None
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous = {}
+
+        def handler(signum: int, _frame: Any) -> None:
+            if self._stop_requested:  # second signal: stop now, without saving
+                raise KeyboardInterrupt
+            self.request_stop(signal.Signals(signum).name)
+
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous[sig] = signal.signal(sig, handler)
+        return previous
+
+    @staticmethod
+    def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+    @property
+    def wall_seconds(self) -> float:
+        return self.previous_wall_s + (time.perf_counter() - self._start)

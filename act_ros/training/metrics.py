@@ -1,0 +1,133 @@
+"""``training_metrics.json`` and the PNG plots beside it.
+
+Only numbers measured in the run are written: a value that was not measured (no
+validation set, no closed-loop evaluation) is absent or ``null``, never a placeholder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+logger = logging.getLogger(__name__)
+METRICS_FILE = 'training_metrics.json'
+LOSS_PLOT = 'plot_loss.png'
+ALIGN_PLOT = 'plot_align_rate.png'
+
+
+@dataclass
+class History:
+    """What was measured, step by step (``step`` = optimizer steps completed)."""
+
+    train: list[dict[str, float]] = field(default_factory=list)
+    val: list[dict[str, float]] = field(default_factory=list)
+    closed_loop: list[dict[str, Any]] = field(default_factory=list)
+    _pending: list[tuple[int, dict[str, torch.Tensor], float]] = field(default_factory=list,
+                                                                      repr=False)
+
+    def add_train(self, step: int, terms: dict[str, torch.Tensor], lr: float) -> None:
+        """Keep the detached loss terms of a step; converted to floats in :meth:`flush`."""
+        self._pending.append((step, terms, lr))
+
+    def flush(self) -> dict[str, float] | None:
+        """Convert pending terms with one device sync; returns the latest entry."""
+        if not self._pending:
+            return self.train[-1] if self.train else None
+        keys = list(self._pending[0][1])
+        values = torch.stack([torch.stack([t[k].float() for k in keys])
+                              for _, t, _ in self._pending]).cpu().tolist()
+        for (step, _, lr), row in zip(self._pending, values):
+            self.train.append({'step': step, **dict(zip(keys, row)), 'lr': lr})
+        self._pending.clear()
+        return self.train[-1]
+
+    def to_dict(self) -> dict[str, Any]:
+        self.flush()
+        return {'train': self.train, 'val': self.val, 'closed_loop': self.closed_loop}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> History:
+        return cls(train=list(data.get('train', [])), val=list(data.get('val', [])),
+                   closed_loop=list(data.get('closed_loop', [])))
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write JSON into a temporary sibling, then rename (a reader never sees half a file)."""
+    tmp = path.parent / f'.{path.name}.tmp-{os.getpid()}'
+    tmp.write_text(json.dumps(data, indent=2, allow_nan=False, default=_jsonable))
+    os.replace(tmp, path)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Path):
+        return str(value)
+    if hasattr(value, 'tolist'):
+        return value.tolist()
+    raise TypeError(f'cannot write {type(value).__name__} to JSON')
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN/inf: an unmeasured or non-finite value is written as null."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if value == value and abs(value) != float('inf') else None
+
+
+def write_plots(output_dir: Path, history: History) -> list[str]:
+    """PNG plots of train loss / L1 / val L1 and of the closed-loop align rate.
+
+    Returns the file names written (none when matplotlib is not installed: logged).
+    """
+    try:
+        import matplotlib
+        matplotlib.use('Agg')
+        import matplotlib.pyplot as plt
+    except ImportError:
+        logger.warning('matplotlib is not installed: no plots written (pip install matplotlib)')
+        return []
+    history.flush()
+    written = []
+    if history.train:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        steps = [r['step'] for r in history.train]
+        ax.plot(steps, [r['loss'] for r in history.train], lw=0.8, alpha=0.6, label='train loss')
+        ax.plot(steps, [r['l1'] for r in history.train], lw=0.8, alpha=0.8,
+                label='train L1 (weighted)')
+        if history.val:
+            val_steps = [r['step'] for r in history.val]
+            ax.plot(val_steps, [r['val_l1_weighted'] for r in history.val], 'o-',
+                    label='val L1 (weighted)')
+            ax.plot(val_steps, [r['val_l1'] for r in history.val], 's--', label='val L1')
+        ax.set_yscale('log')
+        ax.set_xlabel('step')
+        ax.set_ylabel('loss (normalized units)')
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(output_dir / LOSS_PLOT, dpi=100)
+        plt.close(fig)
+        written.append(LOSS_PLOT)
+    if history.closed_loop:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        for mode in ('chunk', 'ensemble'):
+            rows = [r for r in history.closed_loop if mode in r]
+            if rows:
+                ax.plot([r['step'] for r in rows], [r[mode]['align_rate'] for r in rows], 'o-',
+                        label=f'align rate ({mode})')
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel('step')
+        ax.set_ylabel('align rate')
+        ax.grid(alpha=0.3)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(output_dir / ALIGN_PLOT, dpi=100)
+        plt.close(fig)
+        written.append(ALIGN_PLOT)
+    return written

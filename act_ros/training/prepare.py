@@ -1,0 +1,104 @@
+"""Build what a run needs before its first step: data, model, processors, optimizer.
+
+Everything that can be wrong with the inputs (dataset path, empty dataset, features
+missing from the contract, an explicit device that is not there) fails here, before any
+training, with a message that says what was expected and what was found.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import logging
+import math
+from typing import Any
+
+import torch
+
+from act_ros.core.checkpoint import make_act_config
+from act_ros.core.contract import Contract, load_contract
+from act_ros.core.device import select_device
+from act_ros.training.config import TrainConfig
+from act_ros.training.data import (FrameStore, Split, dataset_image_size, load_frames,
+                                   make_split, normalization_stats, open_dataset)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class RunInputs:
+    """The dataset side of a run."""
+
+    contract: Contract
+    device: torch.device
+    dataset: Any  # LeRobotDataset
+    split: Split
+    store: FrameStore
+    stats: dict[str, dict[str, torch.Tensor]]
+    image_size: tuple[int, int]
+    stored_image_size: tuple[int, int]
+
+    def describe(self) -> dict[str, Any]:
+        meta = self.dataset.meta
+        return {'root': str(self.dataset.root), 'episodes': int(meta.total_episodes),
+                'frames': int(meta.total_frames), 'fps': int(meta.fps),
+                'stored_image_size': list(self.stored_image_size),
+                'camera_storage': 'video' if meta.video_keys else 'image',
+                'robot_type': meta.robot_type}
+
+
+def prepare_inputs(config: TrainConfig) -> RunInputs:
+    """Open, check, split and decode the dataset; resolve the device."""
+    contract = load_contract(config.contract_path)
+    device = select_device(config.device)
+    dataset = open_dataset(config.dataset_root, contract)
+    stored = dataset_image_size(dataset.meta, contract)
+    size = config.image_size or stored
+    if config.image_size and (stored[0] < size[0] or stored[1] < size[1]):
+        logger.warning('dataset images are %dx%d, smaller than the model input %dx%d: they are '
+                       'upscaled', stored[0], stored[1], size[0], size[1])
+    hf = dataset.hf_dataset
+    episode_index = hf.data.column('episode_index').to_numpy() if 'episode_index' in \
+        hf.column_names else None
+    split, seg_start, seg_end = make_split(episode_index, config.val_ratio, config.seed, len(hf))
+    logger.info('split (%s): %d train frames (%d episodes), %d val frames (%d episodes)',
+                split.kind, split.train.size, len(split.train_episodes), split.val.size,
+                len(split.val_episodes))
+    store = load_frames(dataset, contract, size, seg_start=seg_start, seg_end=seg_end,
+                        progress=config.progress)
+    stats = normalization_stats(dataset.meta.stats, contract, camera_stats=config.camera_stats)
+    return RunInputs(contract=contract, device=device, dataset=dataset, split=split, store=store,
+                     stats=stats, image_size=size, stored_image_size=stored)
+
+
+def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]:
+    """LeRobot ACTPolicy (chunk_size from the contract) and its pre/post processors."""
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from lerobot.policies.act.processor_act import make_act_pre_post_processors
+
+    lr_backbone = config.lr if config.lr_backbone is None else config.lr_backbone
+    act_config = make_act_config(inputs.contract, image_size=inputs.image_size,
+                                 preset=config.model_preset, device=str(inputs.device),
+                                 kl_weight=config.kl_weight, optimizer_lr=config.lr,
+                                 optimizer_lr_backbone=lr_backbone,
+                                 optimizer_weight_decay=config.weight_decay)
+    torch.manual_seed(config.seed)
+    policy = ACTPolicy(act_config).to(inputs.device)
+    pre, post = make_act_pre_post_processors(act_config, inputs.stats)
+    return policy, pre, post
+
+
+def build_optimizer(config: TrainConfig, policy: Any) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW with LeRobot's parameter groups (backbone lr) and a warm-up + cosine schedule."""
+    optimizer = torch.optim.AdamW(policy.get_optim_params(), lr=config.lr,
+                                  weight_decay=config.weight_decay)
+    warmup, total, floor = config.warmup_steps, config.steps, config.min_lr_ratio
+
+    def factor(step: int) -> float:
+        if warmup and step < warmup:
+            return (step + 1) / warmup
+        if config.scheduler == 'none':
+            return 1.0
+        progress = min(1.0, (step - warmup) / max(1, total - warmup))
+        return floor + (1.0 - floor) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+    return optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, factor)

@@ -1,0 +1,168 @@
+"""Closed-loop episodes of a checkpoint in the MuJoCo simulation, without ROS.
+
+The policy runs through :class:`~act_ros.core.runtime.PolicyRuntime` (``execution='sync'``,
+so results do not depend on the CPU's speed) and every command through the node's safety
+chain and release gate (:func:`~act_ros.core.safety.limit_command`), with the limits and
+gate settings of ``config/act.yaml``. A rejected command is not sent: the arm keeps the
+previous target, as a position controller does when no command arrives.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from act_ros.core.contract import Contract, load_contract
+from act_ros.core.paths import config_path
+from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
+from act_ros.core.safety import SafetyLimits, limit_command
+
+EVAL_MODES = ('chunk', 'ensemble')
+# n_action_steps per mode: the ACT paper's chunk execution and per-tick ensembling.
+MODE_SETTINGS = {'chunk': {'n_action_steps': 30}, 'ensemble': {'n_action_steps': 1}}
+
+
+@dataclass(frozen=True)
+class SafetySettings:
+    """Limits and gate the node applies (from ``config/act.yaml`` by default)."""
+
+    limits: SafetyLimits
+    gate: ReleaseGateConfig
+
+    @classmethod
+    def from_node_config(cls, contract: Contract, path: str | Path | None = None) -> SafetySettings:
+        """Read ``max_joint_step`` and ``release_gate`` of act_node's parameter file."""
+        path = Path(path) if path else config_path('act.yaml')
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        params: dict[str, Any] = {}
+        for value in data.values():
+            if isinstance(value, dict) and 'ros__parameters' in value:
+                params = value['ros__parameters']
+        step = list(params.get('max_joint_step', [0.1]))
+        if len(step) == 1:
+            step = step * contract.num_joints
+        if len(step) != contract.num_joints:
+            raise ValueError(f'{path}: max_joint_step has {len(step)} values, expected 1 or '
+                             f'{contract.num_joints}')
+        limits = SafetyLimits(lower=np.asarray(params.get('joint_lower', contract.lower)),
+                              upper=np.asarray(params.get('joint_upper', contract.upper)),
+                              max_step=np.asarray(step, dtype=np.float64))
+        return cls(limits=limits, gate=ReleaseGateConfig(**params.get('release_gate', {})))
+
+
+@dataclass
+class ModeResult:
+    """Closed-loop results of one execution mode."""
+
+    mode: str
+    summary: dict[str, float | int]
+    episodes: list[dict[str, Any]] = field(default_factory=list)
+    suppressed_releases: int = 0
+    rejected_commands: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {'mode': self.mode, **self.summary, 'suppressed_releases': self.suppressed_releases,
+                'rejected_commands': self.rejected_commands, 'seconds': self.seconds,
+                'episodes': self.episodes}
+
+
+def checkpoint_render_size(checkpoint: Path) -> tuple[int, int] | None:
+    """Image size the checkpoint's training data was recorded at (``training_info.json``)."""
+    info = Path(checkpoint) / 'training_info.json'
+    if not info.is_file():
+        return None
+    size = json.loads(info.read_text()).get('dataset_image_size')
+    return (int(size[0]), int(size[1])) if size else None
+
+
+def make_sim_config(checkpoint: Path, render_size: tuple[int, int] | None = None,
+                    sim_config_path: str | Path | None = None,
+                    episode_steps: int | None = None) -> Any:
+    """``config/sim.yaml`` rendered at ``render_size``, by default at the size the
+    checkpoint's training images were recorded (the policy then sees what it was trained on).
+    ``episode_steps`` shortens episodes (quick checks; the task needs the full length)."""
+    from act_ros.sim import SimConfig
+
+    size = render_size or checkpoint_render_size(checkpoint)
+    overrides: dict[str, Any] = {'camera_height': size[0], 'camera_width': size[1]} if size else {}
+    if episode_steps is not None:
+        overrides['episode_steps'] = episode_steps
+    return SimConfig.from_yaml(sim_config_path, **overrides)
+
+
+def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'chunk',
+                        seed: int = 0, device: str = 'cpu', sim_config: Any = None,
+                        contract: Contract | None = None, safety: SafetySettings | None = None,
+                        ensemble_coeff: float = 0.01,
+                        frame_sink: Callable[[int, dict[str, np.ndarray]], None] | None = None,
+                        sink_episodes: Sequence[int] = (), env: Any = None,
+                        progress: bool = False) -> ModeResult:
+    """Run ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) of one mode and score them.
+
+    ``frame_sink(episode, images)`` receives the camera images of every tick of the
+    episodes listed in ``sink_episodes`` (for videos). ``env`` may be given to reuse a
+    simulation (its config then wins over ``sim_config``).
+    """
+    import time
+
+    from tqdm import tqdm
+
+    from act_ros.core.observation import Observation
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.sim import PortPickAlignEnv, summarize_results
+
+    if mode not in EVAL_MODES:
+        raise ValueError(f"unknown mode '{mode}', expected one of {EVAL_MODES}")
+    if episodes < 1:
+        raise ValueError(f'episodes must be >= 1, got {episodes}')
+    contract = contract or load_contract()
+    safety = safety or SafetySettings.from_node_config(contract)
+    own_env = env is None
+    if own_env:
+        env = PortPickAlignEnv(sim_config or make_sim_config(Path(checkpoint)), contract)
+    runtime = PolicyRuntime(RuntimeConfig(
+        model_path=checkpoint, device=device, mode=mode, execution='sync',
+        ensemble_coeff=ensemble_coeff, contract=contract, warmup=False,
+        **MODE_SETTINGS[mode]))
+    gate = ReleaseGate(safety.gate)
+    gripper = contract.gripper_index
+    results, rejected = [], 0
+    start = time.perf_counter()
+    try:
+        for k in tqdm(range(episodes), desc=f'closed loop ({mode})', unit='episode',
+                      disable=not progress, leave=False):
+            obs = env.reset(seed=seed + k)
+            runtime.reset()
+            gate.reset()
+            command = np.asarray(obs.joint_positions, dtype=np.float64).copy()
+            sink = frame_sink if frame_sink is not None and k in sink_episodes else None
+            while not env.done:
+                if sink is not None:
+                    sink(k, obs.images)
+                action = runtime.act(Observation(images=obs.images, state=obs.joint_positions))
+                if action is not None:
+                    result = limit_command(action, obs.joint_positions, safety.limits,
+                                           gripper_index=gripper, gate=gate,
+                                           ee_position=obs.ee_position,
+                                           pad_position=np.asarray(obs.pad_pose)[:3])
+                    if result.rejected:
+                        rejected += 1
+                    else:
+                        command = result.command
+                obs = env.step(command)
+            results.append(env.evaluate())
+    finally:
+        runtime.close()
+        if own_env:
+            env.close()
+    return ModeResult(mode=mode, summary=summarize_results(results),
+                      episodes=[r.to_dict() for r in results],
+                      suppressed_releases=gate.suppressed_releases, rejected_commands=rejected,
+                      seconds=time.perf_counter() - start)

@@ -1,0 +1,181 @@
+"""``act-ros train`` / ``ros2 run act_ros train``: train LeRobot ACT on a LeRobot v3 dataset.
+
+Writes LeRobot checkpoint directories (``best/``, ``best_te/``, ``last/``,
+``step_NNNNNN/``), ``training_metrics.json`` and PNG plots to ``--output-dir``. See
+DESIGN.md section 7 and :mod:`act_ros.training.loop`.
+
+Several GPUs: this trainer runs one process on one device and refuses to start as one of
+several processes. Multi-GPU training goes through LeRobot's own trainer under
+``accelerate launch`` on the same dataset; its checkpoints load here unchanged::
+
+    accelerate launch --multi_gpu --num_processes 2 -m lerobot.scripts.lerobot_train \
+        --dataset.repo_id local/NAME --dataset.root DATASET --policy.type act \
+        --policy.chunk_size 30 --policy.n_action_steps 30 --policy.push_to_hub false \
+        --output_dir OUT
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+import sys
+import time
+from typing import Any
+
+from act_ros.core.errors import ActRosError
+from act_ros.training.config import TrainConfig, build_parser, config_from_args
+from act_ros.training.metrics import METRICS_FILE, finite_or_none, write_json_atomic, write_plots
+
+logger = logging.getLogger('act_ros.train')
+
+
+def _check_single_process() -> None:
+    world = os.environ.get('WORLD_SIZE', '1')
+    if world.isdigit() and int(world) > 1:
+        raise ValueError(f'act-ros train runs one process, but WORLD_SIZE is {world} (accelerate/'
+                         'torchrun): for several GPUs run lerobot.scripts.lerobot_train under '
+                         'accelerate launch (see act_ros/training/train.py)')
+
+
+def _check_output_dir(config: TrainConfig) -> None:
+    out = config.output_dir
+    if out.exists() and not out.is_dir():
+        raise ValueError(f'--output-dir {out} is a file, expected a directory')
+    if config.resume:
+        if not (out / 'last').is_dir():
+            raise FileNotFoundError(f'--resume: {out / "last"} does not exist (nothing to resume '
+                                    'in --output-dir)')
+    elif not config.infer_only and ((out / 'last').exists() or (out / METRICS_FILE).exists()):
+        raise FileExistsError(f'--output-dir {out} already holds a run (last/ or {METRICS_FILE});'
+                              ' pass --resume to continue it, or choose another directory')
+
+
+def build_metrics(trainer: Any, status: str, wall_s: float) -> dict[str, Any]:
+    """The content of ``training_metrics.json`` (only numbers measured in this run)."""
+    cfg, inputs, history = trainer.config, trainer.inputs, trainer.history
+    steps_per_s = (trainer.session_steps / trainer.train_seconds
+                   if trainer.train_seconds > 0 else None)
+    last_train = history.flush()
+    n_params = sum(p.numel() for p in trainer.policy.parameters())
+    return {
+        'status': status,
+        'config': cfg.to_dict(),
+        'model': {'type': 'act', 'preset': cfg.model_preset, 'image_size': list(inputs.image_size),
+                  'chunk_size': int(trainer.policy.config.chunk_size), 'parameters': n_params,
+                  'pretrained_backbone': None},
+        'dataset': inputs.describe(),
+        'normalization': {'state_action': 'dataset meta/stats.json (all episodes)',
+                          'cameras': cfg.camera_stats},
+        'split': inputs.split.to_dict(),
+        'split_kind': inputs.split.kind,
+        'device': str(inputs.device),
+        'steps_completed': trainer.step,
+        'resumed_from_step': trainer.resumed_from,
+        'below_recommended_steps': cfg.below_recommended_steps,
+        'stopped_early': trainer.stop_reason == 'early_stop',
+        'interrupted': trainer.stop_reason == 'interrupted',
+        'final_train_loss': finite_or_none(last_train['loss']) if last_train else None,
+        'best': trainer.best,
+        'history': history.to_dict(),
+        'wall_time_s': wall_s,
+        'session_train_steps': trainer.session_steps + (trainer.first_step_s is not None),
+        'first_step_s': trainer.first_step_s,
+        'steps_per_s': steps_per_s,
+        'steps_per_s_note': 'optimizer steps (data, forward, backward, update) in this session, '
+                            'first step (compilation) excluded; validation and checkpoints '
+                            'not counted',
+        'compile': cfg.compile,
+    }
+
+
+def _infer(config: TrainConfig, inputs: Any, metrics: dict[str, Any]) -> int:
+    from act_ros.training.infer_check import inference_check
+
+    for name in ('best', 'last'):
+        path = config.output_dir / name
+        if (path / 'model.safetensors').is_file():
+            result = inference_check(path, inputs, device=str(inputs.device))
+            metrics['inference_check'] = result
+            logger.info('inference check of %s: finite %s, mean abs error %s over %d frames',
+                        path, result['finite'], result['mean_abs_error'], result['frames'])
+            return 0 if result['finite'] else 1
+    raise FileNotFoundError(f'no checkpoint to check in {config.output_dir} (expected best/ or '
+                            'last/)')
+
+
+def run(config: TrainConfig, *, on_step: Any = None) -> dict[str, Any]:
+    """Train (or only check inference) with ``config``; returns the metrics written."""
+    import torch
+
+    start = time.perf_counter()
+    _check_single_process()
+    _check_output_dir(config)
+    threads = torch.get_num_threads()
+    if config.torch_threads:
+        torch.set_num_threads(config.torch_threads)
+    try:
+        return _run(config, on_step, start)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(config: TrainConfig, on_step: Any, start: float) -> dict[str, Any]:
+    from act_ros.training.loop import Trainer
+    from act_ros.training.prepare import prepare_inputs
+
+    inputs = prepare_inputs(config)
+    config.output_dir.mkdir(parents=True, exist_ok=True)
+    if config.infer_only:
+        metrics: dict[str, Any] = {'status': 'infer_only', 'config': config.to_dict()}
+        code = _infer(config, inputs, metrics)
+        write_json_atomic(config.output_dir / 'inference_check.json', metrics)
+        metrics['exit_code'] = code
+        return metrics
+    trainer = Trainer(config, inputs, on_step=on_step)
+    if config.resume:
+        trainer.resume()
+    status = 'failed'
+    try:
+        trainer.run()
+        status = {'early_stop': 'stopped_early', 'interrupted': 'interrupted'}.get(
+            trainer.stop_reason, 'completed')
+    finally:
+        metrics = build_metrics(trainer, status, trainer.wall_seconds)
+        metrics['plots'] = write_plots(config.output_dir, trainer.history)
+        write_json_atomic(config.output_dir / METRICS_FILE, metrics)
+    code = 0
+    if not config.skip_infer and status != 'interrupted':
+        code = _infer(config, inputs, metrics)
+    metrics['wall_time_s'] = trainer.previous_wall_s + (time.perf_counter() - start)
+    write_json_atomic(config.output_dir / METRICS_FILE, metrics)
+    metrics['exit_code'] = code
+    return metrics
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``act-ros train``."""
+    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except (ValueError, FileNotFoundError) as exc:
+        parser.error(str(exc))
+    try:
+        metrics = run(config)
+    except (ActRosError, ValueError, FileNotFoundError, FileExistsError) as exc:
+        print(f'act-ros train: {exc}', file=sys.stderr)
+        return 2
+    if metrics['status'] != 'infer_only':
+        sps = metrics.get('steps_per_s')
+        print(f"{metrics['status']}: {metrics['steps_completed']} steps"
+              f"{f', {sps:.2f} steps/s' if sps else ''}; best {list(metrics['best'])}; "
+              f"metrics in {Path(config.output_dir) / METRICS_FILE}")
+    if metrics['status'] == 'interrupted':
+        return 130  # like a shell's Ctrl-C: the run did not finish (resume with --resume)
+    return int(metrics.get('exit_code', 0))
+
+
+if __name__ == '__main__':
+    sys.exit(main())

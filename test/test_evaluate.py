@@ -1,0 +1,113 @@
+"""Closed-loop evaluation in the simulation: the evaluator CLI and the trainer's sim preset.
+
+Short episodes (``--episode-steps``) keep these quick; the task itself needs the full
+length, so the numbers here say nothing about a policy's quality.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip('mujoco')
+pytest.importorskip('lerobot.datasets.lerobot_dataset')
+
+pytestmark = [pytest.mark.sim, pytest.mark.slow]
+H, W = 48, 64
+
+
+@pytest.fixture(autouse=True, scope='module')
+def one_torch_thread():
+    """One PyTorch thread: fastest on a 2-core machine shared with other test processes."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope='module')
+def dataset(tmp_path_factory) -> Path:
+    from act_ros.core.contract import load_contract
+    from act_ros.data.episode import DatasetLayout
+    from act_ros.data.synthetic import synthetic_episode
+    from act_ros.data.writer import AtomicDatasetWriter
+
+    layout = DatasetLayout(contract=load_contract(), image_height=H, image_width=W,
+                           use_video=False, robot_type='synthetic')
+    root = tmp_path_factory.mktemp('data') / 'syn'
+    with AtomicDatasetWriter(layout, root) as writer:
+        for k in range(3):
+            writer.add_episode(synthetic_episode(layout, 30, k))
+    return root
+
+
+def test_evaluate_cli_both_modes_with_video(tiny_checkpoint, tmp_path, capsys):
+    from act_ros.training.evaluate import main
+
+    out = tmp_path / 'eval.json'
+    code = main(['--checkpoint', str(tiny_checkpoint), '--episodes', '1', '--mode', 'both',
+                 '--seed', '3', '--render-size', '96x128', '--episode-steps', '20',
+                 '--video', str(tmp_path / 'ep.mp4'), '--video-episodes', '0',
+                 '--output', str(out), '--no-progress'])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert 'chunk' in printed and 'ensemble' in printed and 'align_rate' in printed
+    data = json.loads(out.read_text())
+    for mode in ('chunk', 'ensemble'):
+        result = data['modes'][mode]
+        assert result['count'] == 1 and 0.0 <= result['align_rate'] <= 1.0
+        assert np.isfinite(result['mean_position_error']) and np.isfinite(result['mean_yaw_error'])
+        assert result['episodes'][0]['steps'] == 20 and result['episodes'][0]['seed'] == 3
+        video = Path(result['video'])
+        assert video.name == f'ep_{mode}.mp4' and video.stat().st_size > 1000
+
+
+def test_evaluate_gif_and_bad_device(tiny_checkpoint, tmp_path, capsys):
+    from act_ros.training.evaluate import main
+
+    gif = tmp_path / 'ep.gif'
+    assert main(['--checkpoint', str(tiny_checkpoint), '--episodes', '1', '--mode', 'chunk',
+                 '--render-size', '48x64', '--episode-steps', '6', '--video', str(gif),
+                 '--no-progress']) == 0
+    assert gif.read_bytes()[:3] == b'GIF'
+    import torch
+    if not torch.cuda.is_available():
+        assert main(['--checkpoint', str(tiny_checkpoint), '--device', 'cuda',
+                     '--no-progress']) == 2
+        assert "'cuda' was requested" in capsys.readouterr().err
+
+
+def test_sim_preset_records_both_closed_loop_modes(dataset, tmp_path):
+    from act_ros.training.config import TrainConfig
+    from act_ros.training.train import run
+
+    out = tmp_path / 'run'
+    config = TrainConfig(dataset_root=dataset, output_dir=out, preset='sim', model_preset='tiny',
+                         image_size=(H, W), steps=4, batch_size=2, lr=1e-4, warmup_steps=0,
+                         val_interval=2, max_val_batches=1, checkpoint_interval=100,
+                         early_stop_patience=1, min_steps=100, closed_loop_val_episodes=1,
+                         torch_threads=1,
+                         closed_loop_te_episodes=1, closed_loop_episode_steps=15, device='cpu',
+                         progress=False, skip_infer=True)
+    metrics = run(config)
+    assert metrics['status'] == 'completed' and metrics['steps_completed'] == 4
+    rows = metrics['history']['closed_loop']
+    assert [r['step'] for r in rows] == [2, 4]
+    for row in rows:
+        for mode in ('chunk', 'ensemble'):
+            assert {'align_rate', 'mean_position_error', 'mean_yaw_error'} <= set(row[mode])
+            assert row[mode]['count'] == 1
+    assert {'closed_loop_chunk', 'closed_loop_ensemble'} <= set(metrics['best'])
+    assert metrics['best']['closed_loop_chunk']['path'] == 'best'
+    assert metrics['best']['closed_loop_ensemble']['path'] == 'best_te'
+    for name in ('best', 'best_te', 'last'):
+        assert (out / name / 'model.safetensors').is_file(), name
+    assert not (out / '.closed_loop_candidate').exists()
+    assert (out / 'plot_align_rate.png').is_file()
+    # Early stop only after min_steps, although patience (1) ran out.
+    assert metrics['stopped_early'] is False
