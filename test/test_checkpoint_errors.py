@@ -135,3 +135,16 @@ def test_fp16_on_cpu_is_an_error(ckpt):
     with pytest.raises(ValueError, match='fp16'):
         PolicyRuntime(RuntimeConfig(model_path=ckpt, device='cpu', precision='fp16',
                                     warmup=False))
+
+
+def test_bf16_on_a_cpu_without_native_bf16_is_refused(ckpt):
+    from act_ros.core.inference import cpu_has_native_bf16
+    if cpu_has_native_bf16():
+        rt = PolicyRuntime(RuntimeConfig(model_path=ckpt, device='cpu', precision='bf16',
+                                         warmup=False))
+        assert rt.predictor.options.precision == 'bf16'
+        rt.close()
+    else:
+        with pytest.raises(DeviceUnavailableError, match='native bfloat16'):
+            PolicyRuntime(RuntimeConfig(model_path=ckpt, device='cpu', precision='bf16',
+                                        warmup=False))

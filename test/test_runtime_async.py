@@ -103,3 +103,19 @@ def test_worker_error_surfaces(tiny_checkpoint):
             rt.act(_obs(1))
     finally:
         rt.close()
+
+
+def test_chunk_slower_than_its_horizon_is_counted_late_and_never_played(tiny_checkpoint):
+    """A model slower than a whole chunk (30 ticks = 1 s) cannot keep up: its chunks
+    arrive after their last tick; none of their (stale) actions may be played."""
+    rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', mode='chunk',
+                                     execution='async'))
+    try:
+        _tick_coded_model(rt, 1.1)
+        rt.reset()
+        actions, durations = _run(rt, 75)
+        assert max(durations) < 0.03
+        assert all(a is None for a in actions)
+        assert rt.stats.chunks_late >= 1
+    finally:
+        rt.close()

@@ -26,7 +26,7 @@ import torch
 from act_ros.bench.report import latency_summary, machine_description, markdown_table
 from act_ros.core.checkpoint import create_checkpoint, load_checkpoint, parse_image_size
 from act_ros.core.contract import load_contract
-from act_ros.core.inference import ChunkPredictor, PredictorOptions
+from act_ros.core.inference import ChunkPredictor, PredictorOptions, cpu_has_native_bf16
 from act_ros.core.observation import Observation
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
@@ -107,12 +107,13 @@ def run_control_loops(path, contract, observations, duration_s, device, compile_
         s = latency_summary(durations)
         overruns = sum(d > period for d in durations)
         chunks = stats.chunks_computed if stats else 'n/a'
+        late = stats.chunks_late if stats else 'n/a'
         empty = stats.empty_ticks if stats else 0
         table.append((label, len(durations), s['median_ms'], s['p99_ms'], s['max_ms'], overruns,
-                      empty, chunks))
+                      empty, chunks, late))
     return markdown_table(['loop', 'ticks', 'median ms', 'p99 ms', 'max ms',
                            f'overruns (>{period * 1000:.1f} ms)', 'ticks without action',
-                           'chunks'], table, digits=2)
+                           'chunks', 'chunks too late to play'], table, digits=2)
 
 
 def run_model_timing(path, contract, observations, iters, device, reduced):
@@ -123,10 +124,15 @@ def run_model_timing(path, contract, observations, iters, device, reduced):
     variants['act_ros eager fp32'] = ChunkPredictor(ckpt, contract, device)
     variants['act_ros compiled fp32'] = ChunkPredictor(ckpt, contract, device,
                                                        PredictorOptions(compile_model=True))
-    variants[f'act_ros eager {reduced}'] = ChunkPredictor(ckpt, contract, device,
-                                                          PredictorOptions(precision=reduced))
-    variants[f'act_ros compiled {reduced}'] = ChunkPredictor(
-        ckpt, contract, device, PredictorOptions(precision=reduced, compile_model=True))
+    note = ''
+    if reduced == 'bf16' and device.type == 'cpu' and not cpu_has_native_bf16():
+        note = ('\n\nbf16 rows skipped: this CPU has no native bfloat16 (AVX512-BF16 or AMX), '
+                'so the runtime refuses bf16 here (emulated bf16 measured 38x slower than fp32).')
+    else:
+        variants[f'act_ros eager {reduced}'] = ChunkPredictor(
+            ckpt, contract, device, PredictorOptions(precision=reduced))
+        variants[f'act_ros compiled {reduced}'] = ChunkPredictor(
+            ckpt, contract, device, PredictorOptions(precision=reduced, compile_model=True))
     compile_s = {}
     for name, pred in variants.items():
         if pred is not None and pred.options.compile_model:
@@ -166,7 +172,7 @@ def run_model_timing(path, contract, observations, iters, device, reduced):
         med = float(np.median(times[name]))
         rows.append((name, med * 1000, base / med, diffs[name], compile_s.get(name, 0.0)))
     return markdown_table(['model', 'ms / chunk (median)', 'speed-up vs LeRobot',
-                           'max |action diff| (normalized)', 'compile s'], rows, digits=2)
+                           'max |action diff| (normalized)', 'compile s'], rows, digits=2) + note
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -195,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     reduced = args.reduced_precision or ('fp16' if device.type == 'cuda' else 'bf16')
     sections = [f'# act_ros runtime benchmark\n\n{machine_description()}; device {device}; '
                 f'cameras {size[0]}x{size[1]}\n']
+    print(sections[0], flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         path = args.checkpoint or create_checkpoint(Path(tmp) / 'ckpt', preset=args.preset,
                                                     image_size=size, seed=0)
@@ -205,13 +212,14 @@ def main(argv: list[str] | None = None) -> int:
             sections.append(f'## Control loop at {contract.fps} Hz, {args.duration:.0f} s each\n\n'
                             + run_control_loops(path, contract, observations, args.duration,
                                                 device, args.compile_loops))
+            print(sections[-1] + '\n', flush=True)  # each section as soon as it is measured
         if not args.skip_model:
             print('model timing (compiling first) ...', file=sys.stderr, flush=True)
             sections.append('## Model time per chunk (interleaved A/B)\n\n'
                             + run_model_timing(path, contract, observations, args.iters, device,
                                                reduced))
+            print(sections[-1] + '\n', flush=True)
     report = '\n\n'.join(sections) + '\n'
-    print(report)
     if args.output:
         args.output.write_text(report)
     return 0

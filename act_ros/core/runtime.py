@@ -86,6 +86,7 @@ class RuntimeStats:
     ticks: int = 0
     chunks_computed: int = 0
     chunks_discarded: int = 0
+    chunks_late: int = 0  # arrived after their last tick had passed: model slower than a chunk
     empty_ticks: int = 0
     last_inference_ms: float = float('nan')
     mean_inference_ms: float = float('nan')
@@ -251,7 +252,10 @@ class PolicyRuntime:
         return self._ensembler if self.config.mode == 'ensemble' else self._queue
 
     def _add_chunk(self, start_tick: int, chunk: np.ndarray, seconds: float) -> None:
-        self._store.add(TimedChunk(start_tick, chunk))
+        timed = TimedChunk(start_tick, chunk)
+        if timed.end_tick <= self._tick - 1:
+            self.stats.chunks_late += 1
+        self._store.add(timed)
         self._new_chunks.append(chunk)
         self.stats.chunks_computed += 1
         ms = seconds * 1000.0

@@ -79,6 +79,7 @@ class NodeStatus:
             'queue_depth': stats.queue_depth,
             'chunks_computed': stats.chunks_computed,
             'chunks_discarded': stats.chunks_discarded,
+            'chunks_late': stats.chunks_late,  # model slower than a chunk: nothing to play
             'runtime_ticks': stats.ticks,
             'obs_to_command_last_ms': last_latency if last_latency is not None else 'n/a',
             'obs_to_command_mean_ms': mean_latency if mean_latency is not None else 'n/a',
