@@ -9,7 +9,8 @@ import pytest
 
 from act_ros.core.contract import load_contract
 from act_ros.data import synthetic
-from act_ros.data.episode import DatasetLayout, Episode, parse_image_size
+from act_ros.core.contract import parse_image_size
+from act_ros.data.episode import DatasetLayout, Episode
 from act_ros.data.writer import AtomicDatasetWriter
 
 pytest.importorskip('lerobot.datasets.lerobot_dataset')

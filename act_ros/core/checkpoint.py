@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 import json
-import math
 import os
 from pathlib import Path
 import shutil
@@ -22,7 +21,7 @@ from typing import Any
 
 import torch
 
-from act_ros.core.contract import Contract, load_contract
+from act_ros.core.contract import Contract, load_contract, parse_image_size
 from act_ros.core.errors import CheckpointError, ContractMismatchError
 
 CONFIG_FILE = 'config.json'
@@ -357,18 +356,6 @@ def main(argv: list[str] | None = None) -> int:
     out = create_checkpoint(args.output, image_size=size, preset=args.preset, seed=args.seed)
     print(f'wrote {out}')
     return 0
-
-
-def parse_image_size(text: str) -> tuple[int, int]:
-    """Parse ``'HxW'`` (e.g. ``'96x128'``) into ``(H, W)``."""
-    parts = text.lower().split('x')
-    try:
-        h, w = (int(p) for p in parts)
-    except ValueError:
-        raise ValueError(f"image size must look like HxW (e.g. 96x128), got '{text}'") from None
-    if h <= 0 or w <= 0 or not math.isfinite(h * w):
-        raise ValueError(f'image size must be positive, got {text}')
-    return h, w
 
 
 __all__ = ['LoadedCheckpoint', 'PRESETS', 'make_act_config', 'default_stats', 'save_checkpoint',

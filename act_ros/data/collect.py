@@ -20,7 +20,8 @@ import sys
 import time
 
 from act_ros.core.contract import load_contract
-from act_ros.data.episode import DatasetLayout, parse_image_size
+from act_ros.core.contract import parse_image_size
+from act_ros.data.episode import DatasetLayout
 from act_ros.data.rollout import RolloutResult
 
 

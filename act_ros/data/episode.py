@@ -7,24 +7,10 @@ without paying for torch and the dataset stack.
 from __future__ import annotations
 
 from dataclasses import dataclass
-import re
 
 import numpy as np
 
 from act_ros.core.contract import Contract
-
-_IMAGE_SIZE_RE = re.compile(r'^\s*(\d+)\s*[xX]\s*(\d+)\s*$')
-
-
-def parse_image_size(text: str) -> tuple[int, int]:
-    """Parse ``'HxW'`` (e.g. ``'480x640'``) into ``(height, width)``, both positive."""
-    match = _IMAGE_SIZE_RE.match(text)
-    if match is None:
-        raise ValueError(f"image size must look like HEIGHTxWIDTH (e.g. 480x640), got '{text}'")
-    height, width = int(match.group(1)), int(match.group(2))
-    if height < 1 or width < 1:
-        raise ValueError(f"image size must be positive, got '{text}'")
-    return height, width
 
 
 @dataclass(frozen=True)

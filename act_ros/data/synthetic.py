@@ -17,7 +17,8 @@ import sys
 import numpy as np
 
 from act_ros.core.contract import Contract, load_contract
-from act_ros.data.episode import DatasetLayout, Episode, parse_image_size
+from act_ros.core.contract import parse_image_size
+from act_ros.data.episode import DatasetLayout, Episode
 
 ACTION_LEAD_FRAMES = 5
 _SINUSOIDS = 3

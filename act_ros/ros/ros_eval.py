@@ -37,6 +37,7 @@ import threading
 import time
 from typing import Any
 
+from act_ros.core.contract import parse_image_size
 from act_ros.ros.ros_eval_client import EvalClient, EvalError
 from act_ros.ros.ros_eval_dds import dds_environment
 from act_ros.ros.ros_eval_procs import ChildExitedError, ProcessSet, signals_deferred
@@ -94,16 +95,6 @@ def checkpoint_image_size(checkpoint: Path) -> tuple[int, int] | None:
     return None
 
 
-def parse_image_size(text: str) -> tuple[int, int]:
-    """``'HxW'`` to ``(H, W)``; as :func:`act_ros.core.checkpoint.parse_image_size`, which
-    would import torch into this process, which never needs it."""
-    parts = text.lower().split('x')
-    if len(parts) != 2 or not all(p.isdigit() and int(p) > 0 for p in parts):
-        raise EvalError(f"image size must look like HxW with positive integers (e.g. 96x128), "
-                        f"got '{text}'")
-    return int(parts[0]), int(parts[1])
-
-
 def default_domain_id() -> int:
     env = os.environ.get('ROS_DOMAIN_ID', '')
     return int(env) if env.isdigit() else 1 + os.getpid() % 100
@@ -149,8 +140,11 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
         raise EvalError(f'--episodes must be >= 1, got {args.episodes}')
     if not (args.checkpoint / 'config.json').is_file():
         raise EvalError(f'{args.checkpoint}: not a checkpoint directory (no config.json)')
-    image_size = (parse_image_size(args.image_size) if args.image_size
-                  else checkpoint_image_size(args.checkpoint) or DEFAULT_IMAGE_SIZE)
+    try:
+        image_size = (parse_image_size(args.image_size) if args.image_size
+                      else checkpoint_image_size(args.checkpoint) or DEFAULT_IMAGE_SIZE)
+    except ValueError as exc:
+        raise EvalError(str(exc)) from None
     domain = args.domain_id if args.domain_id is not None else default_domain_id()
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix='act_ros_ros_eval_'))
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
