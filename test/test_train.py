@@ -242,7 +242,8 @@ def test_bad_inputs_fail_before_training(case, expected, dataset, tmp_path, caps
         info_file.write_text(json.dumps(info))
     device = 'cuda' if case == 'device' else 'cpu'
     if case == 'device' and torch.cuda.is_available():
-        pytest.skip('CUDA is available here')
+        pytest.skip('the error for an explicitly requested but missing CUDA device can only '
+                    'be shown on a machine without CUDA')
     code = main(['--dataset-root', str(root), '--output-dir', str(tmp_path / 'out'),
                  '--steps', '2', '--device', device, '--no-progress'])
     err = capsys.readouterr().err

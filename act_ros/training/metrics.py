@@ -106,14 +106,7 @@ def write_plots(output_dir: Path, history: History) -> list[str]:
                     label='val L1 (weighted)')
             ax.plot(val_steps, [r['val_l1'] for r in history.val], 's--', label='val L1')
         ax.set_yscale('log')
-        ax.set_xlabel('step')
-        ax.set_ylabel('loss (normalized units)')
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(output_dir / LOSS_PLOT, dpi=100)
-        plt.close(fig)
-        written.append(LOSS_PLOT)
+        written.append(_save_plot(plt, fig, ax, 'loss (normalized units)', output_dir, LOSS_PLOT))
     if history.closed_loop:
         fig, ax = plt.subplots(figsize=(7, 4))
         for mode in ('chunk', 'ensemble'):
@@ -122,12 +115,17 @@ def write_plots(output_dir: Path, history: History) -> list[str]:
                 ax.plot([r['step'] for r in rows], [r[mode]['align_rate'] for r in rows], 'o-',
                         label=f'align rate ({mode})')
         ax.set_ylim(-0.02, 1.02)
-        ax.set_xlabel('step')
-        ax.set_ylabel('align rate')
-        ax.grid(alpha=0.3)
-        ax.legend()
-        fig.tight_layout()
-        fig.savefig(output_dir / ALIGN_PLOT, dpi=100)
-        plt.close(fig)
-        written.append(ALIGN_PLOT)
+        written.append(_save_plot(plt, fig, ax, 'align rate', output_dir, ALIGN_PLOT))
     return written
+
+
+def _save_plot(plt, fig, ax, ylabel: str, output_dir: Path, name: str) -> str:
+    """Label the step axis, add grid and legend, write ``output_dir / name``; return ``name``."""
+    ax.set_xlabel('step')
+    ax.set_ylabel(ylabel)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(output_dir / name, dpi=100)
+    plt.close(fig)
+    return name
