@@ -36,6 +36,9 @@ ROS_WHEELS = [
     'ros-rmw-fastrtps-cpp>=9,<11',
 ]
 
+# The ONNX exporter (torch.onnx, dynamo) and the optional CPU inference backends.
+ONNX_EXPORT = ['onnx>=1.17,<2', 'onnxscript>=0.5,<1']
+
 setup(
     name=package_name,
     version='0.1.0',
@@ -65,6 +68,9 @@ setup(
         'sim': ['mujoco>=3.2,<4'],
         'dataset': ['lerobot[dataset]>=0.6,<0.7'],
         'dev': ['pytest>=8,<10', 'pytest-timeout>=2.3,<3', 'ruff>=0.6,<1'],
+        'onnx': ONNX_EXPORT,
+        'openvino': ONNX_EXPORT + ['openvino>=2025.0,<2027'],
+        'onnxruntime': ONNX_EXPORT + ['onnxruntime>=1.20,<2'],
     },
     zip_safe=True,
     maintainer='act_ros maintainers',

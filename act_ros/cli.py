@@ -14,8 +14,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'generate-synthetic': ('act_ros.data.synthetic', 'write a small random dataset for smoke tests'),
     'train': ('act_ros.training.train', 'train an ACT policy on a LeRobot dataset'),
     'evaluate': ('act_ros.training.evaluate', 'closed-loop evaluation in the simulation'),
-    'bench': ('act_ros.bench.__main__', 'benchmarks (runtime, node, compile)'),
+    'bench': ('act_ros.bench.__main__', 'benchmarks (runtime, node, compile, training, all)'),
     'init-checkpoint': ('act_ros.core.checkpoint', 'write an untrained ACT checkpoint (benchmarks, tests)'),
+    'export': ('act_ros.core.export', 'export a checkpoint to ONNX (openvino / onnxruntime backends)'),
 }
 
 

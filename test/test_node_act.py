@@ -2,6 +2,8 @@
 what arrives on the command and diagnostics topics (no mocks of rclpy)."""
 
 import os
+from pathlib import Path
+import signal
 import subprocess
 import sys
 import time
@@ -134,9 +136,11 @@ def test_compressed_png_gives_the_runtime_action(rclpy_context, checkpoint, imag
     np.testing.assert_allclose(got, expected, atol=1e-5)
 
 
-def test_stale_camera_stops_commands_then_they_resume(rclpy_context, checkpoint, image):
+@pytest.mark.parametrize('execution', ['async', 'process'])
+def test_stale_camera_stops_commands_then_they_resume(rclpy_context, checkpoint, image,
+                                                       execution):
     max_age, period = 0.2, 1.0 / 30.0
-    node = make_node(rclpy_context, checkpoint, max_obs_age_s=max_age)
+    node = make_node(rclpy_context, checkpoint, max_obs_age_s=max_age, execution=execution)
     harness = make_harness(rclpy_context, image)
     with spinning(rclpy_context, node, harness):
         assert node.start()
@@ -234,6 +238,55 @@ def test_console_script_exits_with_one_line_on_bad_configuration(ros_domain_id):
     lines = (proc.stdout + proc.stderr).splitlines()
     errors = [line for line in lines if 'configure failed' in line]
     assert len(errors) == 1 and "unknown device 'tpu'" in errors[0], proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize('executor', ['single_threaded'])
+def test_console_script_drives_commands_with_the_model_in_a_child_process(
+        rclpy_context, ros_domain_id, checkpoint, image, executor, tmp_path):
+    """The deployed path: ``act_node`` as its own process, model in a child process, spun by
+    a single-threaded executor; SIGINT stops it and its inference process."""
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    log = tmp_path / 'act_node.log'
+    with log.open('w') as out:
+        proc = subprocess.Popen(
+            [sys.executable, '-m', 'act_ros.ros.act_node', '--ros-args', '-p',
+             f'model_path:={checkpoint}', '-p', 'execution:=process', '-p',
+             f'executor:={executor}', '-p', 'torch_threads:=1', '-p',
+             'release_gate.enabled:=false'],
+            stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        harness = make_harness(rclpy_context, image)
+        with spinning(rclpy_context, harness):
+            got = wait_until(lambda: len(harness.commands) >= 10 or proc.poll() is not None, 120.0)
+            assert got and proc.poll() is None, log.read_text()[-3000:]
+        children = _child_pids(proc.pid)
+        assert children, 'no inference child process'
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+    output = log.read_text()
+    assert proc.returncode == 0, output[-3000:]
+    assert 'mode chunk/process' in output
+    # The inference process (and multiprocessing's resource tracker) end with the node.
+    wait_until(lambda: all(_proc_state(pid) in ('gone', 'Z') for pid in children), 20.0)
+    for pid in children:
+        assert _proc_state(pid) in ('gone', 'Z'), (
+            f"child {pid} alive: {Path(f'/proc/{pid}/cmdline').read_bytes()!r}")
+
+
+def _child_pids(pid):
+    tasks = Path(f'/proc/{pid}/task').glob('*/children')
+    return [int(c) for task in tasks for c in task.read_text().split()]
+
+
+def _proc_state(pid):
+    try:
+        return Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()[0]
+    except OSError:
+        return 'gone'
 
 
 def call(client, request, timeout=DISCOVERY_S):

@@ -9,7 +9,8 @@ measures for ``--duration`` seconds and prints:
   counted in periods);
 - observation-stamp-to-command latency, median and p99, as the node measures it
   (diagnostics: header stamp of the observation used by the tick -> publish);
-- CPU use of the node process and of the harness (percent of one core).
+- CPU use of the node (with its inference child process, if any), of the node's main
+  process alone, and of the harness (percent of one core).
 
 Every ROS process runs with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST in one domain.
 """
@@ -30,14 +31,27 @@ import time
 import numpy as np
 
 
-def _proc_cpu_s(pid: int) -> float | None:
-    """User + system CPU seconds of a process (Linux /proc), ``None`` elsewhere."""
+def _proc_cpu_s(pid: int, *, descendants: bool = True) -> float | None:
+    """User + system CPU seconds of a process and (by default) its live descendants, so an
+    inference child process counts (Linux /proc); ``None`` where /proc is missing."""
     try:
         fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
     except OSError:
         return None
-    ticks = os.sysconf('SC_CLK_TCK')
-    return (int(fields[11]) + int(fields[12])) / ticks
+    total = (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+    if descendants:
+        total += sum(_proc_cpu_s(child) or 0.0 for child in _children(pid))
+    return total
+
+
+def _children(pid: int) -> list[int]:
+    children = []
+    for task in Path(f'/proc/{pid}/task').glob('*'):
+        try:
+            children += [int(c) for c in (task / 'children').read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return children
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -51,8 +65,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--width', type=int, default=640)
     p.add_argument('--device', default='auto')
     p.add_argument('--mode', default='chunk', choices=('chunk', 'ensemble'))
-    p.add_argument('--execution', default='async', choices=('async', 'sync'))
+    p.add_argument('--execution', default='async', choices=('async', 'process', 'sync'))
     p.add_argument('--torch-threads', type=int, default=0)
+    p.add_argument('--executor', default='multi_threaded',
+                   choices=('multi_threaded', 'single_threaded'))
     p.add_argument('--startup-timeout', type=float, default=300.0)
     p.add_argument('--json', help='also write the results to this JSON file')
     return p.parse_args(argv)
@@ -89,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                '-p', f'mode:={args.mode}', '-p', f'execution:={args.execution}',
                '-p', f'control_rate_hz:={float(args.rate)}',
                '-p', f'torch_threads:={args.torch_threads}',
+               '-p', f'executor:={args.executor}',
                '-p', 'diagnostics_period_s:=1.0']
         print(f"[bench node] starting act_node (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})",
               flush=True)
@@ -114,18 +131,22 @@ def main(argv: list[str] | None = None) -> int:
                 time.sleep(2.0)  # settle past start-up
                 t0 = time.monotonic()
                 node_cpu0, own_cpu0 = _proc_cpu_s(node_proc.pid), time.process_time()
+                main_cpu0 = _proc_cpu_s(node_proc.pid, descendants=False)
                 time.sleep(args.duration)
                 t1 = time.monotonic()
                 node_cpu1, own_cpu1 = _proc_cpu_s(node_proc.pid), time.process_time()
+                main_cpu1 = _proc_cpu_s(node_proc.pid, descendants=False)
                 diag = harness.latest_diagnostics(since=t1 - 1.5)
             results = summarize(harness, t0, t1, args.rate, diag)
             wall = t1 - t0
             if node_cpu0 is not None and node_cpu1 is not None:
                 results['node_cpu_percent'] = 100.0 * (node_cpu1 - node_cpu0) / wall
+                results['node_main_process_cpu_percent'] = 100.0 * (main_cpu1 - main_cpu0) / wall
             results['harness_cpu_percent'] = 100.0 * (own_cpu1 - own_cpu0) / wall
             results.update(duration_s=wall, camera_size=f'{args.height}x{args.width}',
-                           mode=f'{args.mode}/{args.execution}', preset=args.preset
-                           if not args.model_path else 'given', cpu_count=os.cpu_count())
+                           mode=f'{args.mode}/{args.execution}', executor=args.executor,
+                           preset=args.preset if not args.model_path else 'given',
+                           cpu_count=os.cpu_count())
         finally:
             if node_proc.poll() is None:
                 node_proc.send_signal(signal.SIGINT)

@@ -8,8 +8,13 @@ process, side by side:
    async chunk mode and async ensembling mode. Per-tick latency median/p99/max and the
    number of ticks that overran the period.
 2. Model time per chunk, interleaved A/B: LeRobot eager vs this runtime eager, compiled
-   fp32 (inductor, frozen weights) and reduced precision, with the max action difference
-   against LeRobot eager in normalized units.
+   fp32 (inductor, frozen weights) and reduced precision, and the ONNX backends
+   (``--backends``: OpenVINO fp32 and bf16, ONNX Runtime fp32, from one ONNX export), with
+   the max action difference against LeRobot eager in normalized units and the start-up
+   cost (compilation; export + compilation for the ONNX backends).
+
+Each camera size in ``--image-size`` (default 240x320 and 480x640) gets its own sections,
+with a checkpoint made for that size unless ``--checkpoint`` is given.
 """
 
 from __future__ import annotations
@@ -24,8 +29,10 @@ import numpy as np
 import torch
 
 from act_ros.bench.report import latency_summary, machine_description, markdown_table
+from act_ros.core.backends import BACKENDS, installed_backends
 from act_ros.core.checkpoint import create_checkpoint, load_checkpoint, parse_image_size
 from act_ros.core.contract import load_contract
+from act_ros.core.errors import DeviceUnavailableError
 from act_ros.core.inference import ChunkPredictor, PredictorOptions, cpu_has_native_bf16
 from act_ros.core.observation import Observation
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
@@ -116,27 +123,60 @@ def run_control_loops(path, contract, observations, duration_s, device, compile_
                            'chunks', 'chunks too late to play'], table, digits=2)
 
 
-def run_model_timing(path, contract, observations, iters, device, reduced):
+def _onnx_variants(ckpt, contract, device, backends, reduced):
+    """ChunkPredictors of the ONNX backends (one export, shared), their start-up seconds
+    (export included for the variant that exported) and notes on what was skipped."""
+    variants, startup, notes = {}, {}, []
+    onnx_backends = [b for b in backends if b != 'torch']
+    if onnx_backends and device.type != 'cpu':
+        return variants, startup, [f'ONNX backend rows skipped: they run on the CPU, this run '
+                                   f'is on {device} (--device cpu)']
+    for backend in onnx_backends:
+        precisions = ['fp32'] + ([reduced] if backend == 'openvino' and reduced != 'fp32' else [])
+        for precision in precisions:
+            name = f'act_ros {backend} {precision}'
+            try:
+                pred = ChunkPredictor(ckpt, contract, device,
+                                      PredictorOptions(backend=backend, precision=precision))
+            except DeviceUnavailableError as exc:
+                notes.append(f'{name} skipped: {exc}')
+                continue
+            variants[name] = pred
+            startup[name] = pred.compile_seconds
+            export = pred.backend.export
+            if export.exported:
+                notes.append(f'ONNX export: {export.seconds:.1f} s, once, shared by the ONNX '
+                             f'backends (included in the start-up of {name})')
+    return variants, startup, notes
+
+
+def run_model_timing(path, contract, observations, iters, device, reduced, backends=('torch',)):
     from lerobot.policies.act.modeling_act import ACTPolicy
 
     ckpt = load_checkpoint(path, contract=contract, device=str(device))
     variants = {'LeRobot eager fp32': None}
-    variants['act_ros eager fp32'] = ChunkPredictor(ckpt, contract, device)
-    variants['act_ros compiled fp32'] = ChunkPredictor(ckpt, contract, device,
-                                                       PredictorOptions(compile_model=True))
-    note = ''
-    if reduced == 'bf16' and device.type == 'cpu' and not cpu_has_native_bf16():
-        note = ('\n\nbf16 rows skipped: this CPU has no native bfloat16 (AVX512-BF16 or AMX), '
-                'so the runtime refuses bf16 here (emulated bf16 measured 38x slower than fp32).')
-    else:
-        variants[f'act_ros eager {reduced}'] = ChunkPredictor(
-            ckpt, contract, device, PredictorOptions(precision=reduced))
-        variants[f'act_ros compiled {reduced}'] = ChunkPredictor(
-            ckpt, contract, device, PredictorOptions(precision=reduced, compile_model=True))
+    notes = []
+    if 'torch' in backends:
+        variants['act_ros eager fp32'] = ChunkPredictor(ckpt, contract, device)
+        variants['act_ros compiled fp32'] = ChunkPredictor(ckpt, contract, device,
+                                                           PredictorOptions(compile_model=True))
+        if reduced == 'bf16' and device.type == 'cpu' and not cpu_has_native_bf16():
+            notes.append('torch bf16 rows skipped: this CPU has no native bfloat16 (AVX512-BF16 '
+                         'or AMX), so the runtime refuses bf16 here (emulated bf16 measured 38x '
+                         'slower than fp32).')
+        else:
+            variants[f'act_ros eager {reduced}'] = ChunkPredictor(
+                ckpt, contract, device, PredictorOptions(precision=reduced))
+            variants[f'act_ros compiled {reduced}'] = ChunkPredictor(
+                ckpt, contract, device, PredictorOptions(precision=reduced, compile_model=True))
     compile_s = {}
     for name, pred in variants.items():
         if pred is not None and pred.options.compile_model:
             compile_s[name] = pred.warmup(2)
+    onnx_variants, startup, onnx_notes = _onnx_variants(ckpt, contract, device, backends, reduced)
+    variants.update(onnx_variants)
+    compile_s.update(startup)
+    notes += onnx_notes
     lerobot = ACTPolicy(ckpt.config).to(device).eval()
     lerobot.load_state_dict(ckpt.policy.state_dict())
 
@@ -171,8 +211,30 @@ def run_model_timing(path, contract, observations, iters, device, reduced):
     for name in variants:
         med = float(np.median(times[name]))
         rows.append((name, med * 1000, base / med, diffs[name], compile_s.get(name, 0.0)))
-    return markdown_table(['model', 'ms / chunk (median)', 'speed-up vs LeRobot',
-                           'max |action diff| (normalized)', 'compile s'], rows, digits=2) + note
+    table = markdown_table(['model', 'ms / chunk (median)', 'speed-up vs LeRobot',
+                            'max |action diff| (normalized)', 'start-up s (export + compile)'],
+                           rows, digits=2)
+    return table + ''.join(f'\n\n{line}' for line in notes)
+
+
+def _parse_backends(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(',') if name.strip()]
+    unknown = [name for name in names if name not in BACKENDS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f'expected a comma-separated subset of {BACKENDS}, '
+                                         f"got '{text}'")
+    missing = [name for name in names if name not in installed_backends()]
+    if missing:
+        raise argparse.ArgumentTypeError(f'backends {missing} are not installed '
+                                         f"(pip install -e '.[{','.join(missing)}]')")
+    return names
+
+
+def _parse_sizes(text: str) -> list[tuple[int, int]]:
+    try:
+        return [parse_image_size(part.strip()) for part in text.split(',') if part.strip()]
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -181,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--checkpoint', type=Path, help='checkpoint to use (default: an '
                         'untrained default-size ACT written to a temporary directory)')
     parser.add_argument('--preset', default='default', help='model preset when no checkpoint')
-    parser.add_argument('--image-size', default='480x640', help='camera size HxW (default 480x640)')
+    parser.add_argument('--image-size', type=_parse_sizes, default='240x320,480x640',
+                        help='camera sizes HxW, comma-separated; each gets its own sections '
+                        '(default 240x320,480x640)')
     parser.add_argument('--duration', type=float, default=20.0, help='seconds per control loop')
     parser.add_argument('--iters', type=int, default=10, help='model timing iterations')
     parser.add_argument('--device', default='auto')
@@ -191,34 +255,43 @@ def main(argv: list[str] | None = None) -> int:
                         help='also compile the model used in the async loops')
     parser.add_argument('--skip-loops', action='store_true')
     parser.add_argument('--skip-model', action='store_true')
+    parser.add_argument('--backends', type=_parse_backends, default=None,
+                        help=f'model-timing backends, comma-separated subset of {BACKENDS} '
+                        '(default: every installed one; LeRobot eager is always the reference)')
     parser.add_argument('--output', type=Path, help='also write the report (markdown) here')
     args = parser.parse_args(argv)
 
     from act_ros.core.device import select_device
     device = select_device(args.device)
     contract = load_contract()
-    size = parse_image_size(args.image_size)
+    sizes = args.image_size  # argparse applies the type to the default too
+    backends = args.backends or installed_backends()
     reduced = args.reduced_precision or ('fp16' if device.type == 'cuda' else 'bf16')
     sections = [f'# act_ros runtime benchmark\n\n{machine_description()}; device {device}; '
-                f'cameras {size[0]}x{size[1]}\n']
+                f"cameras {', '.join(f'{h}x{w}' for h, w in sizes)}; backends "
+                f"{', '.join(backends)}\n"]
     print(sections[0], flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = args.checkpoint or create_checkpoint(Path(tmp) / 'ckpt', preset=args.preset,
-                                                    image_size=size, seed=0)
-        observations = _observations(contract, size, max(args.iters, 30))
-        if not args.skip_loops:
-            print(f'control loops: {args.duration:.0f} s each at {contract.fps} Hz ...',
-                  file=sys.stderr, flush=True)
-            sections.append(f'## Control loop at {contract.fps} Hz, {args.duration:.0f} s each\n\n'
-                            + run_control_loops(path, contract, observations, args.duration,
-                                                device, args.compile_loops))
-            print(sections[-1] + '\n', flush=True)  # each section as soon as it is measured
-        if not args.skip_model:
-            print('model timing (compiling first) ...', file=sys.stderr, flush=True)
-            sections.append('## Model time per chunk (interleaved A/B)\n\n'
-                            + run_model_timing(path, contract, observations, args.iters, device,
-                                               reduced))
-            print(sections[-1] + '\n', flush=True)
+    for size in sizes:
+        label = f'cameras {size[0]}x{size[1]}'
+        with tempfile.TemporaryDirectory() as tmp:
+            path = args.checkpoint or create_checkpoint(Path(tmp) / 'ckpt', preset=args.preset,
+                                                        image_size=size, seed=0)
+            observations = _observations(contract, size, max(args.iters, 30))
+            if not args.skip_loops:
+                print(f'{label}: control loops, {args.duration:.0f} s each at {contract.fps} Hz ...',
+                      file=sys.stderr, flush=True)
+                sections.append(f'## Control loop at {contract.fps} Hz, {args.duration:.0f} s each, '
+                                f'{label}\n\n'
+                                + run_control_loops(path, contract, observations, args.duration,
+                                                    device, args.compile_loops))
+                print(sections[-1] + '\n', flush=True)  # each section as soon as it is measured
+            if not args.skip_model:
+                print(f'{label}: model timing (compiling and exporting first) ...',
+                      file=sys.stderr, flush=True)
+                sections.append(f'## Model time per chunk, {label} (interleaved A/B)\n\n'
+                                + run_model_timing(path, contract, observations, args.iters,
+                                                   device, reduced, backends))
+                print(sections[-1] + '\n', flush=True)
     report = '\n\n'.join(sections) + '\n'
     if args.output:
         args.output.write_text(report)

@@ -5,6 +5,8 @@
 without graph breaks. :class:`ChunkPredictor` adds what every backend shares: LeRobot's
 pre/post-processors (normalization), precision (autocast) and optional compilation, and
 turns an :class:`~act_ros.core.observation.Observation` into a ``(T, J)`` numpy chunk.
+With ``backend`` ``openvino`` or ``onnxruntime`` the network itself runs from its ONNX
+export instead (:mod:`act_ros.core.backends`); the processors stay the same.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from act_ros.core.backends import check_backend_options, create_backend
 from act_ros.core.checkpoint import LoadedCheckpoint
 from act_ros.core.contract import Contract
 from act_ros.core.errors import DeviceUnavailableError
@@ -90,6 +93,8 @@ class PredictorOptions:
     compile_model: bool = False
     compile_mode: str = 'default'
     freeze: bool = True
+    backend: str = 'torch'  # torch | openvino | onnxruntime (act_ros.core.backends)
+    threads: int | None = None  # CPU threads of a non-torch backend; None: its default
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -97,6 +102,8 @@ class PredictorOptions:
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(f"unknown compile_mode '{self.compile_mode}', expected one of "
                              f'{COMPILE_MODES}')
+        check_backend_options(self.backend, precision=self.precision,
+                              compile_model=self.compile_model)
 
 
 class ChunkPredictor:
@@ -112,13 +119,25 @@ class ChunkPredictor:
         features = list(checkpoint.config.image_features)
         self.cameras = [(cam.name, cam.feature, checkpoint.image_shapes[cam.feature])
                         for cam in sorted(contract.cameras, key=lambda c: features.index(c.feature))]
+        self.model = ACTInferenceModel(checkpoint.policy.model).to(device).eval()
+        self.compile_seconds = 0.0
+        self.backend = None
+        if self.options.backend != 'torch':
+            if device.type != 'cpu':
+                raise ValueError(f"backend '{self.options.backend}' runs on the CPU, the "
+                                 f'predictor was given {device}')
+            # ONNX export (when missing or stale) + the backend's compilation.
+            self.backend = create_backend(self.options.backend, checkpoint, model=self.model,
+                                          precision=self.options.precision,
+                                          threads=self.options.threads)
+            self.forward = self.backend
+            self.compile_seconds = self.backend.load_seconds
+            return
         # Validate the precision for this device up front (fp16 on CPU is an error).
         autocast_context(device, self.options.precision)
-        self.model = ACTInferenceModel(checkpoint.policy.model).to(device).eval()
         self.forward = (compile_inference_model(self.model, mode=self.options.compile_mode,
                                                 freeze=self.options.freeze)
                         if self.options.compile_model else self.model)
-        self.compile_seconds = 0.0
 
     # -- observation -> tensors --------------------------------------------------------
     def observation_tensors(self, obs: Observation) -> dict[str, torch.Tensor]:
@@ -138,7 +157,8 @@ class ChunkPredictor:
         """Preprocessed batch -> normalized (1, T, J) chunk."""
         state = batch[self.contract.state_feature]
         images = [batch[feature] for _, feature, _ in self.cameras]
-        with autocast_context(self.device, self.options.precision):
+        precision = self.options.precision if self.backend is None else 'fp32'  # set at compile
+        with autocast_context(self.device, precision):
             actions = self.forward(state, *images)
         return actions.float()
 

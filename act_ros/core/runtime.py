@@ -14,6 +14,9 @@ Execution:
   mode requests the next chunk early enough, from the measured model latency, that it
   arrives before the queue runs dry; ensemble mode keeps the worker busy and blends every
   chunk that covers the tick, so ensembling works at any model speed.
+- ``process``: ``async`` with the model in a child process
+  (:mod:`act_ros.core.inference_process`), so the caller's Python threads (a ROS
+  executor) never compete with inference for the interpreter lock. Same results.
 
 ``reset()`` starts a new episode: queue, ensembler and any in-flight work are dropped
 (a result computed before the reset is discarded).
@@ -30,15 +33,17 @@ import time
 import numpy as np
 import torch
 
+from act_ros.core.backends import check_backend_options
 from act_ros.core.checkpoint import load_checkpoint
 from act_ros.core.chunking import ChunkQueue, TickEnsembler, TimedChunk
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.device import select_device
 from act_ros.core.inference import COMPILE_MODES, PRECISIONS, ChunkPredictor, PredictorOptions
+from act_ros.core.inference_process import ProcessSpec, RemotePredictor
 from act_ros.core.observation import Observation
 
 MODES = ('chunk', 'ensemble')
-EXECUTIONS = ('sync', 'async')
+EXECUTIONS = ('sync', 'async', 'process')
 
 
 @dataclass
@@ -57,7 +62,8 @@ class RuntimeConfig:
     precision: str = 'fp32'
     contract: Contract | None = None
     warmup: bool = True
-    torch_threads: int | None = None
+    torch_threads: int | None = None  # also the thread count of a non-torch backend
+    backend: str = 'torch'  # torch | openvino | onnxruntime (CPU; act_ros.core.backends)
 
     def __post_init__(self) -> None:
         if not str(self.model_path):
@@ -77,6 +83,8 @@ class RuntimeConfig:
                              f'{COMPILE_MODES}')
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
+        check_backend_options(self.backend, precision=self.precision,
+                              compile_model=self.compile_model, device=self.device)
 
 
 @dataclass
@@ -176,20 +184,34 @@ class PolicyRuntime:
         self.contract = config.contract or load_contract()
         if config.torch_threads:
             torch.set_num_threads(config.torch_threads)
-        self.device = select_device(config.device)
-        self.checkpoint = load_checkpoint(config.model_path, contract=self.contract,
-                                          device=str(self.device))
+        # The ONNX backends run on the CPU ('auto' means the CPU for them).
+        self.device = select_device(config.device if config.backend == 'torch' else 'cpu')
+        # With the model in a child process, the parent's copy only validates (on the CPU).
+        self.checkpoint = load_checkpoint(
+            config.model_path, contract=self.contract,
+            device='cpu' if config.execution == 'process' else str(self.device))
         self.chunk_size = self.checkpoint.chunk_size
         if config.n_action_steps > self.chunk_size:
             raise ValueError(f'n_action_steps ({config.n_action_steps}) cannot exceed the '
                              f"checkpoint's chunk_size ({self.chunk_size})")
-        self.predictor = ChunkPredictor(
-            self.checkpoint, self.contract, self.device,
-            PredictorOptions(precision=config.precision, compile_model=config.compile_model,
-                             compile_mode=config.compile_mode, freeze=config.freeze_weights))
+        options = PredictorOptions(precision=config.precision, compile_model=config.compile_model,
+                                   compile_mode=config.compile_mode, freeze=config.freeze_weights,
+                                   backend=config.backend, threads=config.torch_threads)
+        warmup_iterations = (3 if config.compile_model else 1) if config.warmup else 0
         self.stats = RuntimeStats()
-        if config.warmup:
-            self.stats.warmup_s = self.predictor.warmup(3 if config.compile_model else 1)
+        self._remote = None
+        if config.execution == 'process':
+            # The parent validated the checkpoint above; the child builds the model.
+            self.predictor = None
+            self._remote = RemotePredictor(ProcessSpec(
+                model_path=str(config.model_path), contract=self.contract,
+                device=str(self.device), options=options, torch_threads=config.torch_threads,
+                warmup_iterations=warmup_iterations))
+            self.stats.warmup_s = self._remote.warmup_s
+        else:
+            self.predictor = ChunkPredictor(self.checkpoint, self.contract, self.device, options)
+            if warmup_iterations:
+                self.stats.warmup_s = self.predictor.warmup(warmup_iterations)
         self._lock = threading.Lock()
         self._epoch = 0
         self._tick = 0
@@ -201,8 +223,11 @@ class PolicyRuntime:
         self._queue = ChunkQueue(config.n_action_steps if config.execution == 'sync'
                                  else self.chunk_size)
         self._ensembler = TickEnsembler(config.ensemble_coeff, max_chunks=self.chunk_size)
-        self._worker = (_Worker(lambda obs: self.predictor.predict(obs))
-                        if config.execution == 'async' else None)
+        self._worker = None
+        if config.execution == 'async':
+            self._worker = _Worker(lambda obs: self.predictor.predict(obs))
+        elif config.execution == 'process':
+            self._worker = _Worker(self._remote.predict)
 
     # -- episode -----------------------------------------------------------------------
     def reset(self) -> None:
@@ -308,6 +333,9 @@ class PolicyRuntime:
         if self._worker is not None:
             self._worker.close()
             self._worker = None
+        if self._remote is not None:
+            self._remote.close()
+            self._remote = None
 
     def __enter__(self) -> PolicyRuntime:
         return self

@@ -11,8 +11,9 @@ A thin adapter over :mod:`act_ros.core`:
 
 Threads: input callbacks (their own callback group) only convert and store the latest
 message; the control tick runs in another group, and in ``async`` execution the model
-runs on the runtime's worker thread, so neither ever blocks message handling. Run it
-with a :class:`~rclpy.executors.MultiThreadedExecutor` (as :func:`main` does).
+runs on the runtime's worker thread (``process``: in a child process), so neither ever
+blocks message handling. :func:`main` spins it on the executor named by the ``executor``
+parameter (default a :class:`~rclpy.executors.MultiThreadedExecutor`).
 
 Usage: ``act_node --ros-args --params-file config/act.yaml -p model_path:=<checkpoint>``.
 """
@@ -26,7 +27,8 @@ from typing import Any
 import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import (Executor, ExternalShutdownException, MultiThreadedExecutor,
+                             SingleThreadedExecutor)
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from std_srvs.srv import Trigger
 
@@ -38,7 +40,7 @@ from act_ros.ros.diagnostics import NodeCounters
 from act_ros.ros.inputs import InputStore
 from act_ros.ros.node_setup import Interfaces, build_control_loop, create_interfaces
 from act_ros.ros.node_status import NodeStatus
-from act_ros.ros.parameters import (CONTRACT_PATH, NodeSettings, declare_parameters,
+from act_ros.ros.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, declare_parameters,
                                    parameter_specs, read_settings)
 
 LOG_THROTTLE_S = 2.0
@@ -256,6 +258,15 @@ def _try_load_contract(node: LifecycleNode) -> tuple[Contract | None, str]:
         return None, f'contract_path: {exc}'
 
 
+def make_executor(kind: str, context: Any = None) -> Executor:
+    """The executor named by the ``executor`` parameter (see its description)."""
+    if kind == 'multi_threaded':
+        return MultiThreadedExecutor(num_threads=4, context=context)
+    if kind == 'single_threaded':
+        return SingleThreadedExecutor(context=context)
+    raise ValueError(f"executor must be one of {EXECUTORS}, got '{kind}'")
+
+
 def main(args: list[str] | None = None) -> int:
     """Console script ``act_node``: run the node until interrupted."""
     rclpy.init(args=args)
@@ -263,7 +274,7 @@ def main(args: list[str] | None = None) -> int:
     code = 0
     try:
         node = ActNode()
-        executor = MultiThreadedExecutor(num_threads=4)
+        executor = make_executor(node.get_parameter('executor').value)
         executor.add_node(node)
         if node.autostart and not node.start():
             node.get_logger().fatal('autostart failed; exiting (see the error above)')

@@ -27,6 +27,7 @@ from rclpy.parameter import Parameter
 from act_ros.core.contract import Contract
 
 COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
+EXECUTORS = ('multi_threaded', 'single_threaded')
 DEFAULT_COMMAND_TOPICS = {
     'JointTrajectory': 'joint_trajectory_controller/joint_trajectory',
     'Float64MultiArray': 'forward_position_controller/commands',
@@ -90,15 +91,22 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('compile_mode', 'default', 'torch.compile mode.',
           choices=('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')),
         P('precision', 'fp32', 'Inference precision.', choices=('fp32', 'fp16', 'bf16')),
+        P('backend', 'torch', 'Inference backend: torch (any device); openvino or onnxruntime '
+          '(CPU only, from an ONNX export next to the checkpoint, made at configure when missing '
+          'or stale; pip extras act_ros[openvino] / act_ros[onnxruntime]). onnxruntime is fp32 '
+          'only; compile_model applies to torch only.',
+          choices=('torch', 'openvino', 'onnxruntime')),
         P('torch_threads', 0, 'PyTorch CPU threads for inference; 0 keeps the PyTorch default.',
           low=0, high=256),
         P('warmup', True, 'Run the model once at configure so the first tick is not slow.'),
         P('mode', 'chunk', 'chunk: play n_action_steps of each chunk; ensemble: temporal '
           'ensembling of every chunk covering the tick.', choices=('chunk', 'ensemble')),
         P('execution', 'async', 'async: chunks are computed in the background while the '
-          'queue plays out (never blocks the tick); sync: the tick waits for the model '
+          'queue plays out (never blocks the tick); process: async with the model in a '
+          'child process, so message handling never competes with inference for the '
+          'Python interpreter lock (best on small CPUs); sync: the tick waits for the model '
           '(LeRobot select_action semantics, for lock-step evaluation).',
-          choices=('async', 'sync')),
+          choices=('async', 'process', 'sync')),
         P('n_action_steps', 30, 'Actions executed from each chunk in chunk mode.',
           low=1, high=1000),
         P('ensemble_coeff', 0.01, 'Temporal ensembling weight exp(-k*i), i = 0 for the oldest.',
@@ -114,6 +122,10 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('max_obs_age_s', 0.2, 'Inputs older than this (receive time, node clock) are stale: '
           'no commands until fresh data returns.', low=0.001, high=10.0),
         P('autostart', True, 'Configure and activate on start-up (no lifecycle manager).'),
+        P('executor', 'multi_threaded', 'Executor of the console script: multi_threaded '
+          '(inputs and the tick run in parallel; needed for execution sync with a timer) or '
+          'single_threaded (less CPU per message; fine with async/process execution). '
+          'Embedding applications choose their own.', choices=EXECUTORS, read_only=True),
         P('diagnostics_period_s', 1.0, 'Period of the diagnostics message on /diagnostics.',
           low=0.05, high=60.0),
         # Topics and message types (structural).
@@ -233,6 +245,7 @@ class NodeSettings:
     compile_model: bool
     compile_mode: str
     precision: str
+    backend: str
     torch_threads: int
     warmup: bool
     mode: str
@@ -307,7 +320,7 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
     gate = {key.split('.', 1)[1]: v[key] for key in v if key.startswith('release_gate.')}
     return NodeSettings(
         model_path=v['model_path'], device=v['device'], compile_model=v['compile_model'],
-        compile_mode=v['compile_mode'], precision=v['precision'],
+        compile_mode=v['compile_mode'], precision=v['precision'], backend=v['backend'],
         torch_threads=v['torch_threads'], warmup=v['warmup'],
         mode=v['mode'], execution=v['execution'], n_action_steps=v['n_action_steps'],
         ensemble_coeff=v['ensemble_coeff'], control_rate_hz=v['control_rate_hz'],

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 import sys
 
+from act_ros.core.backends import BACKENDS
 from act_ros.core.checkpoint import parse_image_size
 from act_ros.core.errors import ActRosError
 
@@ -42,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "nor by the trainer's checkpoint selection)")
     p.add_argument('--ensemble-coeff', type=float, default=0.01)
     p.add_argument('--device', default='cpu', help='auto | cpu | cuda | cuda:N | mps')
+    p.add_argument('--backend', choices=BACKENDS, default='torch',
+                   help='inference backend: torch, or openvino / onnxruntime on the CPU from an '
+                   'ONNX export of the checkpoint (made when missing or stale)')
     p.add_argument('--render-size', type=parse_image_size, default=None,
                    help='camera HxW (default: the size the training data was recorded at)')
     p.add_argument('--episode-steps', type=int, default=None,
@@ -70,7 +74,8 @@ def evaluate(args: argparse.Namespace) -> dict:
     out = {'checkpoint': str(args.checkpoint), 'episodes': args.episodes, 'seed': args.seed,
            'render_size': [sim_config.camera_height, sim_config.camera_width],
            'episode_steps': sim_config.episode_steps,
-           'execution': 'sync', 'ensemble_coeff': args.ensemble_coeff, 'modes': {}}
+           'execution': 'sync', 'ensemble_coeff': args.ensemble_coeff, 'backend': args.backend,
+           'modes': {}}
     for mode in modes:
         writer = None
         if args.video is not None:
@@ -84,7 +89,7 @@ def evaluate(args: argparse.Namespace) -> dict:
                 ensemble_coeff=args.ensemble_coeff,
                 frame_sink=(lambda _k, images, w=writer: w.add(side_by_side(images)))
                 if writer else None,
-                sink_episodes=args.video_episodes, progress=args.progress)
+                sink_episodes=args.video_episodes, progress=args.progress, backend=args.backend)
         finally:
             if writer is not None:
                 writer.close()

@@ -103,7 +103,7 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
                         ensemble_coeff: float = 0.01,
                         frame_sink: Callable[[int, dict[str, np.ndarray]], None] | None = None,
                         sink_episodes: Sequence[int] = (), env: Any = None,
-                        progress: bool = False) -> ModeResult:
+                        progress: bool = False, backend: str = 'torch') -> ModeResult:
     """Run ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) of one mode and score them.
 
     ``frame_sink(episode, images)`` receives the camera images of every tick of the
@@ -129,7 +129,7 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
         env = PortPickAlignEnv(sim_config or make_sim_config(Path(checkpoint)), contract)
     runtime = PolicyRuntime(RuntimeConfig(
         model_path=checkpoint, device=device, mode=mode, execution='sync',
-        ensemble_coeff=ensemble_coeff, contract=contract, warmup=False,
+        ensemble_coeff=ensemble_coeff, contract=contract, warmup=False, backend=backend,
         **MODE_SETTINGS[mode]))
     gate = ReleaseGate(safety.gate)
     gripper = contract.gripper_index

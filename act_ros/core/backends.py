@@ -1,0 +1,202 @@
+"""Inference backends: what turns normalized observation tensors into a normalized chunk.
+
+- ``torch`` (default): :class:`~act_ros.core.inference.ACTInferenceModel` in PyTorch, on
+  any device, optionally ``torch.compile``-d, fp32/bf16/fp16 under autocast.
+- ``openvino``: the ONNX export (:mod:`act_ros.core.export`) compiled by OpenVINO's CPU
+  plugin. ``precision`` maps to ``INFERENCE_PRECISION_HINT`` (fp32 -> f32, bf16, fp16 ->
+  f16); a reduced precision is accepted only when the CPU computes it natively, and the
+  precision OpenVINO actually compiled is checked afterwards: OpenVINO would otherwise
+  fall back to f32 without a word.
+- ``onnxruntime``: the ONNX export in ONNX Runtime's CPU execution provider, fp32 only.
+
+The non-torch backends run on the CPU, are optional pip extras (``act_ros[openvino]``,
+``act_ros[onnxruntime]``), and have the interface of the torch module they replace in
+:class:`~act_ros.core.inference.ChunkPredictor`: ``backend(state, *images) -> tensor``.
+Pre- and post-processing (normalization) stay in the predictor, shared by all backends.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import time
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from act_ros.core.checkpoint import LoadedCheckpoint
+from act_ros.core.errors import DeviceUnavailableError
+from act_ros.core.export import OnnxExport, ensure_onnx_export
+
+BACKENDS = ('torch', 'openvino', 'onnxruntime')
+# What each backend can run; whether the CPU/GPU at hand can is checked when it starts.
+BACKEND_PRECISIONS = {'torch': ('fp32', 'bf16', 'fp16'), 'openvino': ('fp32', 'bf16', 'fp16'),
+                      'onnxruntime': ('fp32',)}
+# Backend -> (Python module it needs, pip extra that installs it with the ONNX exporter).
+BACKEND_PACKAGES = {'openvino': ('openvino', 'openvino'),
+                    'onnxruntime': ('onnxruntime', 'onnxruntime')}
+CPU_DEVICES = ('auto', 'cpu')
+
+
+def check_backend_options(backend: str, *, precision: str, compile_model: bool,
+                          device: str | None = None) -> None:
+    """Reject backend settings that cannot work together (``ValueError``, one line)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend '{backend}', expected one of {BACKENDS}")
+    if backend == 'torch':
+        return
+    if compile_model:
+        raise ValueError(f"compile_model applies to the torch backend only; backend '{backend}' "
+                         'compiles the ONNX export itself: set compile_model false')
+    if precision not in BACKEND_PRECISIONS[backend]:
+        raise ValueError(f"backend '{backend}' supports precision {BACKEND_PRECISIONS[backend]}, "
+                         f"got '{precision}' (bf16 on a CPU: backend openvino or torch)")
+    if device is not None and str(device).strip().lower() not in CPU_DEVICES:
+        raise ValueError(f"backend '{backend}' runs on the CPU; device '{device}' needs the "
+                         "torch backend (use device 'cpu' or 'auto')")
+
+
+def _load_module(name: str) -> ModuleType:
+    """Import a backend's runtime package (the one place backends are imported)."""
+    return importlib.import_module(name)
+
+
+def import_backend(backend: str) -> ModuleType:
+    """The runtime package of ``backend``; a missing one names the pip extra to install."""
+    module, extra = BACKEND_PACKAGES[backend]
+    try:
+        return _load_module(module)
+    except ImportError as exc:
+        raise DeviceUnavailableError(
+            f"backend '{backend}' was requested but {module} is not installed ({exc}): "
+            f"pip install 'act_ros[{extra}]' (in a source checkout: pip install -e '.[{extra}]')"
+        ) from exc
+
+
+def installed_backends() -> list[str]:
+    """``torch`` and every optional backend whose packages (runtime, exporter) are installed."""
+    def present(name: str) -> bool:
+        return importlib.util.find_spec(name) is not None
+
+    exporter = present('onnx') and present('onnxscript')
+    return ['torch'] + [name for name, (module, _) in BACKEND_PACKAGES.items()
+                        if exporter and present(module)]
+
+
+def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    return np.ascontiguousarray(tensor.detach().to('cpu', torch.float32).numpy())
+
+
+class OnnxBackend:
+    """Common part of the ONNX backends: the export, input names, timing, the call."""
+
+    name = ''
+
+    def __init__(self, export: OnnxExport, precision: str) -> None:
+        self.export = export
+        self.precision = precision
+        self.input_names = export.input_names
+        self.compile_seconds = 0.0
+
+    @property
+    def load_seconds(self) -> float:
+        """Start-up cost: ONNX export (0 when reused) plus the backend's compilation."""
+        return self.export.seconds + self.compile_seconds
+
+    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        raise NotImplementedError
+
+    def __call__(self, state: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
+        tensors = (state, *images)
+        if len(tensors) != len(self.input_names):
+            raise ValueError(f'{self.name}: expected {len(self.input_names)} inputs '
+                             f'{self.input_names}, got {len(tensors)}')
+        out = self.run({name: _numpy(t) for name, t in zip(self.input_names, tensors)})
+        return torch.from_numpy(out).to(state.device)
+
+
+class OpenVINOBackend(OnnxBackend):
+    """The ONNX export compiled by OpenVINO for the CPU, at the requested precision."""
+
+    name = 'openvino'
+    HINTS = {'fp32': 'f32', 'bf16': 'bf16', 'fp16': 'f16'}
+    CAPABILITY = {'bf16': 'BF16', 'fp16': 'FP16'}
+
+    def __init__(self, export: OnnxExport, *, precision: str = 'fp32',
+                 threads: int | None = None) -> None:
+        super().__init__(export, precision)
+        ov = import_backend(self.name)
+        import openvino.properties as props
+        import openvino.properties.hint as hints
+
+        core = ov.Core()
+        wanted = getattr(ov.Type, self.HINTS[precision])
+        capabilities = list(core.get_property('CPU', props.device.capabilities))
+        if precision in self.CAPABILITY and self.CAPABILITY[precision] not in capabilities:
+            raise DeviceUnavailableError(self._refusal(precision, capabilities))
+        config: dict[str, Any] = {hints.inference_precision: wanted,
+                                  hints.performance_mode: hints.PerformanceMode.LATENCY}
+        if threads:
+            config[props.inference_num_threads] = int(threads)
+        start = time.perf_counter()
+        self._compiled = core.compile_model(core.read_model(str(export.path)), 'CPU', config)
+        self.compile_seconds = time.perf_counter() - start
+        compiled_as = self._compiled.get_property(hints.inference_precision)
+        if compiled_as != wanted:
+            raise DeviceUnavailableError(self._refusal(precision, capabilities, compiled_as))
+        self._request = self._compiled.create_infer_request()
+
+    @staticmethod
+    def _refusal(precision: str, capabilities: list[str], compiled_as: Any = None) -> str:
+        found = f'it compiled {compiled_as} instead' if compiled_as is not None else (
+            f'its capabilities are {capabilities}')
+        return (f"precision '{precision}' was requested for backend openvino, but OpenVINO "
+                f'cannot run it natively on this CPU ({found}); use precision fp32')
+
+    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        self._request.infer(feed)
+        # The request reuses its output buffer: copy before the next call.
+        return np.array(self._request.get_output_tensor(0).data, dtype=np.float32, copy=True)
+
+
+class OnnxRuntimeBackend(OnnxBackend):
+    """The ONNX export in ONNX Runtime's CPU execution provider (fp32)."""
+
+    name = 'onnxruntime'
+
+    def __init__(self, export: OnnxExport, *, precision: str = 'fp32',
+                 threads: int | None = None) -> None:
+        check_backend_options(self.name, precision=precision, compile_model=False)
+        super().__init__(export, precision)
+        ort = import_backend(self.name)
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        if threads:
+            options.intra_op_num_threads = int(threads)
+        start = time.perf_counter()
+        self._session = ort.InferenceSession(str(export.path), sess_options=options,
+                                             providers=['CPUExecutionProvider'])
+        self.compile_seconds = time.perf_counter() - start
+        self._output = export.output_name
+
+    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        return np.asarray(self._session.run([self._output], feed)[0], dtype=np.float32)
+
+
+BACKEND_CLASSES: dict[str, type[OnnxBackend]] = {'openvino': OpenVINOBackend,
+                                                 'onnxruntime': OnnxRuntimeBackend}
+
+
+def create_backend(backend: str, checkpoint: LoadedCheckpoint, *, model: nn.Module | None = None,
+                   precision: str = 'fp32', threads: int | None = None) -> OnnxBackend:
+    """A non-torch backend for ``checkpoint``, from its ONNX export (exported when missing
+    or stale). ``model`` is the CPU ``ACTInferenceModel`` to export from, if already built."""
+    check_backend_options(backend, precision=precision, compile_model=False)
+    if backend == 'torch':
+        raise ValueError("the torch backend is the predictor's own model, not an ONNX backend")
+    import_backend(backend)  # a missing package fails now, not after a long export
+    export = ensure_onnx_export(checkpoint, model=model)
+    return BACKEND_CLASSES[backend](export, precision=precision, threads=threads)

@@ -1,0 +1,332 @@
+"""ONNX export of the inference model, kept next to the checkpoint and never used stale.
+
+What is exported is :class:`~act_ros.core.inference.ACTInferenceModel`: normalized
+observation tensors in (``observation.state`` (1, J), then one (1, 3, H, W) tensor per
+camera in the checkpoint's ``image_features`` order), the normalized action chunk
+(1, chunk_size, J) out. Normalization stays in the runtime
+(:class:`~act_ros.core.inference.ChunkPredictor`), shared by every backend.
+
+Layout, inside the checkpoint directory (``export/`` is ignored by
+:func:`~act_ros.core.checkpoint.checkpoint_hash`)::
+
+    export/model_<H>x<W>.onnx        the graph with its weights (one file)
+    export/model_<H>x<W>.onnx.json   metadata: input/output names and shapes, checkpoint
+                                     hash, opset, torch/onnx/lerobot versions, ONNX sha256
+
+(cameras of different sizes: every ``<H>x<W>``, joined with ``-``.) Both files are
+written to temporary siblings and renamed into place, the metadata last: an export is
+valid only when its metadata matches the checkpoint (hash, input shapes) and the ONNX
+file (sha256). Anything else is stale and is exported again, with a log line saying why.
+A checkpoint directory that cannot be written (installed read-only) exports to
+``$XDG_CACHE_HOME/act_ros/export/<checkpoint hash>/`` instead.
+
+``act-ros export --checkpoint DIR --format onnx [--image-size HxW]`` runs it by hand.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from dataclasses import dataclass
+import datetime
+import hashlib
+import json
+import logging
+import os
+from pathlib import Path
+import sys
+import time
+from typing import Any
+import uuid
+
+import torch
+from torch import nn
+
+from act_ros.core.checkpoint import LoadedCheckpoint, checkpoint_hash, load_checkpoint
+from act_ros.core.contract import parse_image_size
+from act_ros.core.errors import ActRosError, DeviceUnavailableError
+
+logger = logging.getLogger(__name__)
+
+EXPORT_DIR = 'export'
+FORMATS = ('onnx',)
+OPSET = 18  # read by ONNX Runtime >= 1.14 and OpenVINO >= 2023
+METADATA_VERSION = 1
+EXPORTER = 'torch.onnx.export(dynamo=True, optimize=False)'
+ONNX_EXTRA = 'onnx'
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """Name and static shape of one graph input or output (float32)."""
+
+    name: str
+    shape: tuple[int, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {'name': self.name, 'shape': list(self.shape), 'dtype': 'float32'}
+
+
+@dataclass(frozen=True)
+class OnnxExport:
+    """A valid export: the ONNX file, its metadata, and whether this call wrote it."""
+
+    path: Path
+    metadata: dict[str, Any]
+    exported: bool
+    seconds: float  # export time; 0 when an existing export was reused
+
+    @property
+    def input_names(self) -> list[str]:
+        return [spec['name'] for spec in self.metadata['inputs']]
+
+    @property
+    def output_name(self) -> str:
+        return self.metadata['output']['name']
+
+
+def graph_signature(checkpoint: LoadedCheckpoint,
+                    image_size: tuple[int, int] | None = None) -> tuple[list[TensorSpec], TensorSpec]:
+    """Inputs (state, then cameras in the model's order) and output of the exported graph.
+
+    ``image_size`` (H, W) overrides every camera's size; by default the checkpoint's.
+    """
+    from lerobot.configs.types import FeatureType
+
+    config = checkpoint.config
+    state_key = next(key for key, feat in config.input_features.items()
+                     if feat.type == FeatureType.STATE)
+    action_key = next(key for key, feat in config.output_features.items()
+                      if feat.type == FeatureType.ACTION)
+    inputs = [TensorSpec(state_key, (1, checkpoint.state_dim))]
+    for key in config.image_features:
+        h, w = image_size or checkpoint.image_shapes[key]
+        inputs.append(TensorSpec(key, (1, 3, int(h), int(w))))
+    output = TensorSpec(action_key, (1, checkpoint.chunk_size, checkpoint.action_dim))
+    return inputs, output
+
+
+def export_name(inputs: list[TensorSpec]) -> str:
+    """``model_<H>x<W>.onnx``; cameras of different sizes: every ``HxW``, ``-``-joined."""
+    sizes = [f'{spec.shape[2]}x{spec.shape[3]}' for spec in inputs[1:]]
+    return f"model_{sizes[0] if len(set(sizes)) == 1 else '-'.join(sizes)}.onnx"
+
+
+def metadata_path(onnx_path: Path) -> Path:
+    return onnx_path.with_name(onnx_path.name + '.json')
+
+
+def cache_export_dir(ckpt_hash: str) -> Path:
+    """Where exports of a read-only checkpoint go: the user cache, keyed by content hash."""
+    base = Path(os.environ.get('XDG_CACHE_HOME') or Path.home() / '.cache')
+    return base / 'act_ros' / EXPORT_DIR / ckpt_hash
+
+
+def _writable_export_dir(checkpoint_dir: Path, ckpt_hash: str) -> Path:
+    directory = checkpoint_dir / EXPORT_DIR
+    try:
+        directory.mkdir(exist_ok=True)
+        if os.access(directory, os.W_OK):
+            return directory
+    except OSError:  # read-only file system: fall back to the cache below
+        pass
+    fallback = cache_export_dir(ckpt_hash)
+    logger.info('checkpoint directory %s is not writable: exports go to %s', checkpoint_dir,
+                fallback)
+    fallback.mkdir(parents=True, exist_ok=True)
+    return fallback
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open('rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` into a temporary sibling, then rename it to ``path``."""
+    tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}{path.suffix}')
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def read_metadata(onnx_path: Path) -> dict[str, Any] | None:
+    """The metadata of an export, or ``None`` when it is missing or unreadable."""
+    try:
+        data = json.loads(metadata_path(onnx_path).read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def stale_reason(onnx_path: Path, *, ckpt_hash: str, inputs: list[TensorSpec],
+                 output: TensorSpec) -> str | None:
+    """Why the export at ``onnx_path`` cannot be used for this checkpoint; ``None`` if it can."""
+    if not onnx_path.is_file():
+        return 'no export yet'
+    meta = read_metadata(onnx_path)
+    if meta is None:
+        return f'{metadata_path(onnx_path).name} is missing or unreadable'
+    if meta.get('metadata_version') != METADATA_VERSION:
+        return (f"metadata version {meta.get('metadata_version')!r}, this act_ros writes "
+                f'{METADATA_VERSION}')
+    if meta.get('checkpoint_hash') != ckpt_hash:
+        return (f"the checkpoint changed (hash {meta.get('checkpoint_hash')} in the export, "
+                f'{ckpt_hash} now)')
+    expected = [spec.to_json() for spec in inputs]
+    if meta.get('inputs') != expected:
+        found = [(s.get('name'), s.get('shape')) for s in meta.get('inputs') or []]
+        return (f'input shapes differ (export {found}, needed '
+                f'{[(s.name, list(s.shape)) for s in inputs]})')
+    if meta.get('output') != output.to_json():
+        return f"output differs (export {meta.get('output')}, needed {output.to_json()})"
+    if meta.get('onnx_sha256') != file_sha256(onnx_path):
+        return f'{onnx_path.name} does not match its metadata (sha256)'
+    return None
+
+
+def _import_exporter() -> None:
+    try:
+        import onnx  # noqa: F401
+        import onnxscript  # noqa: F401
+    except ImportError as exc:
+        raise DeviceUnavailableError(
+            f'ONNX export needs the onnx and onnxscript packages ({exc}): '
+            f"pip install 'act_ros[{ONNX_EXTRA}]' (in a source checkout: "
+            f"pip install -e '.[{ONNX_EXTRA}]')") from exc
+
+
+def _versions() -> dict[str, str]:
+    import importlib.metadata as md
+
+    versions = {}
+    for package in ('torch', 'onnx', 'onnxscript', 'lerobot'):
+        try:
+            versions[package] = md.version(package)
+        except md.PackageNotFoundError:
+            versions[package] = 'not installed'
+    return versions
+
+
+def write_onnx_export(model: nn.Module, path: Path, *, ckpt_hash: str, inputs: list[TensorSpec],
+                      output: TensorSpec, source: Path | None = None) -> OnnxExport:
+    """Export ``model`` (an ``ACTInferenceModel`` on the CPU) to ``path`` with its metadata.
+
+    The graph optimizer of the exporter is off (``optimize=False``): at 480x640 it did not
+    finish, and the runtimes (ONNX Runtime, OpenVINO) optimize the graph themselves.
+    """
+    _import_exporter()
+    import onnx
+
+    start = time.perf_counter()
+    device = next(model.parameters()).device
+    if device.type != 'cpu':
+        raise ValueError(f'export the model from the CPU (it is on {device})')
+    generator = torch.Generator().manual_seed(0)
+    example = tuple(torch.randn(spec.shape, generator=generator) for spec in inputs)
+    was_training = model.training
+    model.eval()
+    passes_log = logging.getLogger('onnx_ir')  # one INFO line per graph pass otherwise
+    passes_level = passes_log.level
+    passes_log.setLevel(logging.WARNING)
+    try:
+        with torch.no_grad():
+            program = torch.onnx.export(
+                model, example, dynamo=True, optimize=False, external_data=False,
+                opset_version=OPSET, input_names=[spec.name for spec in inputs],
+                output_names=[output.name], verbose=False)
+    finally:
+        model.train(was_training)
+        passes_log.setLevel(passes_level)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    _write_atomic(path, lambda tmp: program.save(str(tmp), external_data=False))
+    opsets = {entry.domain or 'ai.onnx': entry.version
+              for entry in onnx.load(str(path), load_external_data=False).opset_import}
+    seconds = time.perf_counter() - start
+    metadata = {
+        'metadata_version': METADATA_VERSION,
+        'format': 'onnx',
+        'checkpoint_hash': ckpt_hash,
+        'checkpoint': str(source) if source else None,
+        'inputs': [spec.to_json() for spec in inputs],
+        'output': output.to_json(),
+        'normalized': True,  # observations and actions as LeRobot's processors produce them
+        'opset': opsets.get('ai.onnx', OPSET),
+        'exporter': EXPORTER,
+        'versions': _versions(),
+        'onnx_sha256': file_sha256(path),
+        'export_seconds': round(seconds, 2),
+        'created': datetime.datetime.now(datetime.UTC).isoformat(timespec='seconds'),
+    }
+    _write_atomic(metadata_path(path), lambda tmp: tmp.write_text(json.dumps(metadata, indent=2)))
+    return OnnxExport(path=path, metadata=metadata, exported=True, seconds=seconds)
+
+
+def ensure_onnx_export(checkpoint: LoadedCheckpoint, *, model: nn.Module | None = None,
+                       image_size: tuple[int, int] | None = None, force: bool = False,
+                       ckpt_hash: str | None = None) -> OnnxExport:
+    """The ONNX export of ``checkpoint``: reused when valid, (re-)exported otherwise.
+
+    ``model`` is the ``ACTInferenceModel`` to export (built from the checkpoint on the CPU
+    when not given). A stale export is never used: it is rebuilt and the reason logged.
+    """
+    from act_ros.core.inference import ACTInferenceModel
+
+    ckpt_hash = ckpt_hash or checkpoint_hash(checkpoint.path)
+    inputs, output = graph_signature(checkpoint, image_size)
+    name = export_name(inputs)
+
+    def check(path: Path) -> str | None:
+        return 'export requested' if force else stale_reason(
+            path, ckpt_hash=ckpt_hash, inputs=inputs, output=output)
+
+    # A valid export beside the checkpoint is used even where that directory is read-only.
+    local = Path(checkpoint.path) / EXPORT_DIR / name
+    path, reason = local, check(local)
+    if reason is not None:
+        directory = _writable_export_dir(Path(checkpoint.path), ckpt_hash)
+        if directory != local.parent:  # a read-only checkpoint: the user cache
+            path, reason = directory / name, check(directory / name)
+    if reason is None:
+        return OnnxExport(path=path, metadata=read_metadata(path), exported=False, seconds=0.0)
+    if reason == 'no export yet':
+        logger.info('exporting %s to ONNX: %s', checkpoint.path, path)
+    else:
+        logger.warning('ONNX export %s is stale (%s): exporting it again', path, reason)
+    if model is None:
+        model = ACTInferenceModel(checkpoint.policy.model)  # load_checkpoint(device='cpu')
+    return write_onnx_export(model, path, ckpt_hash=ckpt_hash, inputs=inputs, output=output,
+                             source=Path(checkpoint.path))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``act-ros export``: export a checkpoint's inference model (normalized tensors in and out)."""
+    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    parser = argparse.ArgumentParser(prog='act-ros export', description=main.__doc__)
+    parser.add_argument('--checkpoint', type=Path, required=True,
+                        help='LeRobot pretrained_model directory')
+    parser.add_argument('--format', choices=FORMATS, default='onnx')
+    parser.add_argument('--image-size', type=parse_image_size, default=None,
+                        help="HxW for every camera (default: the checkpoint's input sizes, "
+                        'the ones the runtime uses)')
+    parser.add_argument('--force', action='store_true', help='export even when a valid one exists')
+    args = parser.parse_args(argv)
+    try:
+        checkpoint = load_checkpoint(args.checkpoint, device='cpu')
+        result = ensure_onnx_export(checkpoint, image_size=args.image_size, force=args.force)
+    except (ActRosError, OSError, ValueError) as exc:
+        print(f'act-ros export: {exc}', file=sys.stderr)
+        return 2
+    state = f'exported in {result.seconds:.1f} s' if result.exported else 'up to date'
+    print(f'{result.path} ({state}; metadata {metadata_path(result.path).name})')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

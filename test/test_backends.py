@@ -1,0 +1,261 @@
+"""Inference backends: ONNX export (`act-ros export`), OpenVINO and ONNX Runtime against
+torch eager through the runtime, stale-export detection, and the errors a user can hit."""
+
+import json
+import logging
+import shutil
+
+import numpy as np
+import pytest
+
+from act_ros.core import backends
+from act_ros.core.checkpoint import checkpoint_hash, create_checkpoint, load_checkpoint
+from act_ros.core.errors import DeviceUnavailableError
+from act_ros.core.export import (EXPORT_DIR, OPSET, graph_signature, metadata_path, read_metadata,
+                                 stale_reason)
+from act_ros.core.observation import Observation
+from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+ONNX_BACKENDS = [name for name in backends.installed_backends() if name != 'torch']
+needs_onnx = pytest.mark.skipif(
+    not ONNX_BACKENDS, reason="no ONNX backend installed (pip install -e '.[openvino,onnxruntime]')")
+TICKS = 12
+# The tests that run the exporter take tens of seconds on a small CPU.
+exporting = pytest.mark.slow
+
+
+def _observations(count, seed=0):
+    rng = np.random.default_rng(seed)
+    return [Observation(images={c: rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
+                                for c in ('top', 'wrist')},
+                        state=rng.uniform(-1.0, 1.0, 6)) for _ in range(count)]
+
+
+def _actions(checkpoint, mode, backend='torch', **overrides):
+    """Actions of a sync runtime over TICKS observations (deterministic), and the runtime."""
+    config = RuntimeConfig(model_path=checkpoint, device='cpu', mode=mode, execution='sync',
+                           n_action_steps=4 if mode == 'chunk' else 1, backend=backend, **overrides)
+    with PolicyRuntime(config) as rt:
+        rt.reset()
+        actions = np.stack([rt.act(obs) for obs in _observations(TICKS)])
+    return actions, rt
+
+
+@pytest.fixture(scope='module')
+def exported(tmp_path_factory, tiny_checkpoint):
+    """A copy of the tiny checkpoint, exported to ONNX by the `act-ros export` command."""
+    if not ONNX_BACKENDS:
+        pytest.skip('no ONNX backend installed')
+    from act_ros.cli import main
+    ckpt = tmp_path_factory.mktemp('exported') / 'tiny'
+    shutil.copytree(tiny_checkpoint, ckpt)
+    assert main(['export', '--checkpoint', str(ckpt), '--format', 'onnx']) == 0
+    return ckpt
+
+
+@pytest.fixture(scope='module')
+def torch_actions(tiny_checkpoint):
+    return {mode: _actions(tiny_checkpoint, mode)[0] for mode in ('chunk', 'ensemble')}
+
+
+@needs_onnx
+@exporting
+def test_export_cli_writes_onnx_and_metadata(exported, tiny_checkpoint, capsys):
+    onnx_path = exported / EXPORT_DIR / 'model_48x64.onnx'
+    assert onnx_path.is_file() and metadata_path(onnx_path).is_file()
+    assert sorted(p.name for p in (exported / EXPORT_DIR).iterdir()) == [
+        'model_48x64.onnx', 'model_48x64.onnx.json']  # no temporary file left behind
+    meta = read_metadata(onnx_path)
+    assert meta['format'] == 'onnx' and meta['opset'] == OPSET and meta['normalized'] is True
+    # The export lives inside the checkpoint but does not change its hash.
+    assert meta['checkpoint_hash'] == checkpoint_hash(exported) == checkpoint_hash(tiny_checkpoint)
+    assert meta['inputs'] == [
+        {'name': 'observation.state', 'shape': [1, 6], 'dtype': 'float32'},
+        {'name': 'observation.images.top', 'shape': [1, 3, 48, 64], 'dtype': 'float32'},
+        {'name': 'observation.images.wrist', 'shape': [1, 3, 48, 64], 'dtype': 'float32'}]
+    assert meta['output'] == {'name': 'action', 'shape': [1, 30, 6], 'dtype': 'float32'}
+    assert set(meta['versions']) == {'torch', 'onnx', 'onnxscript', 'lerobot'}
+    assert all(meta['versions'].values())
+    import onnx
+    model = onnx.load(str(onnx_path))
+    assert [i.name for i in model.graph.input] == [i['name'] for i in meta['inputs']]
+    assert [o.name for o in model.graph.output] == ['action']
+    # A second run finds the export valid and leaves it alone.
+    from act_ros.cli import main
+    capsys.readouterr()
+    assert main(['export', '--checkpoint', str(exported)]) == 0
+    assert 'up to date' in capsys.readouterr().out
+
+
+@needs_onnx
+@exporting
+@pytest.mark.parametrize('mode', ['chunk', 'ensemble'])
+@pytest.mark.parametrize('backend', ONNX_BACKENDS)
+def test_backend_matches_torch_eager(exported, torch_actions, backend, mode):
+    actions, rt = _actions(exported, mode, backend)
+    assert rt.predictor.backend.name == backend
+    assert rt.predictor.backend.export.exported is False  # the CLI's export was reused
+    assert np.isfinite(actions).all()
+    diff = np.abs(actions - torch_actions[mode]).max()
+    assert diff < 1e-4, f'{backend} {mode}: max |action diff| {diff:.2e} vs torch eager'
+
+
+@needs_onnx
+@exporting
+def test_stale_export_is_rebuilt_and_follows_new_weights(exported, torch_actions, tmp_path,
+                                                         caplog):
+    ckpt = tmp_path / 'ckpt'
+    shutil.copytree(exported, ckpt)  # with its (now stale) export
+    other = create_checkpoint(tmp_path / 'other', preset='tiny', image_size=(48, 64), seed=1)
+    shutil.copy(other / 'model.safetensors', ckpt / 'model.safetensors')
+    backend = ONNX_BACKENDS[0]
+    with caplog.at_level(logging.INFO, logger='act_ros.core.export'):
+        actions, rt = _actions(ckpt, 'ensemble', backend)
+    assert rt.predictor.backend.export.exported is True
+    assert any('stale' in r.message and 'the checkpoint changed' in r.message
+               for r in caplog.records), [r.message for r in caplog.records]
+    meta = read_metadata(ckpt / EXPORT_DIR / 'model_48x64.onnx')
+    assert meta['checkpoint_hash'] == checkpoint_hash(ckpt) != checkpoint_hash(exported)
+    new_weights = _actions(ckpt, 'ensemble')[0]
+    assert np.abs(actions - new_weights).max() < 1e-4
+    assert np.abs(actions - torch_actions['ensemble']).max() > 1e-3  # not the old weights
+
+
+@needs_onnx
+@exporting
+def test_stale_reasons(exported, tmp_path):
+    """Every way an export can go stale is detected without running the exporter."""
+    source = exported / EXPORT_DIR / 'model_48x64.onnx'
+    onnx_path = tmp_path / source.name
+    shutil.copy(source, onnx_path)
+    shutil.copy(metadata_path(source), metadata_path(onnx_path))
+    ckpt = load_checkpoint(exported)
+    inputs, output = graph_signature(ckpt)
+    good_hash = checkpoint_hash(exported)
+
+    def reason(**kw):
+        args = dict(ckpt_hash=good_hash, inputs=inputs, output=output) | kw
+        return stale_reason(onnx_path, **args)
+
+    assert reason() is None
+    assert 'the checkpoint changed' in reason(ckpt_hash='0' * 16)
+    assert 'input shapes differ' in reason(inputs=graph_signature(ckpt, (24, 32))[0])
+    meta = json.loads(metadata_path(onnx_path).read_text())
+    metadata_path(onnx_path).write_text(json.dumps(meta | {'metadata_version': 0}))
+    assert 'metadata version' in reason()
+    metadata_path(onnx_path).write_text(json.dumps(meta))
+    with onnx_path.open('ab') as f:
+        f.write(b'\0')  # a damaged or half-replaced file
+    assert 'does not match its metadata' in reason()
+    metadata_path(onnx_path).unlink()
+    assert 'missing or unreadable' in reason()
+    onnx_path.unlink()
+    assert reason() == 'no export yet'
+
+
+@pytest.mark.parametrize('backend', ['openvino', 'onnxruntime'])
+def test_missing_backend_names_the_pip_extra(tiny_checkpoint, monkeypatch, backend):
+    def not_installed(name):
+        raise ImportError(f"No module named '{name}'")
+
+    monkeypatch.setattr(backends, '_load_module', not_installed)
+    with pytest.raises(DeviceUnavailableError, match=rf"pip install 'act_ros\[{backend}\]'"):
+        PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', backend=backend,
+                                    warmup=False))
+    assert not (tiny_checkpoint / EXPORT_DIR).exists()  # failed before exporting anything
+
+
+@pytest.mark.parametrize('overrides, match', [
+    (dict(backend='tensorrt'), 'unknown backend'),
+    (dict(backend='openvino', compile_model=True), 'compile_model applies to the torch backend'),
+    (dict(backend='onnxruntime', precision='bf16'), "supports precision .*got 'bf16'"),
+    (dict(backend='openvino', device='cuda'), 'runs on the CPU'),
+])
+def test_inconsistent_backend_settings_are_refused(tiny_checkpoint, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        RuntimeConfig(model_path=tiny_checkpoint, **overrides)
+
+
+@pytest.mark.skipif('openvino' not in ONNX_BACKENDS, reason='openvino not installed')
+@exporting
+def test_openvino_bf16_runs_natively_or_is_refused(exported, torch_actions):
+    import openvino as ov
+    capabilities = ov.Core().get_property('CPU', 'OPTIMIZATION_CAPABILITIES')
+    if 'BF16' not in capabilities:
+        with pytest.raises(DeviceUnavailableError, match='cannot run it natively'):
+            _actions(exported, 'ensemble', 'openvino', precision='bf16')
+        return
+    actions, rt = _actions(exported, 'ensemble', 'openvino', precision='bf16')
+    assert rt.predictor.backend.precision == 'bf16'
+    assert np.abs(actions - torch_actions['ensemble']).max() < 0.1
+
+
+def test_export_cli_reports_bad_input(tmp_path, capsys):
+    from act_ros.cli import main
+    assert main(['export', '--checkpoint', str(tmp_path / 'missing')]) == 2
+    assert 'does not exist' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(['export', '--checkpoint', str(tmp_path), '--image-size', '48by64'])
+
+
+def test_backend_parameter_matches_the_runtime():
+    from act_ros.ros.parameters import parameter_specs
+    spec = {s.name: s for s in parameter_specs(None)}['backend']
+    assert spec.default == 'torch' and spec.choices == backends.BACKENDS
+
+
+def test_evaluator_takes_a_backend():
+    from act_ros.training.evaluate import build_parser
+    args = build_parser().parse_args(['--checkpoint', 'ckpt', '--backend', 'openvino'])
+    assert args.backend == 'openvino'
+    assert build_parser().parse_args(['--checkpoint', 'ckpt']).backend == 'torch'
+
+
+@needs_onnx
+@exporting
+def test_read_only_checkpoint_uses_its_export_or_the_user_cache(exported, tmp_path, monkeypatch):
+    from act_ros.core import export as export_module
+    monkeypatch.setattr(export_module.os, 'access', lambda *args, **kwargs: False)
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
+    result = export_module.ensure_onnx_export(load_checkpoint(exported))
+    assert result.exported is False and result.path.parent == exported / EXPORT_DIR
+    assert export_module._writable_export_dir(exported, 'abc') == (
+        tmp_path / 'act_ros' / EXPORT_DIR / 'abc')
+
+
+def _node(context, checkpoint, **params):
+    from rclpy.parameter import Parameter
+
+    from act_ros.ros.act_node import ActNode
+    values = {'model_path': str(checkpoint), 'autostart': False, 'torch_threads': 1, **params}
+    return ActNode(context=context,
+                   parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+
+
+@pytest.mark.ros
+@pytest.mark.parametrize('params, words', [
+    ({'backend': 'tensorrt'}, "backend: 'tensorrt' is not one of"),
+    ({'backend': 'openvino', 'compile_model': True}, 'compile_model applies to the torch backend'),
+    ({'backend': 'onnxruntime', 'precision': 'bf16'}, "supports precision ('fp32',)"),
+])
+def test_node_refuses_bad_backend_settings(rclpy_context, tiny_checkpoint, params, words):
+    from rclpy.lifecycle import TransitionCallbackReturn
+    node = _node(rclpy_context, tiny_checkpoint, **params)
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert words in node.last_configure_error and '\n' not in node.last_configure_error
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.ros
+@needs_onnx
+@exporting
+def test_node_configures_with_an_onnx_backend(rclpy_context, exported):
+    from rclpy.lifecycle import TransitionCallbackReturn
+    node = _node(rclpy_context, exported, backend=ONNX_BACKENDS[0])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.loop.runtime.predictor.backend.name == ONNX_BACKENDS[0]
+    finally:
+        node.destroy_node()

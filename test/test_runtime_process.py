@@ -1,0 +1,98 @@
+"""execution='process': the model in a child process gives the same actions as in-process
+execution, errors come back to the caller, and closing the runtime ends the child."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+from act_ros.core.observation import Observation
+from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+
+def _observations(count, seed=0):
+    rng = np.random.default_rng(seed)
+    return [Observation(images={'top': rng.integers(0, 256, (48, 64, 3), dtype=np.uint8),
+                                'wrist': rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)},
+                        state=rng.uniform(-0.5, 0.5, 6)) for _ in range(count)]
+
+
+def _play(runtime, observations):
+    """Act on each observation, letting every requested chunk arrive before the next tick
+    (so the schedule, and hence the actions, are the same for every execution)."""
+    runtime.reset()
+    actions = []
+    for obs in observations:
+        actions.append(runtime.act(obs))
+        assert runtime.wait_idle(60.0)
+    return actions
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_process_execution_matches_in_process(tiny_checkpoint):
+    """Ensembling with every chunk awaited: one chunk per tick, so both runs blend the same
+    chunks; the child's chunks must equal the in-process ones."""
+    observations = _observations(15)
+    common = dict(model_path=tiny_checkpoint, device='cpu', mode='ensemble', torch_threads=1)
+    with PolicyRuntime(RuntimeConfig(execution='async', **common)) as local:
+        expected = _play(local, observations)
+        direct = [local.predictor.predict(obs) for obs in observations[:3]]
+    with PolicyRuntime(RuntimeConfig(execution='process', **common)) as remote:
+        assert remote.predictor is None  # the model lives in the child only
+        got = _play(remote, observations)
+        assert remote.stats.warmup_s > 0
+        assert remote.stats.chunks_computed == len(observations) - 1  # last one not yet taken
+        for obs, chunk in zip(observations[:3], direct):
+            np.testing.assert_allclose(remote._remote.predict(obs), chunk, atol=1e-5)
+    assert got[0] is None and expected[0] is None  # the first tick waits for the first chunk
+    for a, b in zip(got[1:], expected[1:]):
+        np.testing.assert_allclose(a, b, atol=1e-5)
+
+
+def test_process_errors_reach_the_caller_and_close_ends_the_child(tiny_checkpoint):
+    rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu',
+                                     execution='process', torch_threads=1))
+    try:
+        pid = rt._remote.pid
+        assert _alive(pid)
+        # A bad observation fails in the child; the error names the problem in the parent.
+        bad = Observation(images={'top': np.zeros((48, 64, 3), np.uint8)}, state=np.zeros(6))
+        rt.reset()
+        assert rt.act(bad) is None
+        assert rt.wait_idle(30.0)
+        with pytest.raises(RuntimeError, match='lacks cameras'):
+            rt.act(_observations(1)[0])
+        # The child survives a failed request and keeps computing.
+        rt.reset()
+        rt.act(_observations(1)[0])
+        assert rt.wait_idle(30.0)
+        assert rt.act(_observations(1)[0]) is not None
+        # A dead child is reported, not waited for forever.
+        os.kill(pid, signal.SIGKILL)
+        rt.reset()
+        rt.act(_observations(1)[0])
+        assert rt.wait_idle(30.0)
+        with pytest.raises(RuntimeError, match='ended unexpectedly'):
+            rt.act(_observations(1)[0])
+    finally:
+        rt.close()
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(pid)
+
+
+def test_process_start_failure_is_reported(tmp_path, tiny_checkpoint):
+    """A child that cannot build the model fails the runtime's construction with its reason."""
+    with pytest.raises(RuntimeError, match='failed to start.*precision'):
+        PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu',
+                                    execution='process', precision='fp16'))
