@@ -71,6 +71,8 @@ setup(
         'onnx': ONNX_EXPORT,
         'openvino': ONNX_EXPORT + ['openvino>=2025.0,<2027'],
         'onnxruntime': ONNX_EXPORT + ['onnxruntime>=1.20,<2'],
+        # LeRobot's own training step (update_policy) for `act-ros bench training`.
+        'bench': ['accelerate>=1.14,<2'],
     },
     zip_safe=True,
     maintainer='act_ros maintainers',

@@ -1,45 +1,128 @@
 """``act-ros bench <name>`` / ``python -m act_ros.bench <name>``: run one benchmark.
 
-``all`` runs every benchmark in turn with its defaults and writes one markdown report
-(``--output``, default ``outputs/bench/report.md``).
+``all`` runs every benchmark in turn, each in a fresh process with the settings it needs
+(``compile`` and ``training`` CPU-sized on a CPU: the ``cpu`` model at 96x128; full size
+elsewhere or with ``--size full``), and writes one markdown report (``--output``, default
+``outputs/bench/report.md``): the machine description and versions once, then every
+benchmark's tables. ``act-ros bench all --help`` lists its options.
 """
 
 from __future__ import annotations
 
+import argparse
 import importlib
+import json
+import os
 from pathlib import Path
+import re
 import subprocess
 import sys
 
 BENCHMARKS = {
     'runtime': 'act_ros.bench.runtime',
     'node': 'act_ros.bench.node',
+    'compile': 'act_ros.bench.compile',
+    'training': 'act_ros.bench.training',
+}
+# Compile and training benchmark sizes for `all`: 'cpu' finishes in minutes on 2 cores.
+SIZES = {
+    'cpu': ['--model-preset', 'cpu', '--image-size', '96x128', '--batch-size', '8'],
+    'full': ['--model-preset', 'default', '--image-size', '480x640', '--batch-size', '8'],
 }
 
 
+def benchmark_args(name: str, part: Path, *, device: str, size: str) -> list[str]:
+    """Command-line options ``all`` gives benchmark ``name`` (its report goes to ``part``)."""
+    if name == 'runtime':
+        return ['--device', device, '--output', str(part)]
+    if name == 'node':
+        return ['--device', device, '--json', str(part.with_suffix('.json'))]
+    if name == 'compile':
+        return ['--device', device, *SIZES[size], '--iters', '5' if size == 'cpu' else '20',
+                '--matrix', '--fullgraph', '--no-header', '--output', str(part)]
+    if name == 'training':
+        extra = ['--iters', '10', '--warmup', '2'] if size == 'cpu' else ['--iters', '20',
+                                                                          '--compile']
+        return ['--device', device, *SIZES[size], *extra, '--no-header', '--output', str(part)]
+    raise ValueError(f"unknown benchmark '{name}'")
+
+
+def as_section(name: str, text: str, machine: str) -> str:
+    """One benchmark's markdown as a section of the combined report: the machine line the
+    report header already gives is dropped and a top-level title becomes a second-level one."""
+    text = text.replace(machine + '; ', '').replace(machine, '').strip()
+    if text.startswith('# '):
+        text = re.sub(r'^(#+) ', r'#\1 ', text, flags=re.MULTILINE)
+    return text if text.startswith('#') else f'## {name}\n\n{text}'
+
+
+def node_section(path: Path) -> str:
+    """The node benchmark's JSON results as a markdown table."""
+    from act_ros.bench.report import markdown_table
+    results = json.loads(path.read_text())
+    return '## act_node under camera-rate load\n\n' + markdown_table(
+        ['measure', 'value'], [(k, v) for k, v in results.items()], digits=2)
+
+
+def report_header() -> str:
+    from act_ros.bench.report import library_versions, machine_description
+    return (f'# act_ros benchmarks\n\nMachine: {machine_description()}\n\n'
+            f'Versions: {library_versions()}\n')
+
+
 def _run_all(argv: list[str]) -> int:
-    output = Path('outputs/bench/report.md')
-    if '--output' in argv:
-        output = Path(argv[argv.index('--output') + 1])
+    parser = argparse.ArgumentParser(prog='act-ros bench all', description='Run the benchmarks '
+                                     'and write one markdown report.')
+    parser.add_argument('--output', type=Path, default=Path('outputs/bench/report.md'),
+                        help='the report; each part is written beside it (default: %(default)s)')
+    parser.add_argument('--device', default='auto', help='auto, cpu, cuda, cuda:N, mps')
+    parser.add_argument('--size', choices=('auto', 'cpu', 'full'), default='auto',
+                        help="compile/training sizes (auto: 'cpu' on a CPU, else 'full')")
+    parser.add_argument('--only', default=','.join(BENCHMARKS),
+                        help='comma-separated subset of: ' + ', '.join(BENCHMARKS))
+    parser.add_argument('--torch-threads', type=int, default=None,
+                        help='CPU threads for PyTorch in every benchmark (OMP_NUM_THREADS); '
+                             'default: PyTorch\'s (all cores: use it on a quiet machine only)')
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.only.split(',') if n.strip()]
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f'unknown benchmarks {unknown} (have {", ".join(BENCHMARKS)})')
+    from act_ros.bench.report import machine_description
+    from act_ros.core.device import select_device
+    size = args.size if args.size != 'auto' else (
+        'cpu' if select_device(args.device).type == 'cpu' else 'full')
+    env = dict(os.environ)
+    if args.torch_threads:
+        import torch
+        torch.set_num_threads(args.torch_threads)  # the header describes what the children use
+        env['OMP_NUM_THREADS'] = str(args.torch_threads)
+    output = args.output
     output.parent.mkdir(parents=True, exist_ok=True)
-    parts, failed = [], []
-    for name, module in BENCHMARKS.items():
+    machine = machine_description()
+    parts, failed = [report_header().rstrip()], []
+    for name in names:
         part = output.with_name(f'{name}.md')
+        for stale in (part, part.with_suffix('.json')):
+            stale.unlink(missing_ok=True)
         print(f'== bench {name} ==', flush=True)
-        args = [sys.executable, '-m', module]
-        args += ['--output', str(part)] if name == 'runtime' else []
+        args_ = [sys.executable, '-m', BENCHMARKS[name],
+                 *benchmark_args(name, part, device=args.device, size=size)]
         # Each benchmark in a fresh process: no compiled state or threads leak between them.
-        proc = subprocess.run(args, check=False, stdout=subprocess.PIPE, text=True)
+        proc = subprocess.run(args_, check=False, stdout=subprocess.PIPE, text=True, env=env)
         print(proc.stdout, flush=True)
+        if part.with_suffix('.json').is_file():
+            section = node_section(part.with_suffix('.json'))
+        elif part.is_file():
+            section = as_section(name, part.read_text(), machine)
+        else:
+            section = f'## {name}\n\n```\n{proc.stdout.strip()}\n```'
         if proc.returncode != 0:
             failed.append(name)
-            parts.append(f'## {name}\n\nFAILED (exit {proc.returncode})\n')
-        elif part.is_file():
-            parts.append(part.read_text())
-        else:
-            parts.append(f'## {name}\n\n```\n{proc.stdout.strip()}\n```\n')
-    output.write_text('\n\n'.join(parts))
-    print(f'report: {output}')
+            section += f'\n\n**{name} FAILED (exit {proc.returncode})**'
+        parts.append(section)
+    output.write_text('\n\n'.join(parts) + '\n')
+    print(f'report: {output}' + (f" (failed: {', '.join(failed)})" if failed else ''))
     return 1 if failed else 0
 
 

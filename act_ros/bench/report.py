@@ -58,3 +58,32 @@ def machine_description() -> str:
         pass
     parts.append(f'Python {platform.python_version()}')
     return '; '.join(parts)
+
+
+BENCH_PACKAGES = ('act_ros', 'torch', 'lerobot', 'accelerate', 'numpy', 'onnxruntime', 'openvino',
+                  'mujoco', 'ros-rclpy')
+
+
+def library_versions(packages: Iterable[str] = BENCH_PACKAGES) -> str:
+    """Installed versions of the packages the numbers depend on, and the source revision."""
+    from importlib import metadata
+    import subprocess
+
+    found = []
+    for name in packages:
+        try:
+            found.append(f'{name} {metadata.version(name)}')
+        except metadata.PackageNotFoundError:
+            continue
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> str:  # read-only: never takes the index lock
+        return subprocess.run(['git', '--no-optional-locks', *args], cwd=root, text=True,
+                              capture_output=True, timeout=10, check=True).stdout.strip()
+    try:
+        dirty = ' with local changes' if git('status', '--porcelain', '--untracked-files=no') \
+            else ''
+        found.append(f"source {git('rev-parse', '--short', 'HEAD')}{dirty}")
+    except (OSError, subprocess.SubprocessError):
+        pass  # not a git checkout (an installed package)
+    return ', '.join(found)

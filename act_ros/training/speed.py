@@ -13,32 +13,40 @@ from pathlib import Path
 import sys
 import tempfile
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from act_ros.core.checkpoint import PRESETS, parse_image_size
 
+if TYPE_CHECKING:
+    from act_ros.training.config import TrainConfig
+    from act_ros.training.prepare import RunInputs
 
-def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, steps: int,
-            warmup: int, compile_step: bool, device: str = 'cpu') -> dict:
-    """Steps/s of :meth:`Trainer.train_step` on random frames (no dataset on disk)."""
+
+def synthetic_inputs(*, image_size: tuple[int, int], batch_size: int, device: str = 'cpu',
+                     seed: int = 0) -> RunInputs:
+    """A trainer's inputs without a dataset: random in-memory frames and fixed statistics.
+
+    Shared by this measurement and the training/compile benchmarks (``act_ros.bench``).
+    """
     from act_ros.core.contract import load_contract
     from act_ros.core.device import select_device
-    from act_ros.training.config import TrainConfig
     from act_ros.training.data import FrameStore, Split
-    from act_ros.training.loop import Trainer
     from act_ros.training.prepare import RunInputs
 
     contract = load_contract()
     n = max(64, batch_size * 4)
     h, w = image_size
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
+    generator = torch.Generator().manual_seed(seed)
     mid = (contract.lower + contract.upper) / 2
     store = FrameStore(
         state=mid + rng.normal(0, 0.1, (n, contract.num_joints)),
         action=mid + rng.normal(0, 0.1, (n, contract.num_joints)),
-        images={c.feature: torch.randint(0, 255, (n, 3, h, w), dtype=torch.uint8)
+        images={c.feature: torch.randint(0, 255, (n, 3, h, w), dtype=torch.uint8,
+                                         generator=generator)
                 for c in contract.cameras},
         seg_start=np.zeros(n, np.int64), seg_end=np.full(n, n, np.int64),
         chunk_size=contract.chunk_size, state_key=contract.state_feature,
@@ -47,14 +55,34 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
     stats = {contract.state_feature: joint, contract.action_feature: joint}
     for c in contract.cameras:
         stats[c.feature] = {'mean': torch.full((3, 1, 1), 0.5), 'std': torch.full((3, 1, 1), 0.25)}
-    inputs = RunInputs(contract=contract, device=select_device(device), dataset=None,
-                       split=Split('episode', np.arange(n), np.zeros(0, np.int64)), store=store,
-                       stats=stats, image_size=image_size, stored_image_size=image_size)
+    return RunInputs(contract=contract, device=select_device(device), dataset=None,
+                     split=Split('episode', np.arange(n), np.zeros(0, np.int64)), store=store,
+                     stats=stats, image_size=image_size, stored_image_size=image_size)
+
+
+def synthetic_config(inputs: RunInputs, workdir: Path, **fields: Any) -> TrainConfig:
+    """A :class:`TrainConfig` for :func:`synthetic_inputs` (``fields``: its other fields).
+
+    ``workdir`` stands in for the dataset and output directories; a :class:`Trainer`
+    writes nothing there unless asked to save a checkpoint.
+    """
+    from act_ros.training.config import TrainConfig
+
+    fields.setdefault('progress', False)
+    return TrainConfig(dataset_root=workdir, output_dir=workdir, image_size=inputs.image_size,
+                       device=str(inputs.device), **fields)
+
+
+def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, steps: int,
+            warmup: int, compile_step: bool, device: str = 'cpu') -> dict:
+    """Steps/s of :meth:`Trainer.train_step` on random frames (no dataset on disk)."""
+    from act_ros.training.loop import Trainer
+
+    inputs = synthetic_inputs(image_size=image_size, batch_size=batch_size, device=device)
     with tempfile.TemporaryDirectory() as tmp:
-        config = TrainConfig(dataset_root=Path(tmp), output_dir=Path(tmp), model_preset=model_preset,
-                             image_size=image_size, batch_size=batch_size, steps=steps + warmup,
-                             compile=compile_step, device=device, progress=False)
-        trainer = Trainer(config, inputs)
+        trainer = Trainer(synthetic_config(inputs, Path(tmp), model_preset=model_preset,
+                                           batch_size=batch_size, steps=steps + warmup,
+                                           compile=compile_step), inputs)
         start = time.perf_counter()
         for _ in range(warmup):
             trainer.train_step()
