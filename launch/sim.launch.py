@@ -121,7 +121,7 @@ def generate_launch_description() -> LaunchDescription:
                 'device': LaunchConfiguration('device'),
                 'mode': LaunchConfiguration('policy_mode'),
                 'trigger': PythonExpression(["'observation' if ", *lockstep, " else 'timer'"]),
-                'execution': PythonExpression(["'sync' if ", *lockstep, " else 'async'"]),
+                'execution': PythonExpression(["'sync' if ", *lockstep, " else 'process'"]),
                 'pad_source': 'topic',
                 'pad_pose_topic': 'pad_pose',
                 'autostart': True,

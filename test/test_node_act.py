@@ -45,7 +45,10 @@ def image():
 
 
 def make_node(context, checkpoint, **params) -> ActNode:
+    # In-process inference keeps these tests fast; the default (a child process) is tested
+    # below and through the console script.
     values = {'model_path': checkpoint, 'autostart': False, 'torch_threads': 1,
+              'execution': 'async',
               'diagnostics_period_s': 0.2, **params}
     return ActNode(context=context,
                    parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
@@ -240,18 +243,16 @@ def test_console_script_exits_with_one_line_on_bad_configuration(ros_domain_id):
     assert len(errors) == 1 and "unknown device 'tpu'" in errors[0], proc.stderr[-2000:]
 
 
-@pytest.mark.parametrize('executor', ['single_threaded'])
 def test_console_script_drives_commands_with_the_model_in_a_child_process(
-        rclpy_context, ros_domain_id, checkpoint, image, executor, tmp_path):
-    """The deployed path: ``act_node`` as its own process, model in a child process, spun by
-    a single-threaded executor; SIGINT stops it and its inference process."""
+        rclpy_context, ros_domain_id, checkpoint, image, tmp_path):
+    """The deployed path with its defaults: ``act_node`` as its own process, the model in a
+    child process, a single-threaded executor; SIGINT stops it and its inference process."""
     env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
     log = tmp_path / 'act_node.log'
     with log.open('w') as out:
         proc = subprocess.Popen(
             [sys.executable, '-m', 'act_ros.ros.act_node', '--ros-args', '-p',
-             f'model_path:={checkpoint}', '-p', 'execution:=process', '-p',
-             f'executor:={executor}', '-p', 'torch_threads:=1', '-p',
+             f'model_path:={checkpoint}', '-p', 'torch_threads:=1', '-p',
              'release_gate.enabled:=false'],
             stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
     try:
@@ -269,7 +270,7 @@ def test_console_script_drives_commands_with_the_model_in_a_child_process(
             proc.kill()
     output = log.read_text()
     assert proc.returncode == 0, output[-3000:]
-    assert 'mode chunk/process' in output
+    assert 'mode chunk/process' in output and 'single_threaded executor' in output
     # The inference process (and multiprocessing's resource tracker) end with the node.
     wait_until(lambda: all(_proc_state(pid) in ('gone', 'Z') for pid in children), 20.0)
     for pid in children:

@@ -67,6 +67,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--mode', default='chunk', choices=('chunk', 'ensemble'))
     p.add_argument('--execution', default='async', choices=('async', 'process', 'sync'))
     p.add_argument('--torch-threads', type=int, default=0)
+    p.add_argument('--backend', default='torch', choices=('torch', 'openvino', 'onnxruntime'))
     p.add_argument('--executor', default='multi_threaded',
                    choices=('multi_threaded', 'single_threaded'))
     p.add_argument('--startup-timeout', type=float, default=300.0)
@@ -106,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
                '-p', f'control_rate_hz:={float(args.rate)}',
                '-p', f'torch_threads:={args.torch_threads}',
                '-p', f'executor:={args.executor}',
+               '-p', f'backend:={args.backend}',
                '-p', 'diagnostics_period_s:=1.0']
         print(f"[bench node] starting act_node (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})",
               flush=True)
@@ -145,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
             results['harness_cpu_percent'] = 100.0 * (own_cpu1 - own_cpu0) / wall
             results.update(duration_s=wall, camera_size=f'{args.height}x{args.width}',
                            mode=f'{args.mode}/{args.execution}', executor=args.executor,
+                           backend=args.backend,
                            preset=args.preset if not args.model_path else 'given',
                            cpu_count=os.cpu_count())
         finally:

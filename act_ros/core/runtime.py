@@ -24,6 +24,7 @@ Execution:
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 import math
 from pathlib import Path
@@ -43,6 +44,8 @@ from act_ros.core.inference_process import ProcessSpec, RemotePredictor
 from act_ros.core.observation import Observation
 
 MODES = ('chunk', 'ensemble')
+LATENCY_WINDOW = 8  # chunks whose latency schedules the next request
+REQUEST_MARGIN_TICKS = 2  # ticks of slack beyond the slowest recent latency
 EXECUTIONS = ('sync', 'async', 'process')
 
 
@@ -216,7 +219,9 @@ class PolicyRuntime:
         self._epoch = 0
         self._tick = 0
         self._new_chunks: list[np.ndarray] = []
-        self._latency_s = None  # smoothed model latency, for scheduling async requests
+        # Recent model latencies: chunk mode asks for the next chunk early enough for the
+        # slowest of them (a mean would let the queue run dry whenever the CPU is busier).
+        self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
         self._last_request_tick: int | None = None
         # Async chunk mode may play a chunk past n_action_steps while the next one is late,
         # rather than run dry; sync mode reproduces LeRobot's queue of n_action_steps.
@@ -290,7 +295,7 @@ class PolicyRuntime:
         if len(history) > 200:
             del history[:-200]
         self.stats.mean_inference_ms = float(np.mean(history))
-        self._latency_s = seconds if self._latency_s is None else 0.8 * self._latency_s + 0.2 * seconds
+        self._latencies.append(seconds)
 
     def _act_sync(self, tick: int, obs: Observation) -> np.ndarray:
         if self.config.mode == 'ensemble' or self._queue.remaining(tick) == 0:
@@ -319,7 +324,8 @@ class PolicyRuntime:
             return False  # the requested chunk is still on its way
         # Ask so that the next chunk lands when n_action_steps of the current one have
         # played (or before the queue runs dry, whichever comes first).
-        latency_ticks = math.ceil((self._latency_s or 0.0) / self.period_s) + 1
+        slowest = max(self._latencies, default=0.0)
+        latency_ticks = math.ceil(slowest / self.period_s) + REQUEST_MARGIN_TICKS
         remaining = self._queue.remaining(tick)
         played = tick - self._queue.latest_start
         return remaining <= latency_ticks or played + latency_ticks >= self.config.n_action_steps

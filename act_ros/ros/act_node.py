@@ -13,7 +13,7 @@ Threads: input callbacks (their own callback group) only convert and store the l
 message; the control tick runs in another group, and in ``async`` execution the model
 runs on the runtime's worker thread (``process``: in a child process), so neither ever
 blocks message handling. :func:`main` spins it on the executor named by the ``executor``
-parameter (default a :class:`~rclpy.executors.MultiThreadedExecutor`).
+parameter (by default single-threaded, multi-threaded for ``sync`` execution).
 
 Usage: ``act_node --ros-args --params-file config/act.yaml -p model_path:=<checkpoint>``.
 """
@@ -258,8 +258,16 @@ def _try_load_contract(node: LifecycleNode) -> tuple[Contract | None, str]:
         return None, f'contract_path: {exc}'
 
 
+def executor_kind(kind: str, execution: str) -> str:
+    """Resolve the ``executor`` parameter: ``auto`` is multi-threaded only for ``sync``
+    execution (the tick runs the model, inputs must keep arriving meanwhile)."""
+    if kind == 'auto':
+        return 'multi_threaded' if execution == 'sync' else 'single_threaded'
+    return kind
+
+
 def make_executor(kind: str, context: Any = None) -> Executor:
-    """The executor named by the ``executor`` parameter (see its description)."""
+    """A ``multi_threaded`` or ``single_threaded`` executor."""
     if kind == 'multi_threaded':
         return MultiThreadedExecutor(num_threads=4, context=context)
     if kind == 'single_threaded':
@@ -274,8 +282,11 @@ def main(args: list[str] | None = None) -> int:
     code = 0
     try:
         node = ActNode()
-        executor = make_executor(node.get_parameter('executor').value)
+        kind = executor_kind(node.get_parameter('executor').value,
+                             node.get_parameter('execution').value)
+        executor = make_executor(kind)
         executor.add_node(node)
+        node.get_logger().info(f'spinning on a {kind} executor')
         if node.autostart and not node.start():
             node.get_logger().fatal('autostart failed; exiting (see the error above)')
             code = 1

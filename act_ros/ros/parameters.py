@@ -27,7 +27,7 @@ from rclpy.parameter import Parameter
 from act_ros.core.contract import Contract
 
 COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
-EXECUTORS = ('multi_threaded', 'single_threaded')
+EXECUTORS = ('auto', 'multi_threaded', 'single_threaded')
 DEFAULT_COMMAND_TOPICS = {
     'JointTrajectory': 'joint_trajectory_controller/joint_trajectory',
     'Float64MultiArray': 'forward_position_controller/commands',
@@ -101,7 +101,7 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('warmup', True, 'Run the model once at configure so the first tick is not slow.'),
         P('mode', 'chunk', 'chunk: play n_action_steps of each chunk; ensemble: temporal '
           'ensembling of every chunk covering the tick.', choices=('chunk', 'ensemble')),
-        P('execution', 'async', 'async: chunks are computed in the background while the '
+        P('execution', 'process', 'async: chunks are computed in the background while the '
           'queue plays out (never blocks the tick); process: async with the model in a '
           'child process, so message handling never competes with inference for the '
           'Python interpreter lock (best on small CPUs); sync: the tick waits for the model '
@@ -122,10 +122,11 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('max_obs_age_s', 0.2, 'Inputs older than this (receive time, node clock) are stale: '
           'no commands until fresh data returns.', low=0.001, high=10.0),
         P('autostart', True, 'Configure and activate on start-up (no lifecycle manager).'),
-        P('executor', 'multi_threaded', 'Executor of the console script: multi_threaded '
-          '(inputs and the tick run in parallel; needed for execution sync with a timer) or '
-          'single_threaded (less CPU per message; fine with async/process execution). '
-          'Embedding applications choose their own.', choices=EXECUTORS, read_only=True),
+        P('executor', 'auto', 'Executor of the console script: multi_threaded (inputs and '
+          'the tick run in parallel, as execution sync needs), single_threaded (least CPU per '
+          'message; enough when the model runs elsewhere), or auto: multi_threaded for sync '
+          'execution, else single_threaded. Embedding applications choose their own.',
+          choices=EXECUTORS, read_only=True),
         P('diagnostics_period_s', 1.0, 'Period of the diagnostics message on /diagnostics.',
           low=0.05, high=60.0),
         # Topics and message types (structural).
