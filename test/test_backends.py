@@ -227,7 +227,8 @@ def _node(context, checkpoint, **params):
     from rclpy.parameter import Parameter
 
     from act_ros.ros.act_node import ActNode
-    values = {'model_path': str(checkpoint), 'autostart': False, 'torch_threads': 1, **params}
+    values = {'model_path': str(checkpoint), 'autostart': False, 'torch_threads': 1,
+              'execution': 'async', **params}
     return ActNode(context=context,
                    parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
 
@@ -251,11 +252,16 @@ def test_node_refuses_bad_backend_settings(rclpy_context, tiny_checkpoint, param
 @pytest.mark.ros
 @needs_onnx
 @exporting
-def test_node_configures_with_an_onnx_backend(rclpy_context, exported):
+@pytest.mark.parametrize('execution', ['async', 'process'])
+def test_node_configures_with_an_onnx_backend(rclpy_context, exported, execution):
     from rclpy.lifecycle import TransitionCallbackReturn
-    node = _node(rclpy_context, exported, backend=ONNX_BACKENDS[0])
+    node = _node(rclpy_context, exported, backend=ONNX_BACKENDS[0], execution=execution)
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
-        assert node.loop.runtime.predictor.backend.name == ONNX_BACKENDS[0]
+        runtime = node.loop.runtime
+        if execution == 'process':  # the child process built the backend
+            assert runtime._remote.backend_name == ONNX_BACKENDS[0]
+        else:
+            assert runtime.predictor.backend.name == ONNX_BACKENDS[0]
     finally:
         node.destroy_node()

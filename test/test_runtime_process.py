@@ -48,6 +48,7 @@ def test_process_execution_matches_in_process(tiny_checkpoint):
         direct = [local.predictor.predict(obs) for obs in observations[:3]]
     with PolicyRuntime(RuntimeConfig(execution='process', **common)) as remote:
         assert remote.predictor is None  # the model lives in the child only
+        assert remote._remote.backend_name == 'torch'
         got = _play(remote, observations)
         assert remote.stats.warmup_s > 0
         assert remote.stats.chunks_computed == len(observations) - 1  # last one not yet taken

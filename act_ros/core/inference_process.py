@@ -65,7 +65,7 @@ class RemotePredictor:
         if reply[0] == 'error':
             self.close()
             raise InferenceProcessError(f'inference process failed to start: {reply[1]}')
-        _, self.warmup_s, self.compile_seconds = reply
+        _, self.warmup_s, self.compile_seconds, self.backend_name = reply
 
     def predict(self, obs: Observation) -> np.ndarray:
         if self._process is None:
@@ -114,7 +114,8 @@ def _child_main(conn: Connection, spec: ProcessSpec) -> None:
     try:
         predictor = _build_predictor(spec)
         warmup_s = predictor.warmup(spec.warmup_iterations) if spec.warmup_iterations else 0.0
-        conn.send(('ready', warmup_s, predictor.compile_seconds))
+        backend = predictor.backend.name if predictor.backend is not None else 'torch'
+        conn.send(('ready', warmup_s, predictor.compile_seconds, backend))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
         conn.send(('error', _describe(exc)))
         return
