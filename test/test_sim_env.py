@@ -177,8 +177,10 @@ def test_summary_names_and_values():
     results = [EpisodeResult(True, 0.004, 2.0, True, True, True, 0.05, 300),
                EpisodeResult(False, 0.1, 30.0, False, False, True, 0.0, 300)]
     summary = summarize_results(results)
+    failures = summary.pop('failures')
     assert summary == pytest.approx({'align_rate': 0.5, 'mean_position_error': 0.052,
                                      'mean_yaw_error': 16.0, 'count': 2})
+    assert set(failures.values()) == {0}  # the failed result names no failure phase
     with pytest.raises(ValueError, match='at least one'):
         summarize_results([])
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from act_ros.core.contract import Contract, load_contract
 from act_ros.sim.config import SimConfig
-from act_ros.sim.metrics import EpisodeResult, symmetric_yaw_error_deg
+from act_ros.sim.metrics import EpisodeResult, failure_phase, symmetric_yaw_error_deg
 from act_ros.sim.scene import (BOX_BODY, CAMERAS, EE_SITE, FINGER_JOINTS, FINGER_LINKS,
                                PAD_BODY, build_model)
 
@@ -266,9 +266,14 @@ class PortPickAlignEnv:
         released = bool(opening >= cfg.released_opening and not self.box_touches_fingers())
         position_error = float(np.linalg.norm(offset))
         yaw_error = symmetric_yaw_error_deg(box[3], pad[3])
-        success = (on_pad and still and released and position_error <= cfg.success_position_tol_m
-                   and yaw_error <= cfg.success_yaw_tol_deg)
-        return EpisodeResult(success=bool(success), position_error_m=position_error,
+        position_ok = position_error <= cfg.success_position_tol_m
+        yaw_ok = yaw_error <= cfg.success_yaw_tol_deg
+        success = bool(on_pad and still and released and position_ok and yaw_ok)
+        return EpisodeResult(success=success, position_error_m=position_error,
                              yaw_error_deg=yaw_error, released=released, box_on_pad=on_pad,
                              box_still=bool(still), max_box_height_m=self.max_box_height_m,
-                             steps=self.step_index, seed=self.layout.seed)
+                             steps=self.step_index, seed=self.layout.seed,
+                             failure_phase=failure_phase(
+                                 success=success, max_box_height_m=self.max_box_height_m,
+                                 released=released, box_on_pad=on_pad,
+                                 position_ok=position_ok, yaw_ok=yaw_ok))

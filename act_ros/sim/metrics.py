@@ -24,6 +24,36 @@ def symmetric_yaw_error_deg(box_yaw_rad: float, pad_yaw_rad: float,
     return abs(math.degrees(diff))
 
 
+# Where an unsuccessful episode went wrong, in task order (EpisodeResult.failure_phase).
+FAILURE_PHASES = {
+    'grasp': 'the box was never lifted (approach or grasp failed)',
+    'release': 'the box was still held at the end (never let go; see the gate counts)',
+    'carry': 'the box was lifted but ended off the pad (dropped or placed beside it)',
+    'position': 'the box rests on the pad, but its centre is beyond the position tolerance',
+    'yaw': 'the box rests on the pad within the position tolerance, but turned too far',
+    'settle': 'placed and aligned, but still moving or touched by a finger at the end',
+}
+LIFT_HEIGHT_M = 0.02  # box bottom this far above the table at some point: it was lifted
+
+
+def failure_phase(*, success: bool, max_box_height_m: float, released: bool, box_on_pad: bool,
+                  position_ok: bool, yaw_ok: bool) -> str | None:
+    """The first task stage an episode failed at (a key of ``FAILURE_PHASES``), or None."""
+    if success:
+        return None
+    if max_box_height_m < LIFT_HEIGHT_M:
+        return 'grasp'
+    if not released and not box_on_pad:
+        return 'release'
+    if not box_on_pad:
+        return 'carry'
+    if not position_ok:
+        return 'position'
+    if not yaw_ok:
+        return 'yaw'
+    return 'settle'
+
+
 @dataclass(frozen=True)
 class EpisodeResult:
     """How one episode ended; ``success`` is the "aligned" criterion of the task.
@@ -43,6 +73,7 @@ class EpisodeResult:
     max_box_height_m: float
     steps: int
     seed: int | None = None
+    failure_phase: str | None = None  # a key of FAILURE_PHASES; None for a success
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -50,7 +81,8 @@ class EpisodeResult:
 
 def summarize_results(results: Sequence[EpisodeResult]) -> dict[str, float | int]:
     """Aggregate metrics over episodes: ``align_rate`` (fraction successful),
-    ``mean_position_error`` (m), ``mean_yaw_error`` (deg) and ``count``.
+    ``mean_position_error`` (m), ``mean_yaw_error`` (deg), ``count``, and ``failures``:
+    how many episodes failed at each stage of ``FAILURE_PHASES`` (in task order).
 
     The means run over all episodes, failed ones included.
     """
@@ -62,4 +94,6 @@ def summarize_results(results: Sequence[EpisodeResult]) -> dict[str, float | int
         'mean_position_error': float(np.mean([r.position_error_m for r in results])),
         'mean_yaw_error': float(np.mean([r.yaw_error_deg for r in results])),
         'count': len(results),
+        'failures': {phase: sum(r.failure_phase == phase for r in results)
+                     for phase in FAILURE_PHASES},
     }

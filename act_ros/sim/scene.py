@@ -43,6 +43,14 @@ ARMATURE = 0.005             # kg m^2, reflected rotor inertia of a geared servo
 FINGER_KP, FINGER_KV = 200.0, 4.0
 FINGER_FORCE_LIMIT = 5.0     # N per finger
 
+# Top camera: straight down over the middle of the workspace, image-up = +x (forward).
+# The field of view spans where box and pad can lie (reach 0.13-0.225 m, |y| <= 0.16 m,
+# plus the pad's half diagonal), about 0.35 m along x by 0.46 m along y at 4:3, with the
+# arm's base at the bottom edge: the objects fill the frame, which is what lets a small
+# model input (96x128) still show the box over several pixels (about 8).
+TOP_CAMERA_POS = (0.175, 0.0, 0.8)
+TOP_CAMERA_FOVY_DEG = 24.5
+
 # Collision bits: (contype, conaffinity). The box meets everything; the arm meets the
 # table, pad and box but not itself; the pad meets the box and arm, not the table it lies on.
 _BOX_BITS = (1, 7)
@@ -105,8 +113,9 @@ def build_mjcf(config: SimConfig, urdf: UrdfModel) -> str:
     half_box = config.box_size_m / 2.0
     half_pad = config.pad_size_m / 2.0
     half_thick = config.pad_thickness_m / 2.0
-    top_pos = np.array([0.22, 0.0, 0.56])
-    top_axes = lookat_xyaxes(top_pos, np.array([0.08, 0.0, 0.0]), np.array([1.0, 0.0, 0.0]))
+    top_pos = np.array(TOP_CAMERA_POS)
+    top_axes = lookat_xyaxes(top_pos, np.array([top_pos[0], top_pos[1], 0.0]),
+                             np.array([1.0, 0.0, 0.0]))
     box_inertia = config.box_mass_kg * config.box_size_m ** 2 / 6.0
     return f"""<mujoco model="port_pick_align">
   <compiler angle="radian" autolimits="true"/>
@@ -127,7 +136,7 @@ def build_mjcf(config: SimConfig, urdf: UrdfModel) -> str:
           rgba="0.62 0.5 0.38 1" contype="{_TABLE_BITS[0]}" conaffinity="{_TABLE_BITS[1]}"
           friction="0.6 0.005 0.0001"/>
     <camera name="top" pos="{top_pos[0]} {top_pos[1]} {top_pos[2]}" xyaxes="{top_axes}"
-            fovy="50"/>
+            fovy="{TOP_CAMERA_FOVY_DEG}"/>
 {arm}
     <body name="{BOX_BODY}" pos="0.2 0 {half_box}">
       <freejoint name="box_free"/>

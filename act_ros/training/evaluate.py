@@ -101,6 +101,11 @@ def evaluate(args: argparse.Namespace) -> dict:
               f'{s["mean_position_error"] * 100:.2f} cm  mean_yaw_error {s["mean_yaw_error"]:.1f} deg'
               f'  ({s["count"]} episodes, {result.seconds:.0f} s, suppressed releases '
               f'{result.suppressed_releases})')
+        failed = {phase: n for phase, n in s['failures'].items() if n}
+        if failed:
+            print(f'{"":>8}  failed at: ' + ', '.join(f'{phase} {n}' for phase, n in failed.items())
+                  + '  (grasp: never lifted; release: still held; carry: off the pad; '
+                  'position/yaw: on the pad, beyond tolerance)')
     return out
 
 
