@@ -78,6 +78,48 @@ def test_collected_dataset_loads_with_contract_features(collected):
     assert gripper.max() > 0.9 and gripper.min() < 0.1  # the expert opens and closes
 
 
+def test_object_poses_are_recorded_beside_each_frame(collected):
+    from act_ros.data.episode import OBJECT_POSE_NAMES, OBJECT_POSES_FEATURE
+    from act_ros.sim import PortPickAlignEnv, SimConfig
+
+    ds = _load(collected)
+    assert ds.features[OBJECT_POSES_FEATURE]['names'] == list(OBJECT_POSE_NAMES)
+    poses = _columns(collected, OBJECT_POSES_FEATURE)
+    assert poses.shape == (2 * STEPS, 8)
+    with PortPickAlignEnv(SimConfig.from_yaml(render=False)) as env:
+        obs = env.reset(seed=SEED + 1)
+    np.testing.assert_allclose(poses[STEPS, :4], obs.box_pose, atol=1e-5)
+    np.testing.assert_allclose(poses[STEPS, 4:], obs.pad_pose, atol=1e-5)
+    # The pad never moves within an episode; the box does (the expert lifts it).
+    assert np.ptp(poses[:STEPS, 4:], axis=0).max() < 1e-6
+    assert np.ptp(poses[:STEPS, 2]) > 0.02
+
+
+def test_exploration_noise_moves_the_arm_but_records_the_expert_action():
+    from act_ros.data.rollout import ExplorationNoise, run_expert_episode
+    from act_ros.sim import PortPickAlignEnv, SimConfig
+
+    with PortPickAlignEnv(SimConfig.from_yaml(render=False)) as env:
+        clean = run_expert_episode(env, SEED, ())
+        noisy = run_expert_episode(env, SEED, (), noise_rad=0.08)
+    assert clean.success and noisy.success  # the expert still grasps and places
+    arm = [0, 1, 2, 3, 4]
+    # The executed arm left the expert's path ...
+    lag_clean = np.abs(clean.episode.state[1:, arm] - clean.episode.action[:-1, arm]).max()
+    lag_noisy = np.abs(noisy.episode.state[1:, arm] - noisy.episode.action[:-1, arm]).max()
+    assert lag_noisy > lag_clean + 0.1
+    # ... while the recorded labels are the expert's plan, which does not follow the noise
+    # during the approach (planned from the first observation alone).
+    np.testing.assert_allclose(noisy.episode.action[:40], clean.episode.action[:40], atol=1e-6)
+    # The noise fades out before the grasp and the placement, and is absent while closing.
+    offsets = ExplorationNoise(0.08, 0)
+    assert np.all(offsets.offset('close', 0.5) == 0)
+    assert np.all(offsets.offset('place', 1.0) == 0) and np.all(offsets.offset('release', 0.2) == 0)
+    assert np.abs(offsets.offset('carry', 0.5)).max() > 0
+    with pytest.raises(ValueError, match='noise_rad'):
+        ExplorationNoise(-0.1, 0)
+
+
 def test_episode_k_uses_seed_plus_k(collected):
     state = _columns(collected, 'observation.state')
     np.testing.assert_allclose(state[0], _start_state(SEED), atol=1e-6)
@@ -87,11 +129,11 @@ def test_episode_k_uses_seed_plus_k(collected):
 def test_failed_expert_episodes_are_not_written(tmp_path, monkeypatch, capsys):
     real = rollout.run_expert_episode
 
-    def fail_second_seed(env, seed, cameras):
+    def fail_second_seed(env, seed, cameras, **kwargs):
         if seed == SEED + 1:  # pretend the expert missed on this one
             return rollout.RolloutResult(seed=seed, success=False, frames=STEPS,
                                          episode=None, detail='injected failure')
-        return real(env, seed, cameras)
+        return real(env, seed, cameras, **kwargs)
 
     monkeypatch.setattr(rollout, 'run_expert_episode', fail_second_seed)
     output = tmp_path / 'skips'
@@ -123,10 +165,10 @@ def test_no_dataset_when_the_expert_keeps_failing(tmp_path, capsys):
 def test_interrupted_collection_leaves_nothing(tmp_path, monkeypatch):
     real = rollout.run_expert_episode
 
-    def interrupt_second(env, seed, cameras):
+    def interrupt_second(env, seed, cameras, **kwargs):
         if seed == SEED + 1:
             raise KeyboardInterrupt
-        return real(env, seed, cameras)
+        return real(env, seed, cameras, **kwargs)
 
     monkeypatch.setattr(rollout, 'run_expert_episode', interrupt_second)
     output = tmp_path / 'interrupted'

@@ -21,7 +21,7 @@ import time
 
 from act_ros.core.contract import load_contract
 from act_ros.core.contract import parse_image_size
-from act_ros.data.episode import DatasetLayout
+from act_ros.data.episode import OBJECT_POSE_NAMES, OBJECT_POSES_FEATURE, DatasetLayout
 from act_ros.data.rollout import RolloutResult
 
 
@@ -39,6 +39,7 @@ class CollectConfig:
     max_attempts: int | None = None
     episode_steps: int | None = None
     overwrite: bool = False
+    exploration_noise_rad: float = 0.0
     contract_path: Path | None = None
     sim_config_path: Path | None = None
 
@@ -50,6 +51,9 @@ class CollectConfig:
         if self.max_attempts is not None and self.max_attempts < self.episodes:
             raise ValueError(f'max_attempts ({self.max_attempts}) must be >= episodes '
                              f'({self.episodes})')
+        if not self.exploration_noise_rad >= 0:
+            raise ValueError(f'exploration_noise_rad must be >= 0, got '
+                             f'{self.exploration_noise_rad}')
         if self.episode_steps is not None and self.episode_steps < 1:
             raise ValueError(f'episode_steps must be >= 1, got {self.episode_steps}')
 
@@ -102,7 +106,8 @@ def make_sim_config(config: CollectConfig, fps: int):
 
 
 def _rollouts_in_process(sim_config, seeds: Iterator[int], cameras: tuple[str, ...],
-                         wanted: Callable[[], int]) -> Iterator[RolloutResult]:
+                         wanted: Callable[[], int], noise_rad: float = 0.0
+                         ) -> Iterator[RolloutResult]:
     from act_ros.data.rollout import run_expert_episode
     from act_ros.sim import PortPickAlignEnv
 
@@ -111,13 +116,14 @@ def _rollouts_in_process(sim_config, seeds: Iterator[int], cameras: tuple[str, .
         for seed in seeds:
             if wanted() <= 0:
                 return
-            yield run_expert_episode(env, seed, cameras)
+            yield run_expert_episode(env, seed, cameras, noise_rad=noise_rad)
     finally:
         env.close()  # release the GL context now, not at interpreter exit
 
 
 def _rollouts_in_pool(sim_config, seeds: Iterator[int], cameras: tuple[str, ...],
-                      workers: int, wanted: Callable[[], int]) -> Iterator[RolloutResult]:
+                      workers: int, wanted: Callable[[], int], noise_rad: float = 0.0
+                      ) -> Iterator[RolloutResult]:
     """Results in seed order, from ``workers`` processes.
 
     At most ``workers + 1`` episodes are in flight (memory stays bounded: one episode at
@@ -128,7 +134,8 @@ def _rollouts_in_pool(sim_config, seeds: Iterator[int], cameras: tuple[str, ...]
 
     # spawn: MuJoCo's GL contexts and torch's threads do not survive a fork safely.
     ctx = multiprocessing.get_context('spawn')
-    pool = ctx.Pool(workers, initializer=rollout.init_worker, initargs=(sim_config, cameras))
+    pool = ctx.Pool(workers, initializer=rollout.init_worker, initargs=(sim_config, cameras,
+                                                                           noise_rad))
     try:
         pending: deque = deque()
         exhausted = False
@@ -155,7 +162,8 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
 
     contract = load_contract(config.contract_path)
     layout = DatasetLayout(contract=contract, image_height=config.image_height,
-                           image_width=config.image_width, use_video=config.use_video)
+                           image_width=config.image_width, use_video=config.use_video,
+                           extra_features=((OBJECT_POSES_FEATURE, OBJECT_POSE_NAMES),))
     check_output(config.output, config.overwrite)
     sim_config = make_sim_config(config, contract.fps)
     cameras = contract.camera_names
@@ -167,9 +175,11 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
         return config.episodes - len(stats.recorded_seeds)
 
     if config.workers > 1:
-        results = _rollouts_in_pool(sim_config, seeds, cameras, config.workers, wanted)
+        results = _rollouts_in_pool(sim_config, seeds, cameras, config.workers, wanted,
+                                    config.exploration_noise_rad)
     else:
-        results = _rollouts_in_process(sim_config, seeds, cameras, wanted)
+        results = _rollouts_in_process(sim_config, seeds, cameras, wanted,
+                                       config.exploration_noise_rad)
     start = time.perf_counter()
     bar = tqdm(total=config.episodes, unit='ep', disable=not progress, dynamic_ncols=True)
     try:
@@ -228,6 +238,11 @@ def build_parser() -> argparse.ArgumentParser:
                              'expert needs at least 245)')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace an existing dataset at --output')
+    parser.add_argument('--exploration-noise', type=float, default=0.0, metavar='RAD',
+                        help='smooth noise added to the executed arm targets while the recorded '
+                             'action stays the expert\'s (DART-style recovery data; standard '
+                             'deviation in rad, 3x on wrist_roll; default 0; the CPU recipe '
+                             'uses 0.06)'),
     parser.add_argument('--contract', type=Path, default=None,
                         help='contract YAML (default: the package config/contract.yaml)')
     parser.add_argument('--sim-config', type=Path, default=None,
@@ -248,7 +263,8 @@ def main(argv: list[str] | None = None) -> int:
             output=args.output, episodes=args.episodes, seed=args.seed, image_height=height,
             image_width=width, use_video=args.video, workers=args.workers,
             max_attempts=args.max_attempts, episode_steps=args.episode_steps,
-            overwrite=args.overwrite, contract_path=args.contract, sim_config_path=args.sim_config)
+            overwrite=args.overwrite, exploration_noise_rad=args.exploration_noise,
+            contract_path=args.contract, sim_config_path=args.sim_config)
     except ValueError as exc:
         print(f'act-ros collect: {exc}', file=sys.stderr)
         return 2

@@ -6,11 +6,18 @@ without paying for torch and the dataset stack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from act_ros.core.contract import Contract
+
+# Privileged simulator state recorded beside each simulated frame: box centre (x, y, z,
+# yaw) and pad top centre (x, y, z, yaw), world frame, metres and radians. Never a policy
+# input (checkpoints take only the contract's features); the trainer can use it as an
+# auxiliary target that teaches the vision backbone where the objects are.
+OBJECT_POSES_FEATURE = 'sim.object_poses'
+OBJECT_POSE_NAMES = ('box_x', 'box_y', 'box_z', 'box_yaw', 'pad_x', 'pad_y', 'pad_z', 'pad_yaw')
 
 
 @dataclass(frozen=True)
@@ -22,12 +29,15 @@ class Episode:
         state: ``(T, n_joints)`` measured joint positions, contract order.
         action: ``(T, n_joints)`` commanded joint position targets, contract order.
         seed: the seed the episode was generated with (for reports; not written).
+        extras: further per-frame float features, name -> ``(T, k)`` (the layout's
+            ``extra_features``, e.g. ``OBJECT_POSES_FEATURE`` for simulated episodes).
     """
 
     images: dict[str, np.ndarray]
     state: np.ndarray
     action: np.ndarray
     seed: int | None = None
+    extras: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.state.ndim != 2 or self.action.ndim != 2:
@@ -44,6 +54,10 @@ class Episode:
                                  f'got {frames.shape}')
             if frames.dtype != np.uint8:
                 raise ValueError(f"camera '{name}': expected uint8 RGB frames, got {frames.dtype}")
+        for name, values in self.extras.items():
+            if values.ndim != 2 or values.shape[0] != self.length:
+                raise ValueError(f"extra feature '{name}': expected ({self.length}, k) values, "
+                                 f'got {values.shape}')
 
     @property
     def length(self) -> int:
@@ -61,6 +75,8 @@ class DatasetLayout:
         image_width: width of every stored camera image, pixels.
         use_video: store cameras as MP4 videos (``True``) or as PNG images (``False``).
         robot_type: stored in ``meta/info.json``.
+        extra_features: ``(name, value names)`` of further float32 per-frame features
+            every episode must carry (its ``extras``).
     """
 
     contract: Contract
@@ -68,6 +84,7 @@ class DatasetLayout:
     image_width: int
     use_video: bool = True
     robot_type: str = 'so101_sim'
+    extra_features: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         if self.image_height < 1 or self.image_width < 1:
@@ -101,6 +118,8 @@ class DatasetLayout:
             }
         for key in (self.contract.state_feature, self.contract.action_feature):
             features[key] = {'dtype': 'float32', 'shape': (len(joints),), 'names': joints}
+        for key, names in self.extra_features:
+            features[key] = {'dtype': 'float32', 'shape': (len(names),), 'names': list(names)}
         return features
 
     def check_episode(self, episode: Episode) -> None:
@@ -118,6 +137,12 @@ class DatasetLayout:
         if episode.state.shape[1] != n:
             raise ValueError(f'episode has {episode.state.shape[1]} joints, the contract has '
                              f'{n} ({list(self.contract.joint_names)})')
-        for key, values in (('state', episode.state), ('action', episode.action)):
+        for key, values in (('state', episode.state), ('action', episode.action),
+                            *episode.extras.items()):
             if not np.all(np.isfinite(values)):
                 raise ValueError(f'episode {key} contains NaN or infinite values')
+        expected_extras = {name: len(names) for name, names in self.extra_features}
+        found = {name: values.shape[1] for name, values in episode.extras.items()}
+        if found != expected_extras:
+            raise ValueError(f'episode extra features {found} do not match the layout '
+                             f'{expected_extras} (name: values per frame)')

@@ -11,7 +11,7 @@ import signal
 
 import numpy as np
 
-from act_ros.data.episode import Episode
+from act_ros.data.episode import OBJECT_POSES_FEATURE, Episode
 
 
 @dataclass(frozen=True)
@@ -25,23 +25,74 @@ class RolloutResult:
     detail: str = ''
 
 
-def run_expert_episode(env, seed: int, camera_names: tuple[str, ...]) -> RolloutResult:
+# How much of the exploration noise each expert phase gets (progress s in (0, 1] within
+# the phase): full while approaching and carrying, fading out before the grasp and the
+# placement so that the expert still grasps and places exactly, none while the gripper
+# closes, releases and retreats.
+NOISE_SCHEDULE = {
+    'approach': lambda s: 1.0,
+    'descend': lambda s: max(0.0, 1.0 - 1.5 * s),
+    'close': lambda s: 0.0,
+    'lift': lambda s: s,
+    'carry': lambda s: 1.0,
+    'place': lambda s: max(0.0, 1.0 - 1.5 * s),
+}
+# Relative noise per arm joint (contract order without the gripper): the wrist roll sets
+# the grasp yaw, the error a learned policy makes most, so it is explored most.
+NOISE_JOINT_WEIGHTS = np.array([1.0, 1.0, 1.0, 1.0, 3.0])
+NOISE_CORRELATION_TICKS = 15.0
+
+
+class ExplorationNoise:
+    """Smooth random offsets added to the expert's executed arm targets (DART-style).
+
+    The recorded action stays the expert's own: the dataset then holds states off the
+    expert's path (and the camera images of them) labelled with the way back to it, which
+    a policy needs once its own small errors take it there. Without it, the joint state
+    alone predicts the expert's next actions so well that a policy learns to continue the
+    arm's motion instead of looking at the box and pad. An Ornstein-Uhlenbeck process per
+    joint, standard deviation ``noise_rad`` x ``NOISE_JOINT_WEIGHTS``, scaled per phase
+    by ``NOISE_SCHEDULE``.
+    """
+
+    def __init__(self, noise_rad: float, seed: int) -> None:
+        if noise_rad < 0:
+            raise ValueError(f'noise_rad must be >= 0, got {noise_rad}')
+        self.scale = noise_rad * NOISE_JOINT_WEIGHTS
+        self.rho = float(np.exp(-1.0 / NOISE_CORRELATION_TICKS))
+        self.rng = np.random.default_rng([seed, 0xDA27])
+        self.state = self.rng.standard_normal(len(self.scale))
+
+    def offset(self, phase: str, progress: float) -> np.ndarray:
+        """The next offset (radians, arm joints) for a tick of ``phase``."""
+        self.state = self.rho * self.state + np.sqrt(1 - self.rho ** 2) * \
+            self.rng.standard_normal(len(self.scale))
+        gain = NOISE_SCHEDULE.get(phase, lambda s: 0.0)(progress)
+        return gain * self.scale * self.state
+
+
+def run_expert_episode(env, seed: int, camera_names: tuple[str, ...], *,
+                       noise_rad: float = 0.0) -> RolloutResult:
     """Reset ``env`` with ``seed``, let the scripted expert act until done, and record it.
 
     Frame t holds the images and joint positions observed at step t and the action
-    commanded at step t (in response to that observation).
+    commanded at step t (in response to that observation). With ``noise_rad`` > 0 the
+    arm executes the expert's targets plus :class:`ExplorationNoise`; the recorded
+    action is the expert's target.
     """
     from act_ros.sim import ScriptedExpert
 
     obs = env.reset(seed=seed)
     expert = ScriptedExpert(env)
     expert.reset(obs)
+    noise = ExplorationNoise(noise_rad, seed) if noise_rad > 0 else None
     steps = int(env.config.episode_steps)
     # Filled in place: a 10 s episode at 480x640 is ~550 MB of frames, held once.
     images = {name: np.empty((steps, *np.shape(obs.images[name])), dtype=np.uint8)
               for name in camera_names}
     states = np.empty((steps, len(obs.joint_positions)), dtype=np.float32)
     actions = np.empty_like(states)
+    poses = np.empty((steps, 8), dtype=np.float32)  # OBJECT_POSE_NAMES
     t = 0
     while not env.done:
         if t >= steps:
@@ -51,6 +102,10 @@ def run_expert_episode(env, seed: int, camera_names: tuple[str, ...]) -> Rollout
             images[name][t] = obs.images[name]
         states[t] = obs.joint_positions
         actions[t] = action
+        poses[t, :4], poses[t, 4:] = obs.box_pose, obs.pad_pose
+        if noise is not None:
+            action = action.copy()
+            action[env.arm_index] += noise.offset(expert.phase, expert.phase_progress)
         obs = env.step(action)
         t += 1
     result = env.evaluate()
@@ -58,7 +113,8 @@ def run_expert_episode(env, seed: int, camera_names: tuple[str, ...]) -> Rollout
     if not result.success or t == 0:
         return RolloutResult(seed=seed, success=False, frames=t, episode=None, detail=detail)
     episode = Episode(images={name: frames[:t] for name, frames in images.items()},
-                      state=states[:t], action=actions[:t], seed=seed)
+                      state=states[:t], action=actions[:t], seed=seed,
+                      extras={OBJECT_POSES_FEATURE: poses[:t]})
     return RolloutResult(seed=seed, success=True, frames=episode.length, episode=episode,
                          detail=detail)
 
@@ -74,10 +130,11 @@ def _describe(result) -> str:
 
 _worker_env = None
 _worker_cameras: tuple[str, ...] = ()
+_worker_noise_rad = 0.0
 _worker_error: str | None = None
 
 
-def init_worker(sim_config, camera_names: tuple[str, ...]) -> None:
+def init_worker(sim_config, camera_names: tuple[str, ...], noise_rad: float = 0.0) -> None:
     """Pool initializer: build one simulation per worker process, reused across episodes.
 
     Workers ignore SIGINT: Ctrl-C is handled once, in the main process, which then
@@ -85,9 +142,10 @@ def init_worker(sim_config, camera_names: tuple[str, ...]) -> None:
     the first task (an initializer that raises would make the pool respawn the worker
     forever, and the main process would wait forever).
     """
-    global _worker_env, _worker_cameras, _worker_error
+    global _worker_env, _worker_cameras, _worker_error, _worker_noise_rad
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_cameras = tuple(camera_names)
+    _worker_noise_rad = float(noise_rad)
     try:
         from act_ros.sim import PortPickAlignEnv
 
@@ -103,4 +161,4 @@ def worker_episode(seed: int) -> RolloutResult:
                            f'{_worker_error}')
     if _worker_env is None:
         raise RuntimeError('worker_episode() called in a process where init_worker() did not run')
-    return run_expert_episode(_worker_env, seed, _worker_cameras)
+    return run_expert_episode(_worker_env, seed, _worker_cameras, noise_rad=_worker_noise_rad)

@@ -172,6 +172,8 @@ class AtomicDatasetWriter:
             frame = {feature: frames[t] for feature, frames in cameras}
             frame[contract.state_feature] = state[t]
             frame[contract.action_feature] = action[t]
+            for key, values in episode.extras.items():
+                frame[key] = values[t].astype(np.float32, copy=False)
             frame['task'] = self.layout.task
             self._dataset.add_frame(frame)
         # One process: forking LeRobot's per-episode encoder pool from this multi-threaded

@@ -119,6 +119,7 @@ class ScriptedExpert:
         self._bounds = {name: (begin, end) for name, begin, end in self._schedule}
         self.tick = 0
         self.phase = 'approach'
+        self.phase_progress = 0.0     # of the phase of the last act(), in (0, 1]
         self.max_ik_error_m = 0.0     # worst IK position residual this episode
 
     # ------------------------------------------------------------------ helpers
@@ -214,7 +215,7 @@ class ScriptedExpert:
             self._entered.add(phase)
             if phase != 'approach':
                 self._enter(phase, obs)
-        self.phase = phase
+        self.phase, self.phase_progress = phase, s
         if phase == 'approach':
             self._q_cmd = self._q_start + min_jerk(s) * (self._q_hover - self._q_start)
         else:
