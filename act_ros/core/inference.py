@@ -60,6 +60,16 @@ def cpu_has_native_bf16() -> bool:
     return bool(caps.get('avx512_bf16') or caps.get('amx_bf16'))
 
 
+def native_reduced_precision(device: torch.device) -> str | None:
+    """'bf16' where ``device`` computes bfloat16 natively (a CPU with AVX512-BF16 or AMX, a
+    CUDA GPU that supports it), else None."""
+    if device.type == 'cpu':
+        return 'bf16' if cpu_has_native_bf16() else None
+    if device.type == 'cuda':
+        return 'bf16' if torch.cuda.is_bf16_supported() else None
+    return None
+
+
 def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """Autocast for reduced precision; a null context for fp32."""
     if precision not in PRECISIONS:

@@ -20,6 +20,9 @@ from act_ros.core.paths import config_path
 TRAIN_PRESETS = ('synthetic', 'sim')
 SCHEDULERS = ('cosine', 'none')
 CAMERA_STATS = ('imagenet', 'dataset')
+# 'auto': bf16 autocast where the device computes bfloat16 natively (a CPU with
+# AVX512-BF16 or AMX, a CUDA GPU that supports it), fp32 elsewhere.
+TRAIN_PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
 # A run shorter than this is a smoke test, not a result (training_metrics.json says so).
 RECOMMENDED_MIN_STEPS = 1000
 
@@ -59,6 +62,17 @@ class TrainConfig:
     closed_loop_seed: int = 1_000_000
     closed_loop_episode_steps: int | None = None  # None: config/sim.yaml (quick checks only)
     camera_stats: str = 'imagenet'
+    # Standardize the backbone's FrozenBatchNorm2d statistics on training images before the
+    # first step (act_ros.training.backbone); from-scratch backbones then train faster.
+    calibrate_backbone_norm: bool = False
+    # Random shift augmentation: pad each camera image by this many pixels (edge values)
+    # and crop it back at a random offset, per sample (0 = off).
+    image_shift_px: int = 0
+    # Weight of the auxiliary object-pose loss (act_ros.training.auxiliary): a training-only
+    # head predicts box and pad poses from the backbone features. Needs the dataset
+    # feature sim.object_poses (simulation datasets); 0 = off.
+    aux_object_pose_weight: float = 0.0
+    precision: str = 'fp32'
     compile: bool = False
     seed: int = 0
     resume: bool = False
@@ -84,6 +98,11 @@ class TrainConfig:
         if self.camera_stats not in CAMERA_STATS:
             raise ValueError(f"unknown camera_stats '{self.camera_stats}', expected one of "
                              f'{CAMERA_STATS}')
+        if self.precision not in TRAIN_PRECISIONS:
+            raise ValueError(f"unknown precision '{self.precision}', expected one of "
+                             f'{TRAIN_PRECISIONS}')
+        if self.image_shift_px < 0:
+            raise ValueError(f'image_shift_px must be >= 0, got {self.image_shift_px}')
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
         for name in ('steps', 'batch_size', 'val_interval', 'checkpoint_interval'):
@@ -93,7 +112,8 @@ class TrainConfig:
                      'closed_loop_val_episodes', 'closed_loop_te_episodes'):
             if getattr(self, name) < 0:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
-        for name in ('lr', 'weight_decay', 'grad_clip_norm', 'gripper_loss_weight', 'kl_weight'):
+        for name in ('lr', 'weight_decay', 'grad_clip_norm', 'gripper_loss_weight', 'kl_weight',
+                     'aux_object_pose_weight'):
             value = getattr(self, name)
             if not math.isfinite(value) or value < 0 or (name in ('lr', 'gripper_loss_weight')
                                                          and value == 0):
@@ -195,6 +215,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help='ticks per closed-loop episode (default: config/sim.yaml)')
     p.add_argument('--camera-stats', choices=CAMERA_STATS, help='camera normalization: ImageNet '
                    "statistics (LeRobot's default) or the dataset's")
+    p.add_argument('--calibrate-backbone-norm', action=argparse.BooleanOptionalAction,
+                   default=None, help="standardize the backbone's FrozenBatchNorm2d statistics "
+                   'on training images before the first step')
+    p.add_argument('--image-shift-px', type=int, help='random shift augmentation in pixels '
+                   '(0 = off)')
+    p.add_argument('--aux-object-pose-weight', type=float, help='weight of the auxiliary '
+                   'object-pose loss (needs sim.object_poses in the dataset; 0 = off)')
+    p.add_argument('--precision', choices=TRAIN_PRECISIONS, help='autocast precision of the '
+                   'training step; auto = bf16 where the device has native bfloat16, else fp32')
     p.add_argument('--compile', action='store_true', default=None,
                    help='torch.compile(fullgraph=True) the loss step')
     p.add_argument('--seed', type=int)

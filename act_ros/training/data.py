@@ -179,7 +179,8 @@ class FrameStore:
 
     def __init__(self, *, state: np.ndarray, action: np.ndarray,
                  images: dict[str, torch.Tensor], seg_start: np.ndarray, seg_end: np.ndarray,
-                 chunk_size: int, state_key: str, action_key: str) -> None:
+                 chunk_size: int, state_key: str, action_key: str,
+                 extras: dict[str, np.ndarray] | None = None) -> None:
         self.state = torch.from_numpy(np.ascontiguousarray(state, dtype=np.float32))
         self.action = torch.from_numpy(np.ascontiguousarray(action, dtype=np.float32))
         self.images = images  # feature -> (N, 3, H, W) uint8
@@ -188,6 +189,9 @@ class FrameStore:
         self.chunk_size = chunk_size
         self.state_key, self.action_key = state_key, action_key
         self._offsets = torch.arange(chunk_size)
+        # Further per-frame features (e.g. sim.object_poses), batched for auxiliary losses.
+        self.extras = {key: torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32))
+                       for key, v in (extras or {}).items()}
 
     def __len__(self) -> int:
         return int(self.state.shape[0])
@@ -204,6 +208,8 @@ class FrameStore:
                f'{self.action_key}_is_pad': pad}
         for key, frames in self.images.items():
             out[key] = frames[idx].to(torch.float32).div_(255.0)
+        for key, values in self.extras.items():
+            out[key] = values[idx]
         return out
 
 
@@ -230,8 +236,12 @@ def _decode_episode(dataset: Any, key: str, ep: int, timestamps: list[float]) ->
 
 
 def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int], *,
-                seg_start: np.ndarray, seg_end: np.ndarray, progress: bool = False) -> FrameStore:
-    """Decode every camera frame once, resized to ``image_size``, into a FrameStore."""
+                seg_start: np.ndarray, seg_end: np.ndarray, progress: bool = False,
+                extra_keys: tuple[str, ...] = ()) -> FrameStore:
+    """Decode every camera frame once, resized to ``image_size``, into a FrameStore.
+
+    ``extra_keys``: further float columns to keep per frame (a missing one is an error).
+    """
     from tqdm import tqdm
 
     hf = dataset.hf_dataset
@@ -252,12 +262,20 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int], *
                                         f'{frames.shape[0]} frames, expected {rows.size}')
             resized = np.stack([resize_uint8(f, (h, w)) for f in frames])
             images[cam.feature][torch.from_numpy(rows)] = torch.from_numpy(resized).permute(0, 3, 1, 2)
-    for key, values in ((contract.state_feature, state), (contract.action_feature, action)):
+    extras = {}
+    for key in extra_keys:
+        if key not in hf.column_names:
+            raise TrainingDataError(f"the dataset has no column '{key}' (it has "
+                                    f'{sorted(hf.column_names)})')
+        extras[key] = _column(hf, key)
+    for key, values in ((contract.state_feature, state), (contract.action_feature, action),
+                        *extras.items()):
         if not np.all(np.isfinite(values)):
             raise TrainingDataError(f"dataset column '{key}' contains NaN or infinite values")
     return FrameStore(state=state, action=action, images=images, seg_start=seg_start,
                       seg_end=seg_end, chunk_size=contract.chunk_size,
-                      state_key=contract.state_feature, action_key=contract.action_feature)
+                      state_key=contract.state_feature, action_key=contract.action_feature,
+                      extras=extras)
 
 
 def normalization_stats(meta_stats: dict[str, dict[str, Any]], contract: Contract, *,

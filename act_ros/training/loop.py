@@ -10,6 +10,7 @@ steps.
 from __future__ import annotations
 
 from collections.abc import Callable
+import contextlib
 import json
 import logging
 import shutil
@@ -21,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from act_ros.core.inference import autocast_context, native_reduced_precision
 from act_ros.core.loss import act_loss, act_training_loss, dimension_weights
 from act_ros.training.config import TrainConfig
 from act_ros.training.metrics import History
@@ -30,7 +32,26 @@ from act_ros.training.state import (BatchOrder, capture_rng, copy_checkpoint, lo
 
 logger = logging.getLogger(__name__)
 CANDIDATE_DIR = '.closed_loop_candidate'
+OBJECT_POSES_KEY = 'sim.object_poses'  # act_ros.data.episode.OBJECT_POSES_FEATURE
 PROGRESS_SYNC_EVERY = 10  # steps between .item() syncs for the progress bar and history
+
+
+def resolve_precision(requested: str, device: torch.device) -> str:
+    """The training step's precision: ``auto`` is bf16 where the device has it natively."""
+    if requested == 'auto':
+        return native_reduced_precision(device) or 'fp32'
+    autocast_context(device, requested)  # refuses an unsupported choice with a clear error
+    return requested
+
+
+def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
+    """Shift each image of (B, C, H, W) by a random whole-pixel offset in [-pad, pad] on both
+    axes, filling with the edge pixels (DrQ's augmentation for image-based control)."""
+    b, _, h, w = images.shape
+    padded = torch.nn.functional.pad(images, (pad, pad, pad, pad), mode='replicate')
+    offsets = torch.randint(0, 2 * pad + 1, (b, 2))
+    return torch.stack([padded[i, :, y:y + h, x:x + w]
+                        for i, (y, x) in enumerate(offsets.tolist())])
 
 
 class Trainer:
@@ -44,8 +65,14 @@ class Trainer:
         self.out = config.output_dir
         seed_everything(config.seed)
         self.policy, self.preprocessor, self.postprocessor = build_policy(config, inputs)
-        self.optimizer, self.scheduler = build_optimizer(config, self.policy)
         self.features = list(self.policy.config.image_features)
+        self.precision = resolve_precision(config.precision, inputs.device)
+        self.backbone_calibration: dict[str, float] | None = None
+        if config.calibrate_backbone_norm:
+            self.backbone_calibration = self._calibrate_backbone()
+        self.aux = self._make_auxiliary() if config.aux_object_pose_weight > 0 else None
+        self.optimizer, self.scheduler = build_optimizer(
+            config, self.policy, self.aux.head.parameters() if self.aux else ())
         self.weights = dimension_weights(inputs.contract.num_joints,
                                          gripper_index=inputs.contract.gripper_index,
                                          gripper_weight=config.gripper_loss_weight).to(inputs.device)
@@ -65,16 +92,50 @@ class Trainer:
         self._loss_step = self._make_loss_step()
 
     # -- pieces -----------------------------------------------------------------------------
+    def _make_auxiliary(self):
+        from act_ros.data.episode import OBJECT_POSES_FEATURE
+        from act_ros.training.auxiliary import ObjectPoseAuxiliary
+
+        store = self.inputs.store
+        poses = store.extras[OBJECT_POSES_FEATURE][torch.from_numpy(self.inputs.split.train)]
+        shapes = [tuple(self.policy.config.input_features[key].shape) for key in self.features]
+        return ObjectPoseAuxiliary(self.policy.model.backbone, shapes, poses, self.inputs.device)
+
+    def _calibrate_backbone(self, frames: int = 64) -> dict[str, float]:
+        """Standardize the backbone's frozen norms on ``frames`` evenly spread training frames
+        (every camera), before the first step."""
+        from act_ros.training.backbone import calibrate_frozen_batchnorm
+
+        train = self.inputs.split.train
+        picks = train[np.linspace(0, train.size - 1, min(frames, train.size)).round()
+                      .astype(np.int64)]
+        batch = self.preprocessor(self.inputs.store.batch(picks))
+        return calibrate_frozen_batchnorm(self.policy.model.backbone,
+                                          [batch[key] for key in self.features])
+
     def _make_loss_step(self) -> Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]:
         model, features, weights, kl = self.policy.model, self.features, self.weights, \
             self.config.kl_weight
 
+        device, precision = self.inputs.device, self.precision
+        aux, aux_weight = self.aux, self.config.aux_object_pose_weight
+
         def loss_step(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-            out = act_training_loss(model, batch, image_features=features, dim_weights=weights,
-                                    kl_weight=kl)
-            return out.loss, out.l1.detach(), out.kl.detach()
+            poses = batch.pop(OBJECT_POSES_KEY, None)
+            with autocast_context(device, precision):
+                with aux.capture() if aux is not None else contextlib.nullcontext():
+                    out = act_training_loss(model, batch, image_features=features,
+                                            dim_weights=weights, kl_weight=kl)
+                aux_loss = aux.loss(poses) if aux is not None else torch.zeros((), device=device)
+            loss = out.loss.float() + aux_weight * aux_loss.float()
+            return loss, out.l1.detach().float(), out.kl.detach().float(), aux_loss.detach()
 
         return torch.compile(loss_step, fullgraph=True) if self.config.compile else loss_step
+
+    @property
+    def _trained_parameters(self) -> list[torch.nn.Parameter]:
+        params = list(self.policy.parameters())
+        return params + list(self.aux.head.parameters()) if self.aux is not None else params
 
     def request_stop(self, reason: str) -> None:
         """Finish the current step, save ``last/`` and return (signal handlers call this)."""
@@ -94,7 +155,8 @@ class Trainer:
                 'evals_without_improvement': self.evals_without_improvement,
                 'wall_s': self.previous_wall_s + (time.perf_counter() - self._start),
                 'config': self.config.to_dict(),
-                'dataset_frames': len(self.inputs.store)}
+                'dataset_frames': len(self.inputs.store),
+                'aux_head': self.aux.head.state_dict() if self.aux is not None else None}
 
     def save(self, name: str, *, with_state: bool = False) -> None:
         save_model(self.out / name, self.policy, self.preprocessor, self.postprocessor,
@@ -122,6 +184,11 @@ class Trainer:
                                'differs from the interrupted run)', key, saved.get(key),
                                self.config.to_dict()[key])
         self.policy.load_state_dict(load_file(str(last / 'model.safetensors')), strict=True)
+        if self.aux is not None:
+            if state.get('aux_head') is None:
+                raise ValueError(f'--resume: {last} was trained without the auxiliary pose head; '
+                                 'resume with the same --aux-object-pose-weight')
+            self.aux.head.load_state_dict(state['aux_head'])
         self.optimizer.load_state_dict(state['optimizer'])
         self.scheduler.load_state_dict(state['scheduler'])
         self.step = self.resumed_from = int(state['step'])
@@ -191,7 +258,7 @@ class Trainer:
     def evaluate_and_select(self) -> None:
         rng = capture_rng()  # evaluation must not change the training's random stream
         val = self.validate()
-        entry: dict[str, Any] = {'step': self.step}
+        entry: dict[str, Any] = {'step': self.step, 'wall_s': self.wall_seconds}
         improved = False
         if val is not None:
             entry.update(val)
@@ -202,7 +269,8 @@ class Trainer:
                 improved = True
         if self.config.closed_loop:
             results = self.closed_loop()
-            self.history.closed_loop.append({'step': self.step, **results})
+            self.history.closed_loop.append({'step': self.step, 'wall_s': entry['wall_s'],
+                                             **results})
             for mode, name in (('chunk', 'best'), ('ensemble', 'best_te')):
                 if mode in results:
                     r = results[mode]
@@ -231,18 +299,27 @@ class Trainer:
     # -- loop ----------------------------------------------------------------------------------
     def train_step(self) -> None:
         start = time.perf_counter()
-        batch = self.preprocessor(self.inputs.store.batch(self.order.indices(self.step)))
-        loss, l1, kl = self._loss_step(batch)
+        raw = self.inputs.store.batch(self.order.indices(self.step))
+        extras = {key: raw.pop(key) for key in list(raw) if key in self.inputs.store.extras}
+        batch = self.preprocessor(raw)
+        batch.update(extras)
+        if self.config.image_shift_px:
+            for key in self.features:
+                batch[key] = random_shift(batch[key], self.config.image_shift_px)
+        loss, l1, kl, aux_loss = self._loss_step(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy.parameters(),
+        grad_norm = torch.nn.utils.clip_grad_norm_(self._trained_parameters,
                                                    self.config.grad_clip_norm)
         lr = self.optimizer.param_groups[0]['lr']
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
-        self.history.add_train(self.step, {'loss': loss.detach(), 'l1': l1, 'kl': kl,
-                                           'grad_norm': grad_norm.detach()}, lr)
+        terms = {'loss': loss.detach(), 'l1': l1, 'kl': kl, 'grad_norm': grad_norm.detach()}
+        if self.aux is not None:
+            terms['aux_pose'] = aux_loss
+        self.history.add_train(self.step, terms, lr,
+                               wall_s=self.wall_seconds)
         elapsed = time.perf_counter() - start
         if self.first_step_s is None:
             self.first_step_s = elapsed

@@ -19,6 +19,7 @@ logger = logging.getLogger(__name__)
 METRICS_FILE = 'training_metrics.json'
 LOSS_PLOT = 'plot_loss.png'
 ALIGN_PLOT = 'plot_align_rate.png'
+CURVE_PLOT = 'plot_learning_curve.png'
 
 
 @dataclass
@@ -28,12 +29,14 @@ class History:
     train: list[dict[str, float]] = field(default_factory=list)
     val: list[dict[str, float]] = field(default_factory=list)
     closed_loop: list[dict[str, Any]] = field(default_factory=list)
-    _pending: list[tuple[int, dict[str, torch.Tensor], float]] = field(default_factory=list,
-                                                                      repr=False)
+    _pending: list[tuple[int, dict[str, torch.Tensor], float, float | None]] = field(
+        default_factory=list, repr=False)
 
-    def add_train(self, step: int, terms: dict[str, torch.Tensor], lr: float) -> None:
-        """Keep the detached loss terms of a step; converted to floats in :meth:`flush`."""
-        self._pending.append((step, terms, lr))
+    def add_train(self, step: int, terms: dict[str, torch.Tensor], lr: float, *,
+                  wall_s: float | None = None) -> None:
+        """Keep the detached loss terms of a step (and the run's wall clock when it ended,
+        resumed sessions included); converted to floats in :meth:`flush`."""
+        self._pending.append((step, terms, lr, wall_s))
 
     def flush(self) -> dict[str, float] | None:
         """Convert pending terms with one device sync; returns the latest entry."""
@@ -41,9 +44,12 @@ class History:
             return self.train[-1] if self.train else None
         keys = list(self._pending[0][1])
         values = torch.stack([torch.stack([t[k].float() for k in keys])
-                              for _, t, _ in self._pending]).cpu().tolist()
-        for (step, _, lr), row in zip(self._pending, values):
-            self.train.append({'step': step, **dict(zip(keys, row)), 'lr': lr})
+                              for _, t, _, _ in self._pending]).cpu().tolist()
+        for (step, _, lr, wall_s), row in zip(self._pending, values):
+            entry = {'step': step, **dict(zip(keys, row)), 'lr': lr}
+            if wall_s is not None:
+                entry['wall_s'] = wall_s
+            self.train.append(entry)
         self._pending.clear()
         return self.train[-1]
 
@@ -116,7 +122,46 @@ def write_plots(output_dir: Path, history: History) -> list[str]:
                         label=f'align rate ({mode})')
         ax.set_ylim(-0.02, 1.02)
         written.append(_save_plot(plt, fig, ax, 'align rate', output_dir, ALIGN_PLOT))
+    if history.train and history.closed_loop:
+        written.append(_learning_curve(plt, history, output_dir))
     return written
+
+
+def _learning_curve(plt, history: History, output_dir: Path) -> str:
+    """Train/val L1 and closed-loop align rate against steps, with the run's wall clock
+    (minutes, from the logged ``wall_s``) as a second axis along the top."""
+    import numpy as np
+
+    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
+    steps = [r['step'] for r in history.train]
+    top.plot(steps, [r['l1'] for r in history.train], lw=0.6, alpha=0.7,
+             label='train L1 (weighted)')
+    if history.val:
+        top.plot([r['step'] for r in history.val], [r['val_l1'] for r in history.val], 'o-',
+                 label='val L1')
+    top.set_yscale('log')
+    top.set_ylabel('L1 (normalized units)')
+    for mode in ('chunk', 'ensemble'):
+        rows = [r for r in history.closed_loop if mode in r]
+        if rows:
+            bottom.plot([r['step'] for r in rows], [r[mode]['align_rate'] for r in rows], 'o-',
+                        label=f'align rate, {mode} ({rows[-1][mode]["count"]} episodes)')
+    bottom.set_ylim(-0.02, 1.02)
+    bottom.set_ylabel('closed-loop align rate')
+    bottom.set_xlabel('optimizer step')
+    timed = [(r['step'], r['wall_s'] / 60.0) for r in history.train if 'wall_s' in r]
+    if len(timed) >= 2:
+        s, m = (np.array(v, dtype=float) for v in zip(*timed))
+        top.secondary_xaxis('top', functions=(lambda x: np.interp(x, s, m),
+                                              lambda x: np.interp(x, m, s))).set_xlabel(
+            'wall clock (min)')
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+        ax.legend(loc='best')
+    fig.tight_layout()
+    fig.savefig(output_dir / CURVE_PLOT, dpi=100)
+    plt.close(fig)
+    return CURVE_PLOT
 
 
 def _save_plot(plt, fig, ax, ylabel: str, output_dir: Path, name: str) -> str:

@@ -18,8 +18,8 @@ from act_ros.core.checkpoint import make_act_config
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.device import select_device
 from act_ros.training.config import TrainConfig
-from act_ros.training.data import (FrameStore, Split, dataset_image_size, load_frames,
-                                   make_split, normalization_stats, open_dataset)
+from act_ros.training.data import (FrameStore, Split, TrainingDataError, dataset_image_size,
+                                   load_frames, make_split, normalization_stats, open_dataset)
 
 logger = logging.getLogger(__name__)
 
@@ -63,8 +63,18 @@ def prepare_inputs(config: TrainConfig) -> RunInputs:
     logger.info('split (%s): %d train frames (%d episodes), %d val frames (%d episodes)',
                 split.kind, split.train.size, len(split.train_episodes), split.val.size,
                 len(split.val_episodes))
+    extra_keys: tuple[str, ...] = ()
+    if config.aux_object_pose_weight > 0:
+        from act_ros.data.episode import OBJECT_POSES_FEATURE
+
+        if OBJECT_POSES_FEATURE not in dataset.meta.features:
+            raise TrainingDataError(
+                f"--aux-object-pose-weight needs the feature '{OBJECT_POSES_FEATURE}' (object "
+                'poses, recorded by act-ros collect in the simulation); this dataset has '
+                f'{sorted(dataset.meta.features)}: set --aux-object-pose-weight 0')
+        extra_keys = (OBJECT_POSES_FEATURE,)
     store = load_frames(dataset, contract, size, seg_start=seg_start, seg_end=seg_end,
-                        progress=config.progress)
+                        progress=config.progress, extra_keys=extra_keys)
     stats = normalization_stats(dataset.meta.stats, contract, camera_stats=config.camera_stats)
     return RunInputs(contract=contract, device=device, dataset=dataset, split=split, store=store,
                      stats=stats, image_size=size, stored_image_size=stored)
@@ -87,10 +97,17 @@ def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]
     return policy, pre, post
 
 
-def build_optimizer(config: TrainConfig, policy: Any) -> tuple[torch.optim.Optimizer, Any]:
-    """AdamW with LeRobot's parameter groups (backbone lr) and a warm-up + cosine schedule."""
-    optimizer = torch.optim.AdamW(policy.get_optim_params(), lr=config.lr,
-                                  weight_decay=config.weight_decay)
+def build_optimizer(config: TrainConfig, policy: Any, extra_params: Any = ()
+                    ) -> tuple[torch.optim.Optimizer, Any]:
+    """AdamW with LeRobot's parameter groups (backbone lr) and a warm-up + cosine schedule.
+
+    ``extra_params``: parameters trained beside the policy (an auxiliary head), at ``lr``.
+    """
+    groups = list(policy.get_optim_params())
+    extra = list(extra_params)
+    if extra:
+        groups.append({'params': extra})
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     warmup, total, floor = config.warmup_steps, config.steps, config.min_lr_ratio
 
     def factor(step: int) -> float:

@@ -86,6 +86,8 @@ def build_metrics(trainer: Any, status: str, wall_s: float) -> dict[str, Any]:
                             'first step (compilation) excluded; validation and checkpoints '
                             'not counted',
         'compile': cfg.compile,
+        'precision': trainer.precision,
+        'backbone_norm_calibration': trainer.backbone_calibration,
     }
 
 

@@ -1,0 +1,219 @@
+"""Training aids of the CPU recipe: backbone norm calibration, random shift, precision,
+failure phases, the learning-curve plot. Small models and tensors: seconds in all."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from act_ros.core.contract import load_contract
+from act_ros.sim.metrics import FAILURE_PHASES, EpisodeResult, failure_phase, summarize_results
+from act_ros.training.backbone import calibrate_frozen_batchnorm, frozen_batchnorm_layers
+from act_ros.training.config import TrainConfig
+from act_ros.training.loop import random_shift, resolve_precision
+
+
+def _act_model(image_size=(48, 64)):
+    pytest.importorskip('lerobot')
+    from lerobot.policies.act.modeling_act import ACTPolicy
+
+    from act_ros.core.checkpoint import make_act_config
+
+    torch.manual_seed(0)
+    return ACTPolicy(make_act_config(load_contract(), image_size=image_size, preset='tiny'))
+
+
+def test_calibration_standardizes_every_frozen_norm_in_order():
+    policy = _act_model()
+    backbone = policy.model.backbone
+    images = [torch.rand(6, 3, 48, 64) * 2 - 1, torch.rand(6, 3, 48, 64)]
+    layers = frozen_batchnorm_layers(backbone)
+    assert len(layers) == 20  # ResNet-18: stem + 16 in blocks + 3 downsample
+    before = calibrate_frozen_batchnorm(backbone, images)
+    assert list(before) == [name for name, _ in layers]
+    # Every layer's output is now zero-mean, unit-variance per channel on the calibration
+    # batch (cloned: the ReLU after it works in place).
+    outputs = {}
+    handles = [layer.register_forward_hook(
+        lambda _m, _i, out, name=name: outputs.__setitem__(name, out.clone()))
+        for name, layer in layers]
+    with torch.no_grad():
+        backbone(torch.cat(images))
+    for handle in handles:
+        handle.remove()
+    for name, out in outputs.items():
+        mean = out.mean(dim=(0, 2, 3))
+        std = out.std(dim=(0, 2, 3), unbiased=False)
+        assert mean.abs().max() < 1e-3, name
+        live = std > 1e-3  # channels that carry signal (a channel can be dead after a ReLU)
+        assert live.float().mean() > 0.9, name
+        assert (std[live] - 1).abs().max() < 1e-2, name
+    # The stem saw inputs far from unit scale: identity norms were not standardizing.
+    assert before['bn1'] < 0.5
+
+
+def test_calibrated_checkpoint_keeps_its_statistics_through_lerobot(tmp_path):
+    from lerobot.policies.act.modeling_act import ACTPolicy
+
+    policy = _act_model()
+    calibrate_frozen_batchnorm(policy.model.backbone, [torch.rand(8, 3, 48, 64)])
+    policy.save_pretrained(tmp_path)
+    config = json.loads((tmp_path / 'config.json').read_text())
+    assert config['pretrained_backbone_weights'] is None
+    loaded = ACTPolicy.from_pretrained(tmp_path)
+    mine = dict(policy.model.backbone.named_buffers())
+    theirs = dict(loaded.model.backbone.named_buffers())
+    assert mine.keys() == theirs.keys()
+    changed = 0
+    for name, value in mine.items():
+        torch.testing.assert_close(theirs[name], value)
+        changed += name.endswith('running_var') and not torch.allclose(value, torch.ones_like(value))
+    assert changed == 20
+
+
+def test_calibration_refuses_a_model_without_frozen_norms():
+    with pytest.raises(ValueError, match='no FrozenBatchNorm2d'):
+        calibrate_frozen_batchnorm(torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3)),
+                                   [torch.rand(2, 3, 8, 8)])
+    backbone = _act_model().model.backbone
+    with pytest.raises(ValueError, match='at least 2 images'):
+        calibrate_frozen_batchnorm(backbone, [torch.rand(1, 3, 48, 64)])
+
+
+def test_random_shift_moves_whole_images_within_the_pad():
+    torch.manual_seed(1)
+    images = torch.arange(2 * 1 * 10 * 12, dtype=torch.float32).reshape(2, 1, 10, 12)
+    shifted = random_shift(images, 2)
+    assert shifted.shape == images.shape
+    for i in range(2):
+        # The interior is the original shifted by (dy, dx) with |dy|, |dx| <= 2.
+        found = [(dy, dx) for dy in range(-2, 3) for dx in range(-2, 3)
+                 if torch.equal(shifted[i, 0, 2:-2, 2:-2], images[i, 0, 2 + dy:8 + dy, 2 + dx:10 + dx])]
+        assert len(found) == 1
+    # Over many draws every offset occurs, so no direction is favoured.
+    seen = set()
+    for _ in range(200):
+        out = random_shift(images[:1], 1)
+        for dy in (-1, 0, 1):
+            for dx in (-1, 0, 1):
+                if torch.equal(out[0, 0, 1:-1, 1:-1], images[0, 0, 1 + dy:9 + dy, 1 + dx:11 + dx]):
+                    seen.add((dy, dx))
+    assert len(seen) == 9
+
+
+def test_precision_auto_follows_the_hardware(monkeypatch):
+    import act_ros.core.inference as inference
+
+    cpu = torch.device('cpu')
+    monkeypatch.setattr(inference, 'cpu_has_native_bf16', lambda: False)
+    assert resolve_precision('auto', cpu) == 'fp32'
+    with pytest.raises(Exception, match='no native bfloat16'):
+        resolve_precision('bf16', cpu)
+    with pytest.raises(ValueError, match='fp16'):
+        resolve_precision('fp16', cpu)
+    monkeypatch.setattr(inference, 'cpu_has_native_bf16', lambda: True)
+    assert resolve_precision('auto', cpu) == 'bf16'
+    assert resolve_precision('fp32', cpu) == 'fp32'
+
+
+def test_train_config_checks_the_new_options(tmp_path):
+    with pytest.raises(ValueError, match='precision'):
+        TrainConfig(dataset_root=tmp_path, output_dir=tmp_path, precision='int8')
+    with pytest.raises(ValueError, match='image_shift_px'):
+        TrainConfig(dataset_root=tmp_path, output_dir=tmp_path, image_shift_px=-1)
+
+
+@pytest.mark.parametrize('kwargs, expected', [
+    (dict(success=True, max_box_height_m=0.06, released=True, box_on_pad=True,
+          position_ok=True, yaw_ok=True), None),
+    (dict(success=False, max_box_height_m=0.005, released=True, box_on_pad=False,
+          position_ok=False, yaw_ok=False), 'grasp'),
+    (dict(success=False, max_box_height_m=0.06, released=False, box_on_pad=False,
+          position_ok=False, yaw_ok=True), 'release'),
+    (dict(success=False, max_box_height_m=0.06, released=True, box_on_pad=False,
+          position_ok=False, yaw_ok=False), 'carry'),
+    (dict(success=False, max_box_height_m=0.06, released=True, box_on_pad=True,
+          position_ok=False, yaw_ok=True), 'position'),
+    (dict(success=False, max_box_height_m=0.06, released=True, box_on_pad=True,
+          position_ok=True, yaw_ok=False), 'yaw'),
+    (dict(success=False, max_box_height_m=0.06, released=False, box_on_pad=True,
+          position_ok=True, yaw_ok=True), 'settle'),
+])
+def test_failure_phase_names_the_first_stage_that_failed(kwargs, expected):
+    assert failure_phase(**kwargs) == expected
+    assert expected is None or expected in FAILURE_PHASES
+
+
+def test_summary_counts_failures_by_phase():
+    results = [EpisodeResult(True, 0.004, 2.0, True, True, True, 0.05, 300),
+               EpisodeResult(False, 0.1, 30.0, True, False, True, 0.0, 300,
+                             failure_phase='grasp'),
+               EpisodeResult(False, 0.03, 3.0, True, True, True, 0.05, 300,
+                             failure_phase='position')]
+    summary = summarize_results(results)
+    assert list(summary['failures']) == list(FAILURE_PHASES)
+    assert summary['failures']['grasp'] == 1 and summary['failures']['position'] == 1
+    assert sum(summary['failures'].values()) == 2
+    assert summary['align_rate'] == pytest.approx(1 / 3)
+
+
+def test_learning_curve_plot_has_a_wall_clock_axis(tmp_path):
+    pytest.importorskip('matplotlib')
+    from act_ros.training.metrics import CURVE_PLOT, History, write_plots
+
+    history = History()
+    for step in range(1, 21):
+        history.add_train(step, {'loss': torch.tensor(1.0 / step), 'l1': torch.tensor(0.5 / step)},
+                          1e-4, wall_s=3.0 * step)
+    history.flush()
+    assert [r['wall_s'] for r in history.train[:2]] == [3.0, 6.0]
+    history.val.append({'step': 10, 'wall_s': 31.0, 'val_l1': 0.1, 'val_l1_weighted': 0.1})
+    history.closed_loop.append({'step': 10, 'wall_s': 31.0,
+                                'chunk': {'align_rate': 0.5, 'count': 4}})
+    written = write_plots(tmp_path, history)
+    assert CURVE_PLOT in written
+    from PIL import Image
+
+    with Image.open(tmp_path / CURVE_PLOT) as image:
+        assert image.size[0] > 400 and np.asarray(image).std() > 10
+
+
+def test_object_pose_head_trains_the_backbone_and_stays_out_of_the_checkpoint(tmp_path):
+    from act_ros.training.auxiliary import TARGET_DIM, ObjectPoseAuxiliary
+
+    policy = _act_model()
+    model = policy.model
+    torch.manual_seed(0)
+    poses = torch.rand(64, 8)
+    aux = ObjectPoseAuxiliary(model.backbone, [(3, 48, 64), (3, 48, 64)], poses,
+                              torch.device('cpu'))
+    assert aux.targets(poses[:4]).shape == (4, TARGET_DIM)
+    # Yaw targets are 4-fold symmetric: a quarter turn gives the same target.
+    turned = poses[:4].clone()
+    turned[:, 3] += np.pi / 2
+    torch.testing.assert_close(aux.targets(turned), aux.targets(poses[:4]), atol=1e-5, rtol=0)
+    images = [torch.rand(4, 3, 48, 64), torch.rand(4, 3, 48, 64)]
+    optimizer = torch.optim.Adam([{'params': aux.head.parameters(), 'lr': 1e-3},
+                                  {'params': model.backbone.parameters(), 'lr': 1e-4}])
+    losses = []
+    for _ in range(60):
+        with aux.capture():
+            for img in images:
+                model.backbone(img)
+        loss = aux.loss(poses[:4])
+        optimizer.zero_grad()
+        loss.backward()
+        losses.append(float(loss))
+        optimizer.step()
+    assert min(losses[-5:]) < 0.3 * losses[0]
+    assert model.backbone.conv1.weight.grad.abs().sum() > 0  # the loss reaches the stem
+    with pytest.raises(RuntimeError, match='capture'):
+        aux.loss(poses[:4])
+    aux.close()
+    policy.save_pretrained(tmp_path)
+    from safetensors.torch import load_file
+
+    assert not any('reduce' in k or 'mlp' in k for k in load_file(tmp_path / 'model.safetensors'))
