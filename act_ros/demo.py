@@ -1,16 +1,22 @@
-"""``make demo``: the whole loop on one machine with the built-in simulation.
+"""``make demo``: the shipped policy doing the simulated task over ROS 2, next to the expert.
 
-1. Collect scripted-expert demonstrations in MuJoCo into a LeRobot v3 dataset (reused
-   when an earlier demo run left one).
-2. Train ACT with the CPU demo preset (CUDA when present), within a step budget.
-3. Start ``sim_bridge`` and ``act_node`` as two processes talking over ROS 2 (lock-step),
-   run evaluation episodes through the topics, chunk execution and ensembling.
-4. Record a short video of one episode (both cameras) and print the align rates next
-   to the scripted expert's on the same seeds.
+By default (a few minutes on a 2-core CPU):
 
-Everything lands under one output folder, named at the end. ``DEMO_FAST=1`` (or
-``--fast``) is a few-minute variant for a quick look. Every stage runs as a child
-process; Ctrl-C or SIGTERM stops it and the demo without leaving processes behind.
+1. Evaluate the policy shipped in ``models/`` over ROS 2: ``sim_bridge`` and ``act_node``
+   as two processes in lock-step on loopback, chunk execution and temporal ensembling,
+   on seeds never used for collection or checkpoint selection.
+2. Run the scripted expert on the same seeds (the ceiling).
+3. Record one successful episode (both cameras) to ``episode.mp4``: the first seed the
+   policy aligned over ROS 2, replayed by the in-process evaluator, which runs the same
+   runtime, safety chain and release gate.
+4. Print the align rates and errors of both modes next to the expert's.
+
+``--full-loop`` runs the whole pipeline instead: collect expert demonstrations, train with
+the CPU recipe (``config/train_sim.yaml``), then the same evaluation of the new checkpoint
+(about 2.5 hours on 2 cores; ``--fast`` is a few-minute smoke of it). ``--model DIR``
+evaluates another checkpoint. Everything lands under one output folder, named at the
+end. Every stage runs as a child process; Ctrl-C or SIGTERM stops it and the demo
+without leaving processes behind.
 """
 
 from __future__ import annotations
@@ -26,42 +32,49 @@ import subprocess
 import sys
 import time
 
+# Evaluation seeds: disjoint from collection (0, 1, ...), from the trainer's checkpoint
+# selection (1_000_000 + k) and from act-ros evaluate's default (2_000_000 + k).
+EVAL_SEED = 100_000
+SHIPPED_MODEL = 'sim_port_pick_align'
+
 
 @dataclass(frozen=True)
 class DemoPlan:
-    """Sizes of each stage. ``full`` fits about 25 minutes on a 2-core CPU."""
+    """Sizes of each stage. ``episodes``/``train_steps`` 0: no collection/training."""
 
-    episodes: int
-    image_size: str
-    train_steps: int
-    batch_size: int
-    val_interval: int
-    closed_loop_episodes: int
     eval_episodes: int
-    workers: int
+    episodes: int = 0
+    image_size: str = '96x128'
+    train_steps: int = 0  # 0: the preset's own (the CPU recipe)
+    workers: int = 2
 
     def __post_init__(self) -> None:
-        for name in ('episodes', 'train_steps', 'batch_size', 'val_interval', 'eval_episodes',
-                     'workers'):
+        for name in ('eval_episodes', 'workers'):
             if getattr(self, name) < 1:
                 raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
+        for name in ('episodes', 'train_steps'):
+            if getattr(self, name) < 0:
+                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+
+    @property
+    def trains(self) -> bool:
+        return self.episodes > 0
 
 
 PLANS = {
-    # Training is the long stage: ~1 step/s for the 'cpu' model at 96x128 on 2 cores.
-    'full': DemoPlan(episodes=30, image_size='96x128', train_steps=700, batch_size=8,
-                     val_interval=350, closed_loop_episodes=2, eval_episodes=5, workers=2),
-    'fast': DemoPlan(episodes=4, image_size='96x128', train_steps=60, batch_size=4,
-                     val_interval=60, closed_loop_episodes=1, eval_episodes=1, workers=2),
+    # The shipped model over ROS 2, both modes: the README's demo.
+    'shipped': DemoPlan(eval_episodes=10),
+    # The CPU recipe end to end (config/train_sim.yaml): collection, training, evaluation.
+    'full': DemoPlan(eval_episodes=10, episodes=200),
+    # A quick look at the whole loop: a smoke-scale run that does not learn the task.
+    'fast': DemoPlan(eval_episodes=1, episodes=4, train_steps=60),
 }
-EVAL_SEED = 100_000  # evaluation seeds never overlap the collection seeds
 
 
 class Stages:
     """Runs each stage as a child process and stops it cleanly on Ctrl-C / SIGTERM."""
 
-    def __init__(self, log_dir: Path) -> None:
-        self.log_dir = log_dir
+    def __init__(self) -> None:
         self.child: subprocess.Popen | None = None
         self.timings: dict[str, float] = {}
         signal.signal(signal.SIGTERM, self._on_sigterm)
@@ -79,7 +92,7 @@ class Stages:
             self.stop_child()
             raise
         finally:
-            self.timings[name] = time.monotonic() - start
+            self.timings[name] = self.timings.get(name, 0.0) + time.monotonic() - start
         self.child = None
         if code != 0:
             raise SystemExit(f'demo: stage "{name}" failed (exit {code}); see the output above')
@@ -98,6 +111,13 @@ class Stages:
             pass
 
 
+def shipped_model_path() -> Path:
+    """``models/sim_port_pick_align`` of the source tree or the installed package."""
+    from act_ros.core.paths import share_dir
+
+    return share_dir() / 'models' / SHIPPED_MODEL
+
+
 def _dataset_ready(path: Path) -> bool:
     return (path / 'meta' / 'info.json').is_file()
 
@@ -113,91 +133,159 @@ def _expert_rate(episodes: int, seed: int) -> dict:
     return summarize_results(results)
 
 
+def _train(stages: Stages, plan: DemoPlan, out: Path, args: argparse.Namespace) -> Path:
+    """Collect and train (reusing an earlier run's dataset and checkpoint); the checkpoint."""
+    py = sys.executable
+    dataset = out / 'dataset'
+    if _dataset_ready(dataset):
+        print(f'\n=== collect ===\nreusing the dataset of an earlier run: {dataset}')
+    else:
+        stages.run('collect', [py, '-m', 'act_ros.cli', 'collect', '--output', str(dataset),
+                               '--episodes', str(plan.episodes), '--image-size', plan.image_size,
+                               '--workers', str(plan.workers), '--seed', '0', '--overwrite'])
+    train_dir = out / 'train'
+    checkpoint = train_dir / 'best'
+    if args.retrain and train_dir.exists():
+        shutil.rmtree(train_dir)
+    if (train_dir / 'training_metrics.json').is_file() and checkpoint.is_dir():
+        print(f'\n=== train ===\nreusing the checkpoint of an earlier run: {checkpoint} '
+              '(--retrain to train again)')
+        return checkpoint
+    command = [py, '-m', 'act_ros.cli', 'train', '--preset', 'sim', '--dataset-root',
+               str(dataset), '--image-size', plan.image_size, '--device', args.device]
+    if (train_dir / 'last' / 'training_state.pt').is_file():
+        command.append('--resume')  # an interrupted earlier run continues where it stopped
+    elif train_dir.exists():
+        shutil.rmtree(train_dir)
+    if plan.train_steps:
+        # Smoke scale: a short schedule, one closed-loop check at the end.
+        command += ['--steps', str(plan.train_steps), '--warmup-steps',
+                    str(max(1, plan.train_steps // 10)), '--val-interval',
+                    str(plan.train_steps), '--checkpoint-interval', str(plan.train_steps),
+                    '--closed-loop-val-episodes', '1', '--early-stop-patience', '0',
+                    '--min-steps', '0']
+    stages.run('train', command + ['--output-dir', str(train_dir)])
+    return checkpoint
+
+
+def _record_success(stages: Stages, checkpoint: Path, ros: dict, out: Path,
+                    tries: int = 3) -> dict:
+    """Video of one aligned episode: the first seeds aligned over ROS 2 (chunk mode first),
+    replayed in process; returns what was recorded."""
+    py = sys.executable
+    aligned = [(mode, e['seed']) for mode, m in _modes(ros).items()
+               for e in m.get('episodes', []) if e.get('success')]
+    candidates = aligned[:tries] or [('chunk', EVAL_SEED)]
+    video = out / 'episode.mp4'
+    for mode, seed in candidates:
+        result_file = out / 'video_episode.json'
+        stages.run('video', [py, '-m', 'act_ros.cli', 'evaluate', '--checkpoint', str(checkpoint),
+                             '--episodes', '1', '--mode', mode, '--seed', str(seed), '--video',
+                             str(video), '--output', str(result_file), '--no-progress'])
+        episode = json.loads(result_file.read_text())['modes'][mode]['episodes'][0]
+        if episode['success'] or not aligned:
+            return {'path': str(video), 'mode': mode, 'seed': seed,
+                    'aligned': bool(episode['success'])}
+    return {'path': str(video), 'mode': mode, 'seed': seed, 'aligned': False}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog='act_ros.demo', description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--output-dir', type=Path, default=Path('outputs/demo'))
+    parser.add_argument('--full-loop', action='store_true',
+                        default=os.environ.get('DEMO_FULL_LOOP') == '1',
+                        help='collect, train with the CPU recipe, then evaluate (~2.5 h on 2 '
+                        'cores; also DEMO_FULL_LOOP=1)')
     parser.add_argument('--fast', action='store_true', default=os.environ.get('DEMO_FAST') == '1',
-                        help='a few-minute variant (also DEMO_FAST=1)')
+                        help='a few-minute smoke of the full loop (also DEMO_FAST=1)')
+    parser.add_argument('--model', type=Path, default=None,
+                        help=f'checkpoint to evaluate (default: models/{SHIPPED_MODEL})')
+    parser.add_argument('--episodes', type=int, default=None,
+                        help='evaluation episodes per mode (default: 10; 1 with --fast)')
     parser.add_argument('--retrain', action='store_true', help='train again even if a '
-                        'checkpoint from an earlier run exists')
+                        'checkpoint from an earlier full-loop run exists')
     parser.add_argument('--device', default='auto', help='training device (auto: CUDA if present)')
     args = parser.parse_args(argv)
-    plan = PLANS['fast' if args.fast else 'full']
-    name = 'fast' if args.fast else 'full'
+    name = 'fast' if args.fast else 'full' if args.full_loop else 'shipped'
+    plan = PLANS[name]
+    if args.episodes is not None:
+        if args.episodes < 1:
+            parser.error(f'--episodes must be >= 1, got {args.episodes}')
+        plan = DemoPlan(**{**asdict(plan), 'eval_episodes': args.episodes})
+    if plan.trains and args.model is not None:
+        parser.error('--model evaluates an existing checkpoint; it does not combine with '
+                     '--full-loop or --fast')
     out = args.output_dir.resolve() / name
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault('MUJOCO_GL', 'egl')
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
-    py = sys.executable
-    stages = Stages(out)
+    stages = Stages()
     started = time.monotonic()
     print(f'act_ros demo ({name}): {asdict(plan)}\noutput folder: {out}', flush=True)
     try:
-        dataset = out / 'dataset'
-        if _dataset_ready(dataset):
-            print(f'\n=== collect ===\nreusing the dataset of an earlier run: {dataset}')
+        if plan.trains:
+            checkpoint = _train(stages, plan, out, args)
         else:
-            stages.run('collect', [py, '-m', 'act_ros.cli', 'collect', '--output', str(dataset),
-                                   '--episodes', str(plan.episodes), '--image-size',
-                                   plan.image_size, '--workers', str(plan.workers),
-                                   '--seed', '0', '--overwrite'])
-        train_dir = out / 'train'
-        checkpoint = train_dir / 'best'
-        if args.retrain and train_dir.exists():
-            shutil.rmtree(train_dir)
-        if (train_dir / 'training_metrics.json').is_file() and checkpoint.is_dir():
-            print(f'\n=== train ===\nreusing the checkpoint of an earlier run: {checkpoint} '
-                  '(--retrain to train again)')
-        else:
-            if train_dir.exists():
-                shutil.rmtree(train_dir)  # an interrupted earlier run: start over
-            stages.run('train', [
-                py, '-m', 'act_ros.cli', 'train', '--preset', 'sim', '--dataset-root', str(dataset),
-                '--output-dir', str(train_dir), '--steps', str(plan.train_steps),
-                '--batch-size', str(plan.batch_size), '--val-interval', str(plan.val_interval),
-                '--warmup-steps', str(max(1, plan.train_steps // 10)),
-                '--checkpoint-interval', str(plan.train_steps), '--image-size', plan.image_size,
-                '--closed-loop-val-episodes', str(plan.closed_loop_episodes),
-                '--closed-loop-te-episodes', '0', '--early-stop-patience', '0',
-                '--min-steps', '0', '--device', args.device])
+            checkpoint = (args.model or shipped_model_path()).resolve()
+            if not (checkpoint / 'model.safetensors').is_file():
+                print(f'demo: no model at {checkpoint} (expected a LeRobot pretrained_model '
+                      'directory with model.safetensors); run `make demo DEMO_ARGS=--full-loop` '
+                      'to train one', file=sys.stderr)
+                return 2
         ros_json = out / 'ros_eval.json'
         stages.run('evaluate over ROS 2 (sim_bridge + act_node, two processes)', [
-            py, '-m', 'act_ros.ros.ros_eval', '--checkpoint', str(checkpoint),
-            '--episodes', str(plan.eval_episodes), '--mode', 'both', '--image-size',
-            plan.image_size, '--seed', str(EVAL_SEED), '--output', str(ros_json),
-            '--log-dir', str(out / 'ros_logs')])
-        video = out / 'episode.mp4'
-        stages.run('video', [py, '-m', 'act_ros.cli', 'evaluate', '--checkpoint', str(checkpoint),
-                             '--episodes', '1', '--mode', 'chunk', '--seed', str(EVAL_SEED),
-                             '--video', str(video), '--output', str(out / 'video_episode.json')])
+            sys.executable, '-m', 'act_ros.ros.ros_eval', '--checkpoint', str(checkpoint),
+            '--episodes', str(plan.eval_episodes), '--mode', 'both', '--seed', str(EVAL_SEED),
+            '--output', str(ros_json), '--log-dir', str(out / 'ros_logs')])
+        ros = json.loads(ros_json.read_text())
+        video = _record_success(stages, checkpoint, ros, out)
         print('\n=== scripted expert on the same seeds ===', flush=True)
+        start = time.monotonic()
         expert = _expert_rate(plan.eval_episodes, EVAL_SEED)
+        stages.timings['expert'] = time.monotonic() - start
     except KeyboardInterrupt:
         stages.stop_child()
         print('\ndemo interrupted: every stage it started has been stopped', file=sys.stderr)
         return 130
 
-    ros = json.loads(ros_json.read_text())
-    summary = {'plan': asdict(plan), 'output_dir': str(out), 'ros_eval': ros, 'expert': expert,
-               'stage_seconds': stages.timings, 'wall_seconds': time.monotonic() - started}
-    (out / 'summary.json').write_text(json.dumps(summary, indent=2))
+    summary = {'plan': asdict(plan), 'checkpoint': str(checkpoint), 'output_dir': str(out),
+               'seeds': [EVAL_SEED + k for k in range(plan.eval_episodes)], 'ros_eval': ros,
+               'expert': expert, 'video': video, 'stage_seconds': stages.timings,
+               'wall_seconds': time.monotonic() - started}
+    from act_ros.training.metrics import write_json_atomic
+
+    write_json_atomic(out / 'summary.json', summary)
     print(_summary_text(summary, ros, expert, out))
     return 0
 
 
 def _summary_text(summary: dict, ros: dict, expert: dict, out: Path) -> str:
-    lines = ['', '=' * 72, f'act_ros demo finished in {summary["wall_seconds"] / 60:.1f} min', '',
-             f'{"policy / mode":<28}{"align rate":>12}{"pos err (mm)":>14}{"yaw err (deg)":>15}']
+    count = summary['plan']['eval_episodes']
+    lines = ['', '=' * 78,
+             f'act_ros demo finished in {summary["wall_seconds"] / 60:.1f} min: '
+             f'{count} episode(s) per row, seeds {EVAL_SEED}..{EVAL_SEED + count - 1} '
+             '(never used for training)',
+             f'checkpoint: {summary["checkpoint"]}', '',
+             f'{"policy / mode":<32}{"align rate":>12}{"pos err (mm)":>14}{"yaw err (deg)":>15}']
     for mode, metrics in _modes(ros).items():
         lines.append(_row(f'ACT over ROS 2, {mode}', metrics))
     lines.append(_row('scripted expert (ceiling)', expert))
-    lines += ['', f'outputs in {out}:',
-              '  train/best/              checkpoint (LeRobot pretrained_model)',
-              '  train/training_metrics.json, train/*.png   metrics and plots',
+    for mode, metrics in _modes(ros).items():
+        failed = {k: v for k, v in metrics.get('failures', {}).items() if v}
+        if failed:
+            lines.append(f'  {mode} failures by stage: '
+                         + ', '.join(f'{k} {v}' for k, v in failed.items()))
+    video = summary['video']
+    lines += ['', f"video: {video['path']} ({video['mode']} mode, seed {video['seed']}, "
+              f"{'aligned' if video['aligned'] else 'NOT aligned: no aligned episode to show'})",
+              '', f'outputs in {out}:',
               '  ros_eval.json            per-episode results over ROS 2',
               '  episode.mp4              one episode, top and wrist cameras',
-              '  summary.json             this table']
+              '  summary.json             this table and the stage times']
+    if summary['plan']['episodes']:
+        lines.insert(-3, '  train/best/              checkpoint (LeRobot pretrained_model), '
+                         'train/training_metrics.json and plots')
     return '\n'.join(lines)
 
 
@@ -207,7 +295,9 @@ def _modes(ros: dict) -> dict:
 
 
 def _row(label: str, m: dict) -> str:
-    return (f'{label:<28}{m["align_rate"]:>12.2f}{1000 * m["mean_position_error"]:>14.1f}'
+    aligned = round(m['align_rate'] * m['count'])
+    rate = f'{m["align_rate"]:.2f} ({aligned}/{m["count"]})'
+    return (f'{label:<32}{rate:>12}{1000 * m["mean_position_error"]:>14.1f}'
             f'{m["mean_yaw_error"]:>15.1f}')
 
 

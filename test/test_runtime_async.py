@@ -105,6 +105,38 @@ def test_worker_error_surfaces(tiny_checkpoint):
         rt.close()
 
 
+@pytest.mark.parametrize('mode', ['chunk', 'ensemble'])
+def test_failed_request_is_retried_without_reset(tiny_checkpoint, mode):
+    rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', execution='async',
+                                     mode=mode, n_action_steps=30 if mode == 'chunk' else 1))
+    try:
+        _tick_coded_model(rt, 0.0)
+        working = rt.predictor.predict
+        calls = {'n': 0}
+
+        def fails_once(obs):
+            calls['n'] += 1
+            if calls['n'] == 1:
+                raise FloatingPointError('boom')
+            return working(obs)
+        rt.predictor.predict = fails_once
+        assert rt.act(_obs(0)) is None
+        assert rt.wait_idle(5.0)
+        with pytest.raises(RuntimeError, match='boom'):
+            rt.act(_obs(1))
+        # No reset(): the next ticks request again and actions flow.
+        actions = []
+        for t in range(2, 40):
+            actions.append(rt.act(_obs(t)))
+            rt.wait_idle(5.0)
+        assert calls['n'] >= 2
+        played = [a for a in actions if a is not None]
+        assert len(played) >= 30, f'only {len(played)} of 38 ticks had an action after the failure'
+        assert all(np.all(np.isfinite(a)) for a in played)
+    finally:
+        rt.close()
+
+
 def test_chunk_slower_than_its_horizon_is_counted_late_and_never_played(tiny_checkpoint):
     """A model slower than a whole chunk (30 ticks = 1 s) cannot keep up: its chunks
     arrive after their last tick; none of their (stale) actions may be played."""

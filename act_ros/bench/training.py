@@ -11,6 +11,9 @@ same initial weights and the same batches in the same order for every arm:
 - act_ros: :meth:`~act_ros.training.loop.Trainer.train_step` (batch assembly,
   normalization, loss, backward, clipping, AdamW, scheduler), eager and, with
   ``--compile``, with the loss step compiled as ``act-ros train --compile`` does.
+- act_ros with the backbone frozen (``--backbone-freeze-step 0``): the step on cached
+  feature maps (:mod:`act_ros.training.feature_cache`); the cache is built during the
+  warm-up and its build time is reported per frame.
 
 Each iteration runs every arm once on the same batch (A/B interleaved); times are
 medians and a speed-up is the median of the per-iteration ratios. The first step's loss
@@ -37,6 +40,7 @@ TOLERANCE = 1e-5
 COLUMNS = ('training step', 'ms / step (median)', 'samples / s', 'speed-up vs LeRobot',
            'loss at step 1', 'abs loss diff vs LeRobot (step 1)')
 LEROBOT = 'LeRobot update_policy (eager)'
+FROZEN = 'act_ros train_step (backbone frozen, cached maps)'
 
 
 class LeRobotStep:
@@ -107,6 +111,8 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
         if compile_step:
             ours['act_ros train_step (compiled)'] = Trainer(
                 synthetic_config(inputs, Path(tmp), compile=True, **fields), inputs)
+        ours[FROZEN] = Trainer(synthetic_config(inputs, Path(tmp), backbone_freeze_step=0,
+                                                **fields), inputs)
         reference = next(iter(ours.values()))
         lerobot = LeRobotStep(reference)
         times: dict[str, list[float]] = {LEROBOT: [], **{name: [] for name in ours}}
@@ -121,6 +127,8 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
         for name, trainer in ours.items():
             trainer.history.flush()
             first_loss[name] = trainer.history.train[0]['loss']
+        cache = ours[FROZEN].feature_cache_info
+        cache_s_per_frame = cache['build_s'] / cache['cached_frames']
     base = np.asarray(times[LEROBOT][warmup:])
     results = []
     for name, seconds in times.items():
@@ -130,7 +138,8 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
                         'speedup': float(np.median(base / timed)),
                         'first_loss': first_loss[name],
                         'loss_diff': abs(first_loss[name] - first_loss[LEROBOT]),
-                        'warmup_s': float(sum(seconds[:warmup]))})
+                        'warmup_s': float(sum(seconds[:warmup])),
+                        'cache_s_per_frame': cache_s_per_frame if name == FROZEN else None})
     return results
 
 
@@ -144,7 +153,12 @@ def render(results: list[dict], *, model_preset: str, image_size: tuple[int, int
                      '-' if r['name'] == LEROBOT else diff))
     title = '# act_ros training benchmark\n\n' + machine_description() + '\n\n' if header else ''
     compiled = [r for r in results if 'compiled' in r['name']]
-    compile_note = (f"\n- The compiled arm's warm-up ({compiled[0]['warmup_s']:.0f} s) includes "
+    frozen = [r for r in results if r.get('cache_s_per_frame') is not None]
+    frozen_note = (f"\n- The frozen arm's feature cache took {frozen[0]['cache_s_per_frame'] * 1e3:.1f}"
+                   ' ms per frame (every camera) to build, once per run; its step-1 loss equals '
+                   "the full step's (the backbone has not moved yet)." if frozen else '')
+    compile_note = frozen_note + (
+                    f"\n- The compiled arm's warm-up ({compiled[0]['warmup_s']:.0f} s) includes "
                     'compilation. Its step-1 loss differs from eager when compiled code draws '
                     'dropout masks differently (see `act-ros bench compile --disable-dropout`).'
                     if compiled else '')

@@ -305,7 +305,14 @@ class PolicyRuntime:
         return self._store.action(tick)
 
     def _act_async(self, tick: int, obs: Observation) -> np.ndarray | None:
-        for epoch, start_tick, chunk, seconds in self._worker.take_results():
+        try:
+            results = self._worker.take_results()
+        except RuntimeError:
+            # The requested chunk will never come: a later tick asks again (without this,
+            # chunk mode would wait for it forever and the robot would go silent).
+            self._last_request_tick = None
+            raise
+        for epoch, start_tick, chunk, seconds in results:
             if epoch != self._epoch:
                 self.stats.chunks_discarded += 1
                 continue

@@ -35,9 +35,9 @@ from std_srvs.srv import Trigger
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.errors import ActRosError
 from act_ros.ros import conversions as conv
-from act_ros.ros.control import JOINT_STATES, WAITING_FOR_CHUNK, ControlLoop, image_stream
-from act_ros.ros.diagnostics import NodeCounters
-from act_ros.ros.inputs import InputStore
+from act_ros.core.control import (WAITING_FOR_CHUNK, ControlCounters, ControlLoop,
+                                  required_streams)
+from act_ros.core.inputs import InputStore
 from act_ros.ros.node_setup import Interfaces, build_control_loop, create_interfaces
 from act_ros.ros.node_status import NodeStatus
 from act_ros.ros.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, declare_parameters,
@@ -65,7 +65,7 @@ class ActNode(LifecycleNode):
         self.inputs: InputStore | None = None
         self.loop: ControlLoop | None = None
         self.io: Interfaces | None = None
-        self.counters = NodeCounters()
+        self.counters = ControlCounters()
         self.status = NodeStatus(self)
         self.last_configure_error = ''
 
@@ -154,8 +154,8 @@ class ActNode(LifecycleNode):
         if self._parameter_errors:
             raise ValueError('; '.join(self._parameter_errors))
         settings = read_settings(self, self.specs, self.contract)
-        self.counters = NodeCounters()
-        self.inputs = InputStore(_required_streams(self.contract), settings.max_obs_age_s)
+        self.counters = ControlCounters()
+        self.inputs = InputStore(required_streams(self.contract.camera_names), settings.max_obs_age_s)
         self.settings = settings
         self.loop = build_control_loop(settings, self.contract, self.counters)
         self.io = create_interfaces(self, settings, self.contract)
@@ -242,10 +242,6 @@ class ActNode(LifecycleNode):
         response.success, response.message = True, 'episode reset: queue, ensembler and gate'
         self.get_logger().info(response.message)
         return response
-
-
-def _required_streams(contract: Contract) -> list[str]:
-    return [JOINT_STATES] + [image_stream(cam) for cam in contract.camera_names]
 
 
 def _try_load_contract(node: LifecycleNode) -> tuple[Contract | None, str]:

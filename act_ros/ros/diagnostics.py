@@ -1,14 +1,13 @@
 """Diagnostics of the policy node: counters, a rate meter and the DiagnosticArray message.
 
-The node keeps a :class:`NodeCounters` (updated by the control tick and the input
-callbacks) and publishes :func:`diagnostic_array` on ``/diagnostics``, where
-``diagnostic_aggregator`` and ``rqt_robot_monitor`` pick it up.
+The node keeps a :class:`~act_ros.core.control.ControlCounters` (updated by the control
+tick and the input callbacks) and publishes :func:`diagnostic_array` on
+``/diagnostics``, where ``diagnostic_aggregator`` and ``rqt_robot_monitor`` pick it up.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import asdict, dataclass
 import threading
 from typing import Any
 
@@ -47,30 +46,6 @@ class RateMeter:
     def _trim(self, now_s: float) -> None:
         while self._times and now_s - self._times[0] > self.window_s:
             self._times.popleft()
-
-
-@dataclass
-class NodeCounters:
-    """What the node counts between diagnostics messages (totals since configure)."""
-
-    commands_published: int = 0
-    ticks_without_command: int = 0
-    stale_ticks: int = 0
-    commands_rejected: int = 0
-    joint_limit_clamps: int = 0
-    step_limit_clamps: int = 0
-    chunks_checked: int = 0
-    chunk_limit_violations: int = 0
-    chunks_with_violations: int = 0
-    nonfinite_chunk_steps: int = 0
-    suppressed_releases: int = 0
-    runtime_resets: int = 0
-    inference_failures: int = 0
-    last_safety_reason: str = ''
-    last_stale_reason: str = ''
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 LEVEL_NAMES = {DiagnosticStatus.OK: 'OK', DiagnosticStatus.WARN: 'WARN',

@@ -29,9 +29,9 @@ from act_ros.core.contract import Contract
 from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
 from act_ros.core.safety import SafetyLimits
 from act_ros.ros import conversions as conv
-from act_ros.ros.control import EE_POSE, JOINT_STATES, PAD_POSE, ControlLoop, image_stream
-from act_ros.ros.diagnostics import NodeCounters
-from act_ros.ros.inputs import Snapshot
+from act_ros.core.control import (EE_POSE, JOINT_STATES, PAD_POSE, ControlCounters, ControlLoop,
+                                  EePosition, PadPosition, ee_from_kinematics, fixed_position,
+                                  image_stream, position_from_stream)
 from act_ros.ros.parameters import NodeSettings
 
 if TYPE_CHECKING:
@@ -71,7 +71,7 @@ class Interfaces:
 
 
 def build_control_loop(settings: NodeSettings, contract: Contract,
-                       counters: NodeCounters) -> ControlLoop:
+                       counters: ControlCounters) -> ControlLoop:
     """Limits, gate, end-effector source and the policy runtime (loaded and warmed up)."""
     step = settings.max_joint_step
     limits = SafetyLimits(lower=np.array(settings.joint_lower),
@@ -96,32 +96,17 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
                        pad_position=pad_position, counters=counters)
 
 
-def _ee_source(settings: NodeSettings,
-               gripper: int) -> Callable[[Snapshot, np.ndarray], np.ndarray | None]:
+def _ee_source(settings: NodeSettings, gripper: int) -> EePosition:
     if settings.ee_source == 'topic':
-        max_age = settings.max_obs_age_s
-
-        def from_topic(snap: Snapshot, state: np.ndarray) -> np.ndarray | None:
-            age = snap.age_s(EE_POSE)
-            return snap.value(EE_POSE) if age is not None and age <= max_age else None
-        return from_topic
-
-    from act_ros.core.kinematics import ForwardKinematics
-
-    arm_joints = [name for i, name in enumerate(settings.joint_names) if i != gripper]
-    fk = ForwardKinematics(urdf_path=settings.urdf_path or None, ee_frame=settings.ee_frame,
-                           joint_names=arm_joints)
-
-    def from_fk(snap: Snapshot, state: np.ndarray) -> np.ndarray | None:
-        return fk.ee_position(np.delete(state, gripper))
-    return from_fk
+        return position_from_stream(EE_POSE, settings.max_obs_age_s)
+    return ee_from_kinematics(settings.joint_names, gripper, urdf_path=settings.urdf_path,
+                              ee_frame=settings.ee_frame)
 
 
-def _pad_source(settings: NodeSettings) -> Callable[[Snapshot], np.ndarray | None]:
+def _pad_source(settings: NodeSettings) -> PadPosition:
     if settings.pad_source == 'topic':
-        return lambda snap: snap.value(PAD_POSE)
-    pad = np.array(settings.pad_position_m, dtype=np.float64)
-    return lambda snap: pad
+        return position_from_stream(PAD_POSE, settings.max_obs_age_s)
+    return fixed_position(settings.pad_position_m)
 
 
 def create_interfaces(node: ActNode, settings: NodeSettings, contract: Contract) -> Interfaces:

@@ -3,7 +3,7 @@
 Level: ERROR while inputs are stale or invalid (no commands are sent); WARN when no
 command went out since the last report, a command was rejected, or a chunk violated the
 limits; OK otherwise. The key/values carry the rates, latencies, queue depth, gate state
-and every counter of :class:`~act_ros.ros.diagnostics.NodeCounters`.
+and every counter of :class:`~act_ros.core.control.ControlCounters`.
 """
 
 from __future__ import annotations

@@ -72,6 +72,10 @@ class TrainConfig:
     # head predicts box and pad poses from the backbone features. Needs the dataset
     # feature sim.object_poses (simulation datasets); 0 = off.
     aux_object_pose_weight: float = 0.0
+    # From this step on the backbone is frozen and its feature maps of every training frame
+    # are computed once and reused (act_ros.training.feature_cache): later steps cost a
+    # fraction of a full one. None = the backbone trains throughout.
+    backbone_freeze_step: int | None = None
     precision: str = 'fp32'
     compile: bool = False
     seed: int = 0
@@ -103,6 +107,9 @@ class TrainConfig:
                              f'{TRAIN_PRECISIONS}')
         if self.image_shift_px < 0:
             raise ValueError(f'image_shift_px must be >= 0, got {self.image_shift_px}')
+        if self.backbone_freeze_step is not None and self.backbone_freeze_step < 0:
+            raise ValueError(f'backbone_freeze_step must be >= 0 or None, got '
+                             f'{self.backbone_freeze_step}')
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
         for name in ('steps', 'batch_size', 'val_interval', 'checkpoint_interval'):
@@ -222,6 +229,8 @@ def build_parser() -> argparse.ArgumentParser:
                    '(0 = off)')
     p.add_argument('--aux-object-pose-weight', type=float, help='weight of the auxiliary '
                    'object-pose loss (needs sim.object_poses in the dataset; 0 = off)')
+    p.add_argument('--backbone-freeze-step', type=int, help='freeze the backbone from this step '
+                   'on and train the rest on cached feature maps (much faster steps)')
     p.add_argument('--precision', choices=TRAIN_PRECISIONS, help='autocast precision of the '
                    'training step; auto = bf16 where the device has native bfloat16, else fp32')
     p.add_argument('--compile', action='store_true', default=None,

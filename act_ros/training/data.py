@@ -196,9 +196,11 @@ class FrameStore:
     def __len__(self) -> int:
         return int(self.state.shape[0])
 
-    def batch(self, indices: np.ndarray | torch.Tensor) -> dict[str, torch.Tensor]:
+    def batch(self, indices: np.ndarray | torch.Tensor, *,
+              images: bool = True) -> dict[str, torch.Tensor]:
         """Unnormalized batch: state (B, J), cameras float (B, 3, H, W) in [0, 1], action
-        chunk (B, T, J) and ``action_is_pad`` (B, T), as LeRobot's dataset gives them."""
+        chunk (B, T, J) and ``action_is_pad`` (B, T), as LeRobot's dataset gives them
+        (``images=False``: without the cameras)."""
         idx = torch.as_tensor(indices, dtype=torch.long)
         query = idx[:, None] + self._offsets[None, :]
         end = self.seg_end[idx][:, None]
@@ -206,7 +208,7 @@ class FrameStore:
         query = torch.minimum(query, end - 1)
         out = {self.state_key: self.state[idx], self.action_key: self.action[query],
                f'{self.action_key}_is_pad': pad}
-        for key, frames in self.images.items():
+        for key, frames in (self.images.items() if images else ()):
             out[key] = frames[idx].to(torch.float32).div_(255.0)
         for key, values in self.extras.items():
             out[key] = values[idx]

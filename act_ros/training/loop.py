@@ -34,6 +34,7 @@ logger = logging.getLogger(__name__)
 CANDIDATE_DIR = '.closed_loop_candidate'
 OBJECT_POSES_KEY = 'sim.object_poses'  # act_ros.data.episode.OBJECT_POSES_FEATURE
 PROGRESS_SYNC_EVERY = 10  # steps between .item() syncs for the progress bar and history
+LOG_EVERY = 100  # steps between log lines when the progress bar is off (runs logged to a file)
 
 
 def resolve_precision(requested: str, device: torch.device) -> str:
@@ -89,7 +90,11 @@ class Trainer:
         self.session_steps = 0
         self._stop_requested: str | None = None
         self._env = None
+        self._start = time.perf_counter()
+        self.feature_cache = None  # act_ros.training.feature_cache.FeatureCache once frozen
+        self.feature_cache_info: dict[str, Any] | None = None
         self._loss_step = self._make_loss_step()
+        self._frozen_loss_step = None
 
     # -- pieces -----------------------------------------------------------------------------
     def _make_auxiliary(self):
@@ -131,6 +136,59 @@ class Trainer:
             return loss, out.l1.detach().float(), out.kl.detach().float(), aux_loss.detach()
 
         return torch.compile(loss_step, fullgraph=True) if self.config.compile else loss_step
+
+    def _make_frozen_loss_step(self) -> Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]:
+        """The loss step once the backbone is frozen: cached feature maps in place of images
+        (no auxiliary loss: it trains only the backbone)."""
+        from act_ros.training.feature_cache import backbone_bypassed
+
+        model, features, weights, kl = self.policy.model, self.features, self.weights, \
+            self.config.kl_weight
+        device, precision = self.inputs.device, self.precision
+        zero = torch.zeros((), device=device)
+
+        def loss_step(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            batch.pop(OBJECT_POSES_KEY, None)
+            with autocast_context(device, precision):
+                out = act_training_loss(model, batch, image_features=features,
+                                        dim_weights=weights, kl_weight=kl)
+            return out.loss.float(), out.l1.detach().float(), out.kl.detach().float(), zero
+
+        step = torch.compile(loss_step, fullgraph=True) if self.config.compile else loss_step
+
+        def bypassed(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+            with backbone_bypassed(model):
+                return step(batch)
+
+        return bypassed
+
+    @property
+    def backbone_frozen(self) -> bool:
+        return self.feature_cache is not None
+
+    def freeze_backbone(self) -> None:
+        """Freeze the backbone and cache its feature maps of every training frame."""
+        from act_ros.training.feature_cache import build_feature_cache, freeze
+
+        frozen = freeze(self.policy.model.backbone)
+        store, train = self.inputs.store, self.inputs.split.train
+
+        def load_images(indices: np.ndarray) -> dict[str, torch.Tensor]:
+            raw = store.batch(indices)
+            return self.preprocessor({k: v for k, v in raw.items() if k not in store.extras})
+
+        self.feature_cache = build_feature_cache(
+            self.policy.model.backbone, train, len(store), load_images, self.features,
+            device=self.inputs.device, progress=self.config.progress)
+        self._frozen_loss_step = self._make_frozen_loss_step()
+        self.feature_cache_info = {
+            'frozen_at_step': self.step, 'frozen_parameters': frozen,
+            'cached_frames': int(train.size), 'cameras': len(self.features),
+            'map_shape': list(next(iter(self.feature_cache.maps.values())).shape[1:]),
+            'megabytes': round(self.feature_cache.nbytes / 1e6, 1),
+            'build_s': round(self.feature_cache.seconds, 3)}
+        logger.info('step %d: backbone frozen (%d parameters); feature cache of %d frames built '
+                    'in %.0f s', self.step, frozen, train.size, self.feature_cache.seconds)
 
     @property
     def _trained_parameters(self) -> list[torch.nn.Parameter]:
@@ -298,15 +356,23 @@ class Trainer:
 
     # -- loop ----------------------------------------------------------------------------------
     def train_step(self) -> None:
+        freeze_at = self.config.backbone_freeze_step
+        if freeze_at is not None and self.step >= freeze_at and not self.backbone_frozen:
+            self.freeze_backbone()
         start = time.perf_counter()
-        raw = self.inputs.store.batch(self.order.indices(self.step))
+        indices = self.order.indices(self.step)
+        raw = self.inputs.store.batch(indices, images=not self.backbone_frozen)
         extras = {key: raw.pop(key) for key in list(raw) if key in self.inputs.store.extras}
         batch = self.preprocessor(raw)
         batch.update(extras)
-        if self.config.image_shift_px:
-            for key in self.features:
-                batch[key] = random_shift(batch[key], self.config.image_shift_px)
-        loss, l1, kl, aux_loss = self._loss_step(batch)
+        if self.backbone_frozen:
+            batch.update(self.feature_cache.lookup(indices))
+            loss, l1, kl, aux_loss = self._frozen_loss_step(batch)
+        else:
+            if self.config.image_shift_px:
+                for key in self.features:
+                    batch[key] = random_shift(batch[key], self.config.image_shift_px)
+            loss, l1, kl, aux_loss = self._loss_step(batch)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self._trained_parameters,
@@ -316,7 +382,7 @@ class Trainer:
         self.scheduler.step()
         self.step += 1
         terms = {'loss': loss.detach(), 'l1': l1, 'kl': kl, 'grad_norm': grad_norm.detach()}
-        if self.aux is not None:
+        if self.aux is not None and not self.backbone_frozen:
             terms['aux_pose'] = aux_loss
         self.history.add_train(self.step, terms, lr,
                                wall_s=self.wall_seconds)
@@ -347,6 +413,8 @@ class Trainer:
                         row = self.history.flush()
                         bar.set_postfix(loss=f"{row['loss']:.3f}", l1=f"{row['l1']:.3f}",
                                         lr=f"{row['lr']:.1e}")
+                        if not cfg.progress and self.step % LOG_EVERY == 0:
+                            self._log_progress(row)
                     if self.step % cfg.val_interval == 0 or self.step == cfg.steps:
                         self.evaluate_and_select()
                     if self.step % cfg.checkpoint_interval == 0:
@@ -364,6 +432,18 @@ class Trainer:
             if self._env is not None:
                 self._env.close()
                 self._env = None
+
+    def _log_progress(self, row: dict[str, float]) -> None:
+        recent = self.history.train[-LOG_EVERY:]
+        mean = {key: float(np.mean([r[key] for r in recent])) for key in ('loss', 'l1')
+                if all(key in r for r in recent)}
+        aux = f", aux pose {row['aux_pose']:.3f}" if 'aux_pose' in row else ''
+        span = recent[-1].get('wall_s', 0.0) - recent[0].get('wall_s', 0.0)
+        rate = (len(recent) - 1) / span if span > 0 else 0.0
+        logger.info('step %d/%d: loss %.4f, l1 %.4f (mean of the last %d)%s, lr %.2e, %.2f '
+                    'steps/s (wall clock)%s, wall %.0f s', self.step, self.config.steps,
+                    mean.get('loss', 0.0), mean.get('l1', 0.0), len(recent), aux, row['lr'], rate,
+                    ', backbone frozen' if self.backbone_frozen else '', self.wall_seconds)
 
     def _install_signal_handlers(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():

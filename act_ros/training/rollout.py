@@ -1,10 +1,14 @@
 """Closed-loop episodes of a checkpoint in the MuJoCo simulation, without ROS.
 
-The policy runs through :class:`~act_ros.core.runtime.PolicyRuntime` (``execution='sync'``,
-so results do not depend on the CPU's speed) and every command through the node's safety
-chain and release gate (:func:`~act_ros.core.safety.limit_command`), with the limits and
-gate settings of ``config/act.yaml``. A rejected command is not sent: the arm keeps the
-previous target, as a position controller does when no command arrives.
+Every tick runs the node's own control step (:class:`~act_ros.core.control.ControlLoop`):
+the policy runtime (``execution='sync'``, so results do not depend on the CPU's speed),
+the whole-chunk check, the safety chain and the release gate, with the limits, gate and
+end-effector source (forward kinematics of the measured joints) of ``config/act.yaml``.
+The simulation's observations reach it through the same input store the node's
+subscriptions fill, stamped with simulated time, and the pad position arrives as a pose
+stream, as ``sim_bridge`` publishes it to the node. A tick without a command (rejected,
+or no chunk yet) sends nothing: the arm keeps the previous target, as a position
+controller does when no command arrives.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ import yaml
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.paths import config_path
 from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
-from act_ros.core.safety import SafetyLimits, limit_command
+from act_ros.core.safety import SafetyLimits
 
 EVAL_MODES = ('chunk', 'ensemble')
 # n_action_steps per mode: the ACT paper's chunk execution and per-tick ensembling.
@@ -30,14 +34,18 @@ MODE_SETTINGS = {'chunk': {'n_action_steps': 30}, 'ensemble': {'n_action_steps':
 
 @dataclass(frozen=True)
 class SafetySettings:
-    """Limits and gate the node applies (from ``config/act.yaml`` by default)."""
+    """Limits, gate and end-effector model the node applies (``config/act.yaml`` by default)."""
 
     limits: SafetyLimits
     gate: ReleaseGateConfig
+    urdf_path: str = ''
+    ee_frame: str = 'ee_link'
+    max_obs_age_s: float = 0.2
 
     @classmethod
     def from_node_config(cls, contract: Contract, path: str | Path | None = None) -> SafetySettings:
-        """Read ``max_joint_step`` and ``release_gate`` of act_node's parameter file."""
+        """Read limits, ``release_gate``, the kinematics and ``max_obs_age_s`` of act_node's
+        parameter file."""
         path = Path(path) if path else config_path('act.yaml')
         data = yaml.safe_load(Path(path).read_text()) or {}
         params: dict[str, Any] = {}
@@ -53,7 +61,10 @@ class SafetySettings:
         limits = SafetyLimits(lower=np.asarray(params.get('joint_lower', contract.lower)),
                               upper=np.asarray(params.get('joint_upper', contract.upper)),
                               max_step=np.asarray(step, dtype=np.float64))
-        return cls(limits=limits, gate=ReleaseGateConfig(**params.get('release_gate', {})))
+        return cls(limits=limits, gate=ReleaseGateConfig(**params.get('release_gate', {})),
+                   urdf_path=str(params.get('urdf_path', '') or ''),
+                   ee_frame=str(params.get('ee_frame', 'ee_link')),
+                   max_obs_age_s=float(params.get('max_obs_age_s', 0.2)))
 
 
 @dataclass
@@ -114,7 +125,9 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
 
     from tqdm import tqdm
 
-    from act_ros.core.observation import Observation
+    from act_ros.core.control import (JOINT_STATES, PAD_POSE, ControlLoop, ee_from_kinematics,
+                                      image_stream, position_from_stream, required_streams)
+    from act_ros.core.inputs import InputStore
     from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
     from act_ros.sim import PortPickAlignEnv, summarize_results
 
@@ -131,38 +144,48 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
         model_path=checkpoint, device=device, mode=mode, execution='sync',
         ensemble_coeff=ensemble_coeff, contract=contract, warmup=False, backend=backend,
         **MODE_SETTINGS[mode]))
-    gate = ReleaseGate(safety.gate)
-    gripper = contract.gripper_index
-    results, rejected = [], 0
+    cameras = contract.camera_names
+    loop = ControlLoop(
+        runtime, cameras=cameras, limits=safety.limits, gate=ReleaseGate(safety.gate),
+        gripper_index=contract.gripper_index,
+        ee_position=ee_from_kinematics(contract.joint_names, contract.gripper_index,
+                                       urdf_path=safety.urdf_path, ee_frame=safety.ee_frame),
+        pad_position=position_from_stream(PAD_POSE, safety.max_obs_age_s))
+    store = InputStore(required_streams(cameras), safety.max_obs_age_s)
+    period_s = 1.0 / contract.fps
+    results = []
     start = time.perf_counter()
     try:
         for k in tqdm(range(episodes), desc=f'closed loop ({mode})', unit='episode',
                       disable=not progress, leave=False):
             obs = env.reset(seed=seed + k)
-            runtime.reset()
-            gate.reset()
+            loop.reset()
+            store.clear()
             command = np.asarray(obs.joint_positions, dtype=np.float64).copy()
             sink = frame_sink if frame_sink is not None and k in sink_episodes else None
+            tick = 0
             while not env.done:
                 if sink is not None:
                     sink(k, obs.images)
-                action = runtime.act(Observation(images=obs.images, state=obs.joint_positions))
-                if action is not None:
-                    result = limit_command(action, obs.joint_positions, safety.limits,
-                                           gripper_index=gripper, gate=gate,
-                                           ee_position=obs.ee_position,
-                                           pad_position=np.asarray(obs.pad_pose)[:3])
-                    if result.rejected:
-                        rejected += 1
-                    else:
-                        command = result.command
+                now = tick * period_s  # simulated time: every input is fresh
+                store.put(JOINT_STATES, np.asarray(obs.joint_positions, dtype=np.float64), now,
+                          now)
+                for cam in cameras:
+                    store.put(image_stream(cam), obs.images[cam], now, now)
+                store.put(PAD_POSE, np.asarray(obs.pad_pose, dtype=np.float64)[:3], now, now)
+                result = loop.tick(store.snapshot(now))
+                if result.command is not None:
+                    command = result.command
                 obs = env.step(command)
+                tick += 1
             results.append(env.evaluate())
     finally:
         runtime.close()
         if own_env:
             env.close()
+    counters = loop.counters
     return ModeResult(mode=mode, summary=summarize_results(results),
                       episodes=[r.to_dict() for r in results],
-                      suppressed_releases=gate.suppressed_releases, rejected_commands=rejected,
+                      suppressed_releases=counters.suppressed_releases,
+                      rejected_commands=counters.commands_rejected,
                       seconds=time.perf_counter() - start)

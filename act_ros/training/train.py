@@ -88,6 +88,7 @@ def build_metrics(trainer: Any, status: str, wall_s: float) -> dict[str, Any]:
         'compile': cfg.compile,
         'precision': trainer.precision,
         'backbone_norm_calibration': trainer.backbone_calibration,
+        'feature_cache': trainer.feature_cache_info,
     }
 
 

@@ -1,25 +1,38 @@
-"""One control tick of the policy node, without ROS: snapshot in, safe command out.
+"""One control tick of the policy, without ROS: snapshot in, safe command out.
 
-The node hands :meth:`ControlLoop.tick` the latest inputs; the loop asks the policy
-runtime for this tick's action, checks every newly finished chunk against the limits,
-runs the action through the safety chain (finite -> joint limits -> max step relative to
-the measured joints -> release gate) and returns what may be published, counting what it
-changed in :class:`~act_ros.ros.diagnostics.NodeCounters`.
+The same step runs everywhere a policy drives an arm: ``act_node`` hands
+:meth:`ControlLoop.tick` the latest inputs from its subscriptions, and the closed-loop
+evaluator (:mod:`act_ros.training.rollout`) hands it the simulation's observations, so
+the evaluation scores exactly what the node would send. The loop asks the policy runtime
+for this tick's action, checks every newly finished chunk against the limits, runs the
+action through the safety chain (finite -> joint limits -> max step relative to the
+measured joints -> release gate) and returns what may be sent, counting what it changed
+in :class:`ControlCounters`.
+
+End-effector and pad positions come from :func:`ee_from_kinematics`,
+:func:`position_from_stream` or :func:`fixed_position`, as configured
+(``ee_source``/``pad_source`` in ``config/act.yaml``). A position stream older than the
+inputs' maximum age counts as unknown, and an unknown position counts as "away from the
+pad": the gate never releases on stale information.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from act_ros.core.errors import ObservationError
+from act_ros.core.inputs import Snapshot
+from act_ros.core.observation import Observation
 from act_ros.core.release_gate import GateState, ReleaseGate
-from act_ros.core.runtime import Observation, PolicyRuntime
 from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
-from act_ros.ros.diagnostics import NodeCounters
-from act_ros.ros.inputs import Snapshot
+
+if TYPE_CHECKING:
+    from act_ros.core.runtime import PolicyRuntime
 
 JOINT_STATES = 'joint_states'
 EE_POSE = 'ee_pose'
@@ -30,6 +43,71 @@ WAITING_FOR_CHUNK = 'waiting for the first chunk'
 def image_stream(camera: str) -> str:
     """Name of a camera's stream in the input store."""
     return f'image/{camera}'
+
+
+def required_streams(camera_names: Sequence[str]) -> list[str]:
+    """Streams every tick needs: the joint states and each camera."""
+    return [JOINT_STATES] + [image_stream(cam) for cam in camera_names]
+
+
+@dataclass
+class ControlCounters:
+    """What the control step (and the node's input callbacks) counted since configure."""
+
+    commands_published: int = 0
+    ticks_without_command: int = 0
+    stale_ticks: int = 0
+    commands_rejected: int = 0
+    joint_limit_clamps: int = 0
+    step_limit_clamps: int = 0
+    chunks_checked: int = 0
+    chunk_limit_violations: int = 0
+    chunks_with_violations: int = 0
+    nonfinite_chunk_steps: int = 0
+    suppressed_releases: int = 0
+    runtime_resets: int = 0
+    inference_failures: int = 0
+    last_safety_reason: str = ''
+    last_stale_reason: str = ''
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+EePosition = Callable[[Snapshot, np.ndarray], 'np.ndarray | None']
+PadPosition = Callable[[Snapshot], 'np.ndarray | None']
+
+
+def ee_from_kinematics(joint_names: Sequence[str], gripper_index: int, *,
+                       urdf_path: str | Path | None = None,
+                       ee_frame: str = 'ee_link') -> EePosition:
+    """End effector by forward kinematics of the measured arm joints (the robot model)."""
+    from act_ros.core.kinematics import ForwardKinematics
+
+    arm = [name for i, name in enumerate(joint_names) if i != gripper_index]
+    fk = ForwardKinematics(urdf_path=urdf_path or None, ee_frame=ee_frame, joint_names=arm)
+
+    def from_fk(snap: Snapshot, state: np.ndarray) -> np.ndarray | None:
+        return fk.ee_position(np.delete(state, gripper_index))
+    return from_fk
+
+
+def position_from_stream(stream: str, max_age_s: float) -> Callable[..., np.ndarray | None]:
+    """The newest position on ``stream``; ``None`` when never received or older than
+    ``max_age_s``. Usable as an end-effector or a pad source."""
+    def from_stream(snap: Snapshot, *_state: Any) -> np.ndarray | None:
+        age = snap.age_s(stream)
+        return snap.value(stream) if age is not None and age <= max_age_s else None
+    return from_stream
+
+
+def fixed_position(position: Sequence[float]) -> PadPosition:
+    """A position that never changes (the pad as a parameter)."""
+    value = np.asarray(position, dtype=np.float64)
+    if value.shape != (3,) or not np.all(np.isfinite(value)):
+        raise ValueError(f'a fixed position needs 3 finite values (x, y, z in metres), got '
+                         f'{list(position)}')
+    return lambda snap: value
 
 
 @dataclass(frozen=True)
@@ -51,9 +129,8 @@ class ControlLoop:
 
     def __init__(self, runtime: PolicyRuntime, *, cameras: tuple[str, ...],
                  limits: SafetyLimits, gate: ReleaseGate, gripper_index: int,
-                 ee_position: Callable[[Snapshot, np.ndarray], np.ndarray | None],
-                 pad_position: Callable[[Snapshot], np.ndarray | None],
-                 counters: NodeCounters) -> None:
+                 ee_position: EePosition, pad_position: PadPosition,
+                 counters: ControlCounters | None = None) -> None:
         self.runtime = runtime
         self.cameras = cameras
         self.limits = limits
@@ -61,7 +138,7 @@ class ControlLoop:
         self.gripper_index = gripper_index
         self._ee_position = ee_position
         self._pad_position = pad_position
-        self.counters = counters
+        self.counters = counters if counters is not None else ControlCounters()
         self.stale = False
         self.last_distance_m: float | None = None
 

@@ -1,0 +1,153 @@
+"""Frozen-backbone training on cached feature maps: the cached step is the full step with
+a frozen backbone (same loss, same gradients), the cache refuses frames it does not hold,
+and a run that freezes mid-way resumes, saves the backbone and loads in LeRobot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from act_ros.core.contract import load_contract
+from act_ros.core.loss import act_training_loss
+from act_ros.training.config import TrainConfig
+from act_ros.training.feature_cache import (FeatureCache, backbone_bypassed,
+                                            build_feature_cache, freeze)
+
+pytest.importorskip('lerobot')
+CONTRACT = load_contract()
+KEYS = [cam.feature for cam in CONTRACT.cameras]
+
+
+def _policy():
+    from lerobot.policies.act.modeling_act import ACTPolicy
+
+    from act_ros.core.checkpoint import make_act_config
+
+    torch.manual_seed(0)
+    policy = ACTPolicy(make_act_config(CONTRACT, image_size=(48, 64), preset='tiny',
+                                       dropout=0.0))
+    policy.train()
+    return policy
+
+
+def _batch(n=4, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    batch = {key: torch.randn(n, 3, 48, 64, generator=g) for key in KEYS}
+    batch['observation.state'] = torch.randn(n, 6, generator=g)
+    batch['action'] = torch.randn(n, CONTRACT.chunk_size, 6, generator=g)
+    batch['action_is_pad'] = torch.zeros(n, CONTRACT.chunk_size, dtype=torch.bool)
+    batch['action_is_pad'][0, -5:] = True
+    return batch
+
+
+def test_cached_step_equals_the_full_step_with_a_frozen_backbone():
+    policy = _policy()
+    model = policy.model
+    freeze(model.backbone)
+    batch = _batch()
+    cached = dict(batch)
+    with torch.no_grad():
+        for key in KEYS:
+            cached[key] = model.backbone(batch[key])['feature_map']
+
+    def loss_and_grads(inputs, bypass):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(7)  # the VAE's latent sample
+        if bypass:
+            with backbone_bypassed(model):
+                out = act_training_loss(model, inputs, image_features=KEYS)
+        else:
+            out = act_training_loss(model, inputs, image_features=KEYS)
+        out.loss.backward()
+        return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                   if p.grad is not None}
+
+    full_loss, full_grads = loss_and_grads(batch, bypass=False)
+    cached_loss, cached_grads = loss_and_grads(cached, bypass=True)
+    assert torch.allclose(full_loss, cached_loss, rtol=1e-5, atol=1e-6)
+    assert full_grads.keys() == cached_grads.keys()
+    assert not any(name.startswith('backbone.') for name in full_grads)
+    assert len(full_grads) > 10
+    for name, grad in full_grads.items():
+        assert torch.allclose(grad, cached_grads[name], rtol=1e-4, atol=1e-6), name
+    # The real backbone is back after the bypass, also in the state dict.
+    assert any(k.startswith('backbone.') for k in model.state_dict())
+
+
+def test_bypass_restores_the_backbone_on_error():
+    policy = _policy()
+    real = policy.model.backbone
+    with pytest.raises(RuntimeError):
+        with backbone_bypassed(policy.model):
+            raise RuntimeError('boom')
+    assert policy.model.backbone is real
+
+
+def test_cache_holds_the_frozen_maps_of_the_chosen_frames_only():
+    policy = _policy()
+    backbone = policy.model.backbone
+    freeze(backbone)
+    images = {key: torch.randn(10, 3, 48, 64) for key in KEYS}
+    frames = np.array([1, 3, 4, 8])
+    cache = build_feature_cache(backbone, frames, 10,
+                                lambda idx: {k: v[torch.as_tensor(idx)] for k, v in images.items()},
+                                KEYS, batch_size=3)
+    assert isinstance(cache, FeatureCache)
+    got = cache.lookup(np.array([8, 1]))
+    with torch.no_grad():
+        want = backbone(images[KEYS[0]][[8, 1]])['feature_map']
+    assert torch.allclose(got[KEYS[0]], want, rtol=1e-4, atol=1e-5)  # batch sizes differ
+    with pytest.raises(KeyError, match=r'\[2\]'):
+        cache.lookup(np.array([1, 2]))
+
+
+def test_train_config_checks_the_freeze_step(tmp_path):
+    with pytest.raises(ValueError, match='backbone_freeze_step'):
+        TrainConfig(dataset_root=tmp_path, output_dir=tmp_path / 'o', backbone_freeze_step=-1)
+
+
+def test_run_freezes_mid_way_resumes_and_keeps_the_backbone(tmp_path):
+    pytest.importorskip('lerobot.datasets.lerobot_dataset')
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from safetensors.torch import load_file
+
+    from act_ros.data.episode import DatasetLayout
+    from act_ros.data.synthetic import synthetic_episode
+    from act_ros.data.writer import AtomicDatasetWriter
+    from act_ros.training.train import run
+
+    layout = DatasetLayout(contract=CONTRACT, image_height=48, image_width=64, use_video=False,
+                           robot_type='synthetic')
+    data = tmp_path / 'syn'
+    with AtomicDatasetWriter(layout, data) as writer:
+        for k in range(3):
+            writer.add_episode(synthetic_episode(layout, 30, 5 + k))
+    out = tmp_path / 'run'
+    values = dict(dataset_root=data, output_dir=out, preset='synthetic', model_preset='tiny',
+                  image_size=(32, 48), steps=6, batch_size=2, lr=1e-3, val_interval=3,
+                  max_val_batches=1, checkpoint_interval=3, early_stop_patience=0, min_steps=0,
+                  device='cpu', torch_threads=1, progress=False, skip_infer=True,
+                  backbone_freeze_step=3)
+    first = run(TrainConfig(**values))
+    assert first['feature_cache']['frozen_at_step'] == 3
+    assert first['feature_cache']['cached_frames'] == len(first['split']['train_episodes']) * 30
+    step3 = load_file(str(out / 'step_000003' / 'model.safetensors'))
+    last = load_file(str(out / 'last' / 'model.safetensors'))
+    backbone = [k for k in step3 if k.startswith('model.backbone.')]
+    assert backbone and all(torch.equal(step3[k], last[k]) for k in backbone)
+    # The rest of the network kept training on the cached maps.
+    assert any(not torch.equal(step3[k], last[k]) for k in step3 if k not in backbone)
+    # Resuming past the freeze step rebuilds the cache and goes on.
+    resumed = run(TrainConfig(**{**values, 'steps': 9, 'resume': True}))
+    assert resumed['steps_completed'] == 9
+    assert resumed['feature_cache']['frozen_at_step'] == 6
+    final = load_file(str(out / 'last' / 'model.safetensors'))
+    assert all(torch.equal(step3[k], final[k]) for k in backbone)
+    history = json.loads((out / 'training_metrics.json').read_text())['history']['train']
+    assert all(np.isfinite(row['loss']) for row in history)
+    policy = ACTPolicy.from_pretrained(str(Path(out) / 'last'))
+    assert sum(p.numel() for p in policy.model.backbone.parameters()) > 1e6
