@@ -217,3 +217,26 @@ def test_object_pose_head_trains_the_backbone_and_stays_out_of_the_checkpoint(tm
     from safetensors.torch import load_file
 
     assert not any('reduce' in k or 'mlp' in k for k in load_file(tmp_path / 'model.safetensors'))
+
+
+def test_object_pose_errors_are_physical_and_symmetric():
+    from act_ros.training.auxiliary import ObjectPoseAuxiliary
+
+    policy = _act_model()
+    torch.manual_seed(1)
+    poses = torch.rand(32, 8) * torch.tensor([0.1, 0.3, 0.02, 3.0, 0.1, 0.3, 0.0, 3.0])
+    aux = ObjectPoseAuxiliary(policy.model.backbone, [(3, 48, 64)], poses, torch.device('cpu'))
+    truth = poses[:4].clone()
+    shifted = truth.clone()
+    shifted[:, 0] += 0.03      # box 3 cm off in x
+    shifted[:, 3] += np.pi / 2 + np.radians(5.0)  # a quarter turn (symmetric) plus 5 degrees
+    aux.head = lambda maps: aux.targets(shifted)  # a head that predicts the shifted poses
+    with aux.capture():
+        policy.model.backbone(torch.rand(4, 3, 48, 64))
+    errors = aux.errors(truth)
+    torch.testing.assert_close(errors['box_xy_m'], torch.full((4,), 0.03), atol=1e-5, rtol=0)
+    torch.testing.assert_close(errors['box_yaw_deg'], torch.full((4,), 5.0), atol=1e-3, rtol=0)
+    assert float(errors['pad_xy_m'].max()) < 1e-5 and float(errors['pad_yaw_deg'].max()) < 1e-3
+    with pytest.raises(RuntimeError, match='capture'):
+        aux.errors(truth)
+    aux.close()

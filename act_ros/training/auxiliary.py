@@ -97,5 +97,29 @@ class ObjectPoseAuxiliary:
         prediction = self.head(maps)
         return (prediction - self.targets(poses.to(prediction.device).float())).abs().mean()
 
+    @torch.no_grad()
+    def errors(self, poses: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Physical errors of the captured pass (per frame, for validation): box and pad
+        position in the table plane (m) and yaw modulo 90 degrees (deg)."""
+        maps, self._captured = self._captured, None
+        if not maps:
+            raise RuntimeError('ObjectPoseAuxiliary.errors() needs a forward pass inside '
+                               'capture()')
+        prediction = self.head(maps).float()
+        poses = poses.to(prediction.device).float()
+        n = len(_POSITIONS)
+        positions = prediction[:, :n] * self.std + self.mean
+        true = poses[:, _POSITIONS]
+        out = {}
+        for name, (ix, iy) in (('box', (0, 1)), ('pad', (3, 4))):
+            out[f'{name}_xy_m'] = torch.linalg.vector_norm(positions[:, [ix, iy]]
+                                                           - true[:, [ix, iy]], dim=1)
+        yaws = len(_YAWS)
+        angle = torch.atan2(prediction[:, n + yaws:n + 2 * yaws], prediction[:, n:n + yaws]) / 4
+        diff = torch.remainder(angle - poses[:, _YAWS] + torch.pi / 4, torch.pi / 2) - torch.pi / 4
+        for k, name in enumerate(('box', 'pad')):
+            out[f'{name}_yaw_deg'] = torch.rad2deg(diff[:, k].abs())
+        return out
+
     def close(self) -> None:
         self._handle.remove()

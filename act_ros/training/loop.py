@@ -272,17 +272,31 @@ class Trainer:
         self.policy.eval()
         plain = torch.zeros((), device=self.inputs.device)
         weighted = torch.zeros((), device=self.inputs.device)
+        pose_errors: dict[str, list[torch.Tensor]] = {}
+        store = self.inputs.store
         for start in range(0, n, b):
-            batch = self.preprocessor(self.inputs.store.batch(frames[start:start + b]))
+            raw = store.batch(frames[start:start + b])
+            poses = raw.pop(OBJECT_POSES_KEY, None)
+            raw = {k: v for k, v in raw.items() if k not in store.extras}
+            batch = self.preprocessor(raw)
             inputs = dict(batch)
             inputs['observation.images'] = [batch[key] for key in self.features]
-            actions_hat, _ = self.policy.model(inputs)
+            if self.aux is not None and poses is not None:
+                with self.aux.capture():
+                    actions_hat, _ = self.policy.model(inputs)
+                for key, value in self.aux.errors(poses).items():
+                    pose_errors.setdefault(key, []).append(value)
+            else:
+                actions_hat, _ = self.policy.model(inputs)
             kwargs = dict(action_is_pad=batch.get('action_is_pad'), reduction='sum')
             plain += act_loss(actions_hat, batch['action'], **kwargs).l1
             weighted += act_loss(actions_hat, batch['action'], dim_weights=self.weights,
                                  **kwargs).l1
         self.policy.train()
-        return {'val_l1': float(plain.item()) / n, 'val_l1_weighted': float(weighted.item()) / n}
+        result = {'val_l1': float(plain.item()) / n, 'val_l1_weighted': float(weighted.item()) / n}
+        for key, values in pose_errors.items():  # the auxiliary head on held-out frames
+            result[f'val_pose_{key}'] = float(torch.cat(values).median())
+        return result
 
     def closed_loop(self) -> dict[str, Any]:
         """Evaluate the current weights in the simulation (chunk; ensemble when asked)."""
@@ -343,8 +357,11 @@ class Trainer:
                 m: f"align {r['align_rate']:.2f}, pos {r['mean_position_error'] * 100:.1f} cm"
                 for m, r in results.items()})
         if val is not None:
-            logger.info('step %d: val L1 %.4f (weighted %.4f)', self.step, val['val_l1'],
-                        val['val_l1_weighted'])
+            poses = ''.join(f", {k[len('val_pose_'):]} {v * 100:.2f} cm" if k.endswith('_m')
+                            else f", {k[len('val_pose_'):]} {v:.1f} deg"
+                            for k, v in val.items() if k.startswith('val_pose_'))
+            logger.info('step %d: val L1 %.4f (weighted %.4f)%s', self.step, val['val_l1'],
+                        val['val_l1_weighted'], f'; pose head medians{poses}' if poses else '')
         self.evals_without_improvement = 0 if improved else self.evals_without_improvement + 1
         restore_rng(rng)
         patience = self.config.early_stop_patience
