@@ -1,4 +1,4 @@
-"""Release gate transitions (DESIGN.md section 5) as a table."""
+"""Release gate transitions (docs/architecture.md section 6) as a table."""
 
 import numpy as np
 import pytest

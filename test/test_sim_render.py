@@ -53,3 +53,23 @@ def test_full_size_render_and_render_off():
         assert elapsed < 1.0
     with PortPickAlignEnv(SimConfig.from_yaml(render=False)) as env:
         assert env.reset(seed=3).images == {}
+
+
+def test_rendering_works_in_a_plain_shell_without_gl_settings():
+    """Entry points pick a headless GL backend themselves: no MUJOCO_GL, no display."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ('MUJOCO_GL', 'PYOPENGL_PLATFORM', 'DISPLAY', 'WAYLAND_DISPLAY')}
+    code = ('import os\n'
+            'from act_ros.sim import PortPickAlignEnv, SimConfig\n'
+            'with PortPickAlignEnv(SimConfig.from_yaml(None, camera_height=48, camera_width=64)) as e:\n'
+            '    o = e.reset(seed=1)\n'
+            '    assert o.images["top"].shape == (48, 64, 3) and o.images["top"].any()\n'
+            'print(os.environ["MUJOCO_GL"])\n')
+    proc = subprocess.run([sys.executable, '-c', code], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == 'egl'

@@ -1,6 +1,6 @@
 """Near-pad release gate: the gripper may only open to release an object near the pad.
 
-State machine per episode (DESIGN.md section 5):
+State machine per episode (docs/architecture.md section 6):
 
 - ``FREE``: gripper commands pass unchanged (approach with an open gripper).
 - ``HOLDING``: entered once the gripper has been commanded below ``hold_threshold`` for

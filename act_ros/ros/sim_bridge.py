@@ -38,7 +38,9 @@ import time
 from typing import Any
 
 from geometry_msgs.msg import PoseStamped
-import mujoco
+
+from act_ros.sim import select_headless_gl  # noqa: F401  (picks a headless GL before mujoco)
+import mujoco  # noqa: E402
 import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup

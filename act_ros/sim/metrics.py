@@ -1,4 +1,4 @@
-"""Episode outcome of the port-pick-align task and the aggregate metrics (DESIGN.md §6)."""
+"""Episode outcome of the port-pick-align task and the aggregate metrics (docs/architecture.md section 7)."""
 
 from __future__ import annotations
 

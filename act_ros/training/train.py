@@ -2,7 +2,7 @@
 
 Writes LeRobot checkpoint directories (``best/``, ``best_te/``, ``last/``,
 ``step_NNNNNN/``), ``training_metrics.json`` and PNG plots to ``--output-dir``. See
-DESIGN.md section 7 and :mod:`act_ros.training.loop`.
+docs/architecture.md section 8 and :mod:`act_ros.training.loop`.
 
 Several GPUs: this trainer runs one process on one device and refuses to start as one of
 several processes. Multi-GPU training goes through LeRobot's own trainer under
