@@ -16,6 +16,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'evaluate': ('act_ros.training.evaluate', 'closed-loop evaluation in the simulation'),
     'bench': ('act_ros.bench.__main__', 'benchmarks (runtime, node, compile, training, all)'),
     'init-checkpoint': ('act_ros.core.checkpoint', 'write an untrained ACT checkpoint (benchmarks, tests)'),
+    'package-model': ('act_ros.training.package_model', 'check a checkpoint and copy it to a '
+                      'deployable model folder (fp16 weights)'),
     'export': ('act_ros.core.export', 'export a checkpoint to ONNX (openvino / onnxruntime backends)'),
 }
 

@@ -1,0 +1,172 @@
+"""``act-ros package-model``: turn a training checkpoint into a deployable model folder.
+
+Copies a LeRobot ``pretrained_model`` directory (``best/`` of a run) to ``--output``
+(``models/<name>`` to ship it with the package), optionally with the weights stored as
+float16 (half the size; they are loaded into a float32 model as before), and the run's
+``training_metrics.json`` and evaluation summary beside it. Before the folder appears it
+is checked: it loads with the package's strict loader, and its actions on observations
+from the training dataset agree with the source checkpoint's within ``--tolerance``
+(normalized units, after postprocessing in radians). The folder is written atomically.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+import shutil
+import sys
+import tempfile
+from typing import Any
+
+import numpy as np
+
+WEIGHTS = 'model.safetensors'
+DTYPES = ('fp32', 'fp16')
+
+
+def convert_weights(path: Path, dtype: str) -> dict[str, int]:
+    """Rewrite ``path`` (safetensors) with floating-point tensors in ``dtype``; sizes in bytes."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    before = path.stat().st_size
+    if dtype == 'fp32':
+        return {'bytes_before': before, 'bytes_after': before}
+    tensors = load_file(str(path))
+    out = {k: (v.to(torch.float16) if v.is_floating_point() else v).contiguous()
+           for k, v in tensors.items()}
+    save_file(out, str(path), metadata={'format': 'pt'})
+    return {'bytes_before': before, 'bytes_after': path.stat().st_size}
+
+
+def action_agreement(source: Path, packaged: Path, observations: list[Any]) -> float:
+    """Largest difference (radians / gripper units) between the two checkpoints' first
+    chunks on ``observations``."""
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+    chunks = []
+    for path in (source, packaged):
+        with PolicyRuntime(RuntimeConfig(model_path=path, device='cpu', execution='sync',
+                                         warmup=False)) as runtime:
+            chunks.append([runtime.predictor.predict(obs) for obs in observations])
+    return float(max(np.abs(a - b).max() for a, b in zip(*chunks)))
+
+
+def sample_observations(checkpoint: Path, count: int = 4) -> list[Any]:
+    """Observations to compare on: simulation frames at the checkpoint's input size (the
+    start of ``count`` episodes), or random images where MuJoCo is not installed."""
+    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.contract import load_contract
+    from act_ros.core.observation import Observation
+
+    contract = load_contract()
+    shape = next(iter(load_checkpoint(checkpoint, device='cpu').image_shapes.values()))
+    try:
+        from act_ros.sim import PortPickAlignEnv, SimConfig
+    except ImportError:
+        rng = np.random.default_rng(0)
+        return [Observation(images={cam: rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
+                                    for cam in contract.camera_names},
+                            state=rng.uniform(contract.lower, contract.upper))
+                for _ in range(count)]
+    config = SimConfig.from_yaml(None, camera_height=shape[0], camera_width=shape[1])
+    out = []
+    with PortPickAlignEnv(config, contract) as env:
+        for k in range(count):
+            obs = env.reset(seed=3_000_000 + k)
+            out.append(Observation(images=dict(obs.images),
+                                   state=np.asarray(obs.joint_positions, dtype=np.float64)))
+    return out
+
+
+def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float = 1e-2,
+            run_dir: Path | None = None, evaluation: Path | None = None,
+            card: str | None = None, observations: list[Any] | None = None,
+            overwrite: bool = False) -> dict[str, Any]:
+    """Copy, convert, check and place the model folder; returns what was measured."""
+    from act_ros.core.checkpoint import load_checkpoint
+
+    source, output = Path(source), Path(output)
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype '{dtype}', expected one of {DTYPES}")
+    if not (source / WEIGHTS).is_file():
+        raise FileNotFoundError(f'{source}: no {WEIGHTS} (expected a LeRobot pretrained_model '
+                                'directory, e.g. the best/ folder of an act-ros train run)')
+    if output.exists() and not overwrite:
+        raise FileExistsError(f'{output} exists; pass --overwrite to replace it')
+    load_checkpoint(source, device='cpu')  # the source itself must be sound
+    output.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f'.{output.name}.tmp-', dir=output.parent))
+    try:
+        for item in source.iterdir():
+            if item.is_file() and item.name != 'training_state.pt':
+                shutil.copy2(item, staging / item.name)
+        sizes = convert_weights(staging / WEIGHTS, dtype)
+        load_checkpoint(staging, device='cpu')
+        obs = observations if observations is not None else sample_observations(source)
+        diff = action_agreement(source, staging, obs)
+        if not diff <= tolerance:
+            raise ValueError(f'the {dtype} model differs from {source} by {diff:.3g} in its '
+                             f'actions (tolerance {tolerance}); keep fp32 or raise --tolerance')
+        files = {}
+        if run_dir is not None:
+            metrics = Path(run_dir) / 'training_metrics.json'
+            if not metrics.is_file():
+                raise FileNotFoundError(f'{metrics}: missing (--run-dir is an act-ros train '
+                                        'output directory)')
+            shutil.copy2(metrics, staging / 'training_metrics.json')
+            files['training_metrics'] = 'training_metrics.json'
+        if evaluation is not None:
+            shutil.copy2(evaluation, staging / 'evaluation.json')
+            files['evaluation'] = 'evaluation.json'
+        if card is not None:
+            (staging / 'MODEL_CARD.md').write_text(card)
+        report = {'source': str(source), 'dtype': dtype, **sizes,
+                  'max_action_difference': diff, 'compared_observations': len(obs), **files}
+        (staging / 'packaging.json').write_text(json.dumps(report, indent=2) + '\n')
+        old = None
+        if output.exists():
+            old = output.parent / f'.{output.name}.old-{os.getpid()}'
+            os.replace(output, old)
+        os.replace(staging, output)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog='act-ros package-model', description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--checkpoint', type=Path, required=True, help='source pretrained_model dir')
+    p.add_argument('--output', type=Path, required=True, help='model folder to write')
+    p.add_argument('--dtype', choices=DTYPES, default='fp16', help='stored weight type')
+    p.add_argument('--tolerance', type=float, default=1e-2,
+                   help='largest action difference allowed against the source (default 0.01)')
+    p.add_argument('--run-dir', type=Path, help='training run whose training_metrics.json '
+                   'goes with the model')
+    p.add_argument('--evaluation', type=Path, help='act-ros evaluate --output JSON to include')
+    p.add_argument('--card', type=Path, help='MODEL_CARD.md to include')
+    p.add_argument('--overwrite', action='store_true')
+    args = p.parse_args(argv)
+    try:
+        report = package(args.checkpoint, args.output, dtype=args.dtype,
+                         tolerance=args.tolerance, run_dir=args.run_dir,
+                         evaluation=args.evaluation,
+                         card=args.card.read_text() if args.card else None,
+                         overwrite=args.overwrite)
+    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+        print(f'act-ros package-model: {exc}', file=sys.stderr)
+        return 2
+    print(f"packaged {args.checkpoint} -> {args.output} ({report['dtype']}, "
+          f"{report['bytes_after'] / 1e6:.1f} MB of weights, max action difference "
+          f"{report['max_action_difference']:.2e})")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

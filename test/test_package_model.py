@@ -1,0 +1,46 @@
+"""``act-ros package-model``: a checkpoint becomes a deployable folder with fp16 weights that
+loads in LeRobot and in the runtime, acts like the source, and appears only when checked."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip('lerobot')
+
+
+def test_fp16_package_loads_everywhere_and_acts_like_the_source(tiny_checkpoint, tmp_path):
+    from lerobot.policies.act.modeling_act import ACTPolicy
+    from safetensors.torch import load_file
+    import torch
+
+    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.training.package_model import package
+
+    out = tmp_path / 'models' / 'shipped'
+    report = package(tiny_checkpoint, out, dtype='fp16', card='# card\n')
+    weights = load_file(str(out / 'model.safetensors'))
+    assert all(v.dtype == torch.float16 for v in weights.values() if v.is_floating_point())
+    assert report['bytes_after'] < 0.6 * report['bytes_before']
+    assert 0 < report['max_action_difference'] < 1e-2
+    assert (out / 'MODEL_CARD.md').read_text() == '# card\n'
+    assert json.loads((out / 'packaging.json').read_text())['dtype'] == 'fp16'
+    policy = ACTPolicy.from_pretrained(str(out))  # LeRobot, unchanged
+    assert next(policy.parameters()).dtype == torch.float32
+    load_checkpoint(out, device='cpu')
+
+
+def test_a_package_that_fails_its_check_leaves_nothing(tiny_checkpoint, tmp_path):
+    from act_ros.training.package_model import package
+
+    out = tmp_path / 'shipped'
+    with pytest.raises(ValueError, match='differs'):
+        package(tiny_checkpoint, out, dtype='fp16', tolerance=0.0)
+    assert not out.exists()
+    assert not any(p.name.startswith('.shipped') for p in tmp_path.iterdir())
+    with pytest.raises(FileNotFoundError, match='model.safetensors'):
+        package(tmp_path, tmp_path / 'other')
+    package(tiny_checkpoint, out, dtype='fp32')
+    with pytest.raises(FileExistsError, match='--overwrite'):
+        package(tiny_checkpoint, out, dtype='fp32')
