@@ -1,8 +1,10 @@
 """Conversions between ROS messages and the arrays the policy runtime uses.
 
 Pure functions over message objects (no node, no middleware), so they are tested without a
-ROS graph. Every rejection raises :class:`MalformedMessageError` with a one-line message
-that names the offending field and says what was expected and what was found.
+ROS graph. Decoding (message -> array) lives in :mod:`act_ros.core.decode`, which needs no
+ROS install, and is re-exported here; building messages needs the message classes. Every
+rejection raises :class:`MalformedMessageError` with a one-line message that names the
+offending field and says what was expected and what was found.
 
 Images come out as ``(H, W, 3)`` ``uint8`` RGB, whatever the wire encoding (OpenCV
 decodes to BGR; that is converted here, never further down). Joint states are matched by
@@ -15,69 +17,19 @@ from collections.abc import Sequence
 
 from builtin_interfaces.msg import Duration, Time
 import cv2
-from geometry_msgs.msg import PoseStamped
 import numpy as np
-from sensor_msgs.msg import CompressedImage, Image, JointState
+from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from act_ros.core.errors import ObservationError
+from act_ros.core.decode import (IMAGE_ENCODINGS, MalformedMessageError, compressed_to_rgb,
+                                 image_to_rgb, joint_positions,
+                                 multiarray_positions, pose_position, trajectory_positions)
 
-#: Raw encodings accepted on ``sensor_msgs/Image``: channels and whether the order is BGR.
-IMAGE_ENCODINGS: dict[str, tuple[int, bool]] = {
-    'rgb8': (3, False),
-    'bgr8': (3, True),
-    'rgba8': (4, False),
-    'bgra8': (4, True),
-    'mono8': (1, False),
-}
-
-
-class MalformedMessageError(ObservationError):
-    """A message cannot be turned into an observation (bad encoding, size, names or values)."""
-
-
-def image_to_rgb(msg: Image) -> np.ndarray:
-    """Return a ``sensor_msgs/Image`` as an ``(H, W, 3)`` uint8 RGB array (a copy).
-
-    Rows may be padded (``step`` larger than ``width * channels``); the padding is dropped.
-    """
-    encoding = msg.encoding.lower()
-    if encoding not in IMAGE_ENCODINGS:
-        raise MalformedMessageError(
-            f"image encoding '{msg.encoding}' is not supported "
-            f'(expected one of {sorted(IMAGE_ENCODINGS)})')
-    channels, is_bgr = IMAGE_ENCODINGS[encoding]
-    height, width, step = int(msg.height), int(msg.width), int(msg.step)
-    if height <= 0 or width <= 0:
-        raise MalformedMessageError(f'image size must be positive, got {height}x{width}')
-    row_bytes = width * channels
-    if step < row_bytes:
-        raise MalformedMessageError(
-            f'image step {step} is smaller than width*channels = {row_bytes} ({encoding})')
-    data = np.frombuffer(msg.data, dtype=np.uint8)
-    if data.size != height * step:
-        raise MalformedMessageError(
-            f'image data has {data.size} bytes, expected height*step = {height}*{step} = '
-            f'{height * step} ({width}x{height} {encoding})')
-    pixels = data.reshape(height, step)[:, :row_bytes].reshape(height, width, channels)
-    if channels == 1:
-        return np.ascontiguousarray(np.repeat(pixels, 3, axis=2))
-    if is_bgr:
-        return np.ascontiguousarray(pixels[:, :, 2::-1])
-    return np.ascontiguousarray(pixels[:, :, :3])
-
-
-def compressed_to_rgb(msg: CompressedImage) -> np.ndarray:
-    """Decode a ``sensor_msgs/CompressedImage`` (JPEG, PNG, ...) to ``(H, W, 3)`` uint8 RGB."""
-    data = np.frombuffer(msg.data, dtype=np.uint8)
-    if data.size == 0:
-        raise MalformedMessageError(f"compressed image (format '{msg.format}') has no data")
-    bgr = cv2.imdecode(data, cv2.IMREAD_COLOR)
-    if bgr is None:
-        raise MalformedMessageError(
-            f"compressed image could not be decoded (format '{msg.format}', {data.size} bytes)")
-    return cv2.cvtColor(bgr, cv2.COLOR_BGR2RGB)
+__all__ = ['IMAGE_ENCODINGS', 'MalformedMessageError', 'compressed_to_rgb', 'image_to_rgb',
+           'joint_positions', 'multiarray_positions', 'pose_position', 'rgb_to_compressed',
+           'rgb_to_image', 'seconds_to_duration', 'to_float64_multiarray', 'to_joint_trajectory',
+           'trajectory_positions']
 
 
 def rgb_to_image(rgb: np.ndarray, encoding: str = 'rgb8', *, row_padding: int = 0,
@@ -135,45 +87,6 @@ def _check_rgb(rgb: np.ndarray) -> np.ndarray:
     if rgb.ndim != 3 or rgb.shape[2] != 3 or rgb.dtype != np.uint8:
         raise ValueError(f'expected an (H, W, 3) uint8 RGB array, got {rgb.shape} {rgb.dtype}')
     return np.ascontiguousarray(rgb)
-
-
-def joint_positions(msg: JointState, joint_names: Sequence[str]) -> np.ndarray:
-    """Return the positions of ``joint_names`` (in that order) from a ``JointState``.
-
-    Joints are matched by name; the message may list them in any order and carry extra
-    joints. A missing joint, a position array shorter than the name array, duplicate
-    names or a non-finite position of a required joint are rejected.
-    """
-    names = list(msg.name)
-    positions = np.asarray(msg.position, dtype=np.float64)
-    if positions.size != len(names):
-        raise MalformedMessageError(
-            f'joint state has {len(names)} names but {positions.size} positions')
-    index = {}
-    for i, name in enumerate(names):
-        if name in index:
-            raise MalformedMessageError(f"joint state lists joint '{name}' twice")
-        index[name] = i
-    missing = [name for name in joint_names if name not in index]
-    if missing:
-        raise MalformedMessageError(
-            f'joint state is missing joint(s) {missing} (has {names})')
-    out = positions[[index[name] for name in joint_names]]
-    bad = [name for name, value in zip(joint_names, out) if not np.isfinite(value)]
-    if bad:
-        raise MalformedMessageError(
-            f'joint state position is not finite (NaN/inf) for joint(s) {bad}')
-    return out
-
-
-def pose_position(msg: PoseStamped) -> np.ndarray:
-    """Return the ``(3,)`` position of a ``PoseStamped``; non-finite values are rejected."""
-    p = msg.pose.position
-    position = np.array([p.x, p.y, p.z], dtype=np.float64)
-    if not np.all(np.isfinite(position)):
-        raise MalformedMessageError(
-            f"pose (frame '{msg.header.frame_id}') position is not finite: {position.tolist()}")
-    return position
 
 
 def _finite_command(command: np.ndarray, num_joints: int) -> list[float]:
