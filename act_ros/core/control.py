@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from act_ros.core.errors import ObservationError
-from act_ros.core.inputs import Snapshot
+from act_ros.core.inputs import JOINT_STATES, Snapshot, image_stream
 from act_ros.core.observation import Observation
 from act_ros.core.release_gate import GateState, ReleaseGate
 from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
@@ -34,20 +34,7 @@ from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
 if TYPE_CHECKING:
     from act_ros.core.runtime import PolicyRuntime
 
-JOINT_STATES = 'joint_states'
-EE_POSE = 'ee_pose'
-PAD_POSE = 'pad_pose'
 WAITING_FOR_CHUNK = 'waiting for the first chunk'
-
-
-def image_stream(camera: str) -> str:
-    """Name of a camera's stream in the input store."""
-    return f'image/{camera}'
-
-
-def required_streams(camera_names: Sequence[str]) -> list[str]:
-    """Streams every tick needs: the joint states and each camera."""
-    return [JOINT_STATES] + [image_stream(cam) for cam in camera_names]
 
 
 @dataclass

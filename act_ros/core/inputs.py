@@ -11,10 +11,25 @@ sends garbage stops the commands at once instead of leaving an older value in us
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 import threading
 from typing import Any
+
+# Stream names shared by the node, the evaluator and the recorder.
+JOINT_STATES = 'joint_states'
+EE_POSE = 'ee_pose'
+PAD_POSE = 'pad_pose'
+
+
+def image_stream(camera: str) -> str:
+    """Name of a camera's stream in the input store."""
+    return f'image/{camera}'
+
+
+def required_streams(camera_names: Sequence[str]) -> list[str]:
+    """Streams every control tick needs: the joint states and each camera."""
+    return [JOINT_STATES] + [image_stream(cam) for cam in camera_names]
 
 
 @dataclass(frozen=True)

@@ -35,9 +35,8 @@ from std_srvs.srv import Trigger
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.errors import ActRosError
 from act_ros.ros import conversions as conv
-from act_ros.core.control import (WAITING_FOR_CHUNK, ControlCounters, ControlLoop,
-                                  required_streams)
-from act_ros.core.inputs import InputStore
+from act_ros.core.control import WAITING_FOR_CHUNK, ControlCounters, ControlLoop
+from act_ros.core.inputs import InputStore, required_streams
 from act_ros.ros.node_setup import Interfaces, build_control_loop, create_interfaces
 from act_ros.ros.node_status import NodeStatus
 from act_ros.ros.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, declare_parameters,

@@ -29,9 +29,9 @@ from act_ros.core.contract import Contract
 from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
 from act_ros.core.safety import SafetyLimits
 from act_ros.ros import conversions as conv
-from act_ros.core.control import (EE_POSE, JOINT_STATES, PAD_POSE, ControlCounters, ControlLoop,
-                                  EePosition, PadPosition, ee_from_kinematics, fixed_position,
-                                  image_stream, position_from_stream)
+from act_ros.core.control import (ControlCounters, ControlLoop, EePosition, PadPosition,
+                                  ee_from_kinematics, fixed_position, position_from_stream)
+from act_ros.core.inputs import EE_POSE, JOINT_STATES, PAD_POSE, image_stream
 from act_ros.ros.parameters import NodeSettings
 
 if TYPE_CHECKING:

@@ -125,9 +125,9 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
 
     from tqdm import tqdm
 
-    from act_ros.core.control import (JOINT_STATES, PAD_POSE, ControlLoop, ee_from_kinematics,
-                                      image_stream, position_from_stream, required_streams)
-    from act_ros.core.inputs import InputStore
+    from act_ros.core.control import ControlLoop, ee_from_kinematics, position_from_stream
+    from act_ros.core.inputs import (JOINT_STATES, PAD_POSE, InputStore, image_stream,
+                                     required_streams)
     from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
     from act_ros.sim import PortPickAlignEnv, summarize_results
 

@@ -1,0 +1,266 @@
+"""Demonstrations from ROS 2 topics to dataset frames: the rules the recorder and the bag
+importer share (no ROS needed).
+
+A recording samples the inputs at the contract's fps. At each tick it takes the newest
+message of every input (the two cameras, the joint states and the action source) and
+keeps the frame only if every one of them is younger than ``tolerance_s``; otherwise the
+tick is dropped and counted by reason, never filled with stale data. Joints are matched
+by name; images are converted to RGB and resized to the dataset's size.
+
+The action recorded at a tick is the newest command sent to the arm (the positions of a
+``JointTrajectory``'s first point, or a ``Float64MultiArray`` in contract order), or the
+joint positions of a leader arm (``sensor_msgs/JointState``), as configured.
+
+``act_ros.ros.record_node`` feeds the :class:`~act_ros.core.inputs.InputStore` from
+subscriptions on the node clock; ``act_ros.data.bag_import`` from the messages of a
+rosbag2 file on its log time. Both then call :meth:`EpisodeBuffer.sample`.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field, replace
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from act_ros.core.contract import Contract
+from act_ros.core.decode import (compressed_to_rgb, image_to_rgb, joint_positions,
+                                 multiarray_positions, trajectory_positions)
+from act_ros.core.inputs import JOINT_STATES, InputStore, Snapshot, image_stream, required_streams
+from act_ros.data.episode import Episode
+
+ACTION = 'action'
+ACTION_SOURCES = ('command', 'leader')
+COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
+IMAGE_TRANSPORTS = ('raw', 'compressed')
+
+#: ROS message type of each stream, by setting (rosbag2 stores these names).
+IMAGE_TYPES = {'raw': 'sensor_msgs/msg/Image', 'compressed': 'sensor_msgs/msg/CompressedImage'}
+COMMAND_MSG_TYPES = {'JointTrajectory': 'trajectory_msgs/msg/JointTrajectory',
+                     'Float64MultiArray': 'std_msgs/msg/Float64MultiArray'}
+JOINT_STATE_TYPE = 'sensor_msgs/msg/JointState'
+
+
+@dataclass(frozen=True)
+class RecordingSpec:
+    """Which topics hold what, and how frames are sampled (recorder and importer alike).
+
+    ``camera_topics`` maps contract camera names to topics (``<topic>/compressed`` is read
+    for compressed transport, as image_transport publishes it). ``action_topic`` is the
+    controller's command topic (``action_source: command``) or the leader arm's joint
+    states (``leader``). ``leader_joint_names``: the leader's joint names in contract
+    order, when they differ from the follower's ``joint_names``.
+    """
+
+    joint_names: tuple[str, ...]
+    camera_topics: dict[str, str]
+    joint_states_topic: str = 'joint_states'
+    action_source: str = 'command'
+    action_topic: str = 'joint_trajectory_controller/joint_trajectory'
+    command_type: str = 'JointTrajectory'
+    leader_joint_names: tuple[str, ...] = ()
+    image_transport: str = 'raw'
+    image_height: int = 480
+    image_width: int = 640
+    fps: int = 30
+    tolerance_s: float = 0.1
+    task: str = ''
+    max_episode_s: float = 0.0  # 0: episodes end only when saved
+
+    def __post_init__(self) -> None:
+        if self.action_source not in ACTION_SOURCES:
+            raise ValueError(f"action_source must be one of {ACTION_SOURCES}, got "
+                             f"'{self.action_source}'")
+        if self.command_type not in COMMAND_TYPES:
+            raise ValueError(f"command_type must be one of {COMMAND_TYPES}, got "
+                             f"'{self.command_type}'")
+        if self.image_transport not in IMAGE_TRANSPORTS:
+            raise ValueError(f"image_transport must be one of {IMAGE_TRANSPORTS}, got "
+                             f"'{self.image_transport}'")
+        if self.fps < 1:
+            raise ValueError(f'fps must be >= 1, got {self.fps}')
+        if not (math.isfinite(self.tolerance_s) and self.tolerance_s > 0):
+            raise ValueError(f'tolerance_s must be > 0, got {self.tolerance_s}')
+        if self.image_height < 2 or self.image_width < 2:
+            raise ValueError(f'image size must be at least 2x2, got '
+                             f'{self.image_height}x{self.image_width}')
+        if not self.max_episode_s >= 0:
+            raise ValueError(f'max_episode_s must be >= 0 (0 = no limit), got '
+                             f'{self.max_episode_s}')
+        if self.leader_joint_names and len(self.leader_joint_names) != len(self.joint_names):
+            raise ValueError(f'leader_joint_names has {len(self.leader_joint_names)} names, '
+                             f'the contract has {len(self.joint_names)} joints')
+        topics = [self.joint_states_topic, self.action_topic, *self.camera_topics.values()]
+        if len(set(topics)) != len(topics):
+            raise ValueError(f'every input needs its own topic, got {topics}')
+
+    @classmethod
+    def for_contract(cls, contract: Contract, **values: Any) -> RecordingSpec:
+        """A spec with the contract's joints, camera topics, fps, image size and task as
+        defaults (``values`` override them)."""
+        defaults: dict[str, Any] = dict(
+            joint_names=tuple(contract.joint_names),
+            camera_topics={cam.name: f'camera/{cam.name}/image_raw' for cam in contract.cameras},
+            fps=contract.fps, task=contract.task,
+            image_height=contract.cameras[0].height, image_width=contract.cameras[0].width)
+        defaults.update(values)
+        return cls(**defaults)
+
+    @property
+    def period_s(self) -> float:
+        return 1.0 / self.fps
+
+    @property
+    def max_frames(self) -> int:
+        return int(round(self.max_episode_s * self.fps)) if self.max_episode_s else 0
+
+    def image_topic(self, camera: str) -> str:
+        topic = self.camera_topics[camera]
+        return f'{topic}/compressed' if self.image_transport == 'compressed' else topic
+
+    def topic_streams(self) -> dict[str, tuple[str, str]]:
+        """Topic -> (stream name, ROS message type) of every input."""
+        out = {self.joint_states_topic: (JOINT_STATES, JOINT_STATE_TYPE)}
+        out[self.action_topic] = (ACTION, JOINT_STATE_TYPE if self.action_source == 'leader'
+                                  else COMMAND_MSG_TYPES[self.command_type])
+        for cam in self.camera_topics:
+            out[self.image_topic(cam)] = (image_stream(cam), IMAGE_TYPES[self.image_transport])
+        return out
+
+    def streams(self) -> list[str]:
+        return required_streams(tuple(self.camera_topics)) + [ACTION]
+
+    def converter(self, stream: str):
+        """The function turning a message of ``stream`` into the value a frame stores."""
+        size = (self.image_height, self.image_width)
+        if stream == JOINT_STATES:
+            names = self.joint_names
+            return lambda msg: joint_positions(msg, names)
+        if stream == ACTION:
+            if self.action_source == 'leader':
+                names = self.leader_joint_names or self.joint_names
+                return lambda msg: joint_positions(msg, names)
+            if self.command_type == 'JointTrajectory':
+                names = self.joint_names
+                return lambda msg: trajectory_positions(msg, names)
+            count = len(self.joint_names)
+            return lambda msg: multiarray_positions(msg, count)
+        decode = compressed_to_rgb if self.image_transport == 'compressed' else image_to_rgb
+        return lambda msg: resize_rgb(decode(msg), size)
+
+    def with_values(self, **values: Any) -> RecordingSpec:
+        return replace(self, **values)
+
+
+def resize_rgb(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """(H, W, 3) uint8 -> ``size`` with the interpolation the runtime and trainer use."""
+    import cv2
+
+    h, w = size
+    if image.shape[:2] == (h, w):
+        return image
+    shrinking = image.shape[0] > h or image.shape[1] > w
+    return cv2.resize(image, (w, h), interpolation=cv2.INTER_AREA if shrinking
+                      else cv2.INTER_LINEAR)
+
+
+def load_spec(path: str | Path, contract: Contract, **overrides: Any) -> RecordingSpec:
+    """A :class:`RecordingSpec` from a YAML file (keys are its fields, under ``recording:``
+    or at top level); ``overrides`` (e.g. from the command line) win."""
+    from dataclasses import fields
+
+    from act_ros.core.paths import load_yaml_mapping
+
+    data = load_yaml_mapping(path, 'recording spec')
+    body = data.get('recording', data)
+    known = {f.name for f in fields(RecordingSpec)}
+    unknown = sorted(set(body) - known)
+    if unknown:
+        raise ValueError(f'{path}: unknown settings {unknown} (expected some of {sorted(known)})')
+    values = dict(body)
+    for key in ('joint_names', 'leader_joint_names'):
+        if key in values:
+            values[key] = tuple(values[key])
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return RecordingSpec.for_contract(contract, **values)
+
+
+@dataclass
+class DropCounts:
+    """Ticks that did not become frames, by reason (``'image/top: stale (0.31 s old...)'``
+    is counted as ``'image/top stale'``)."""
+
+    by_reason: Counter = field(default_factory=Counter)
+
+    def add(self, problems: dict[str, str]) -> None:
+        for stream, why in problems.items():
+            self.by_reason[f'{stream} {why.split(" ")[0]}'] += 1
+
+    @property
+    def total(self) -> int:
+        return int(sum(self.by_reason.values()))
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(sorted(self.by_reason.items()))
+
+
+class EpisodeBuffer:
+    """The frames of the episode being recorded, one :meth:`sample` per tick.
+
+    A tick whose inputs are incomplete or older than the tolerance is dropped: counted in
+    :attr:`drops` (per reason; a tick can have several) and :attr:`dropped_ticks`.
+    """
+
+    def __init__(self, spec: RecordingSpec, contract: Contract) -> None:
+        self.spec = spec
+        self.contract = contract
+        self.cameras = tuple(spec.camera_topics)
+        if set(self.cameras) != set(contract.camera_names):
+            raise ValueError(f'camera_topics names {sorted(self.cameras)}, the contract has '
+                             f'{sorted(contract.camera_names)}')
+        self.clear()
+
+    def clear(self) -> None:
+        self._images: dict[str, list[np.ndarray]] = {cam: [] for cam in self.cameras}
+        self._state: list[np.ndarray] = []
+        self._action: list[np.ndarray] = []
+        self.drops = DropCounts()
+        self.dropped_ticks = 0
+
+    @property
+    def frames(self) -> int:
+        return len(self._state)
+
+    @property
+    def full(self) -> bool:
+        """Whether the automatic episode length (``max_episode_s``) is reached."""
+        return bool(self.spec.max_frames) and self.frames >= self.spec.max_frames
+
+    def sample(self, snap: Snapshot) -> bool:
+        """Add the frame of this tick (True) or count why it was dropped (False)."""
+        if not snap.ok:
+            self.drops.add(snap.problems)
+            self.dropped_ticks += 1
+            return False
+        for cam in self.cameras:
+            self._images[cam].append(snap.value(image_stream(cam)))
+        self._state.append(np.asarray(snap.value(JOINT_STATES), dtype=np.float32))
+        self._action.append(np.asarray(snap.value(ACTION), dtype=np.float32))
+        return True
+
+    def episode(self) -> Episode:
+        """The recorded frames as an :class:`Episode` (ValueError when there are none)."""
+        if not self._state:
+            raise ValueError('the episode has no frames (every tick was dropped: '
+                             f'{self.drops.as_dict() or "no input was received"})')
+        return Episode(images={cam: np.stack(frames) for cam, frames in self._images.items()},
+                       state=np.stack(self._state), action=np.stack(self._action))
+
+
+def make_store(spec: RecordingSpec) -> InputStore:
+    """The input store a recording samples from (every stream required, aged by the
+    tolerance)."""
+    return InputStore(spec.streams(), spec.tolerance_s)
