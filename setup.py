@@ -12,12 +12,12 @@ def _files(pattern: str) -> list[str]:
     return sorted(path for path in glob(pattern, recursive=True) if os.path.isfile(path))
 
 
-def _model_docs() -> list[tuple[str, list[str]]]:
-    """Install the model docs (README, model cards); weights are copied by the user."""
+def _models() -> list[tuple[str, list[str]]]:
+    """Install models/: the README, the shipped policy and any checkpoint placed there."""
     entries = []
-    for directory in sorted({os.path.dirname(p) for p in _files('models/**/*.md')}):
+    for directory in sorted({os.path.dirname(p) for p in _files('models/**/*')}):
         entries.append((os.path.join('share', package_name, directory),
-                        _files(os.path.join(directory, '*.md'))))
+                        _files(os.path.join(directory, '*'))))
     return entries
 
 
@@ -49,7 +49,7 @@ setup(
         ('share/' + package_name + '/launch', _files('launch/*.launch.py')),
         ('share/' + package_name + '/config', _files('config/*.yaml') + _files('config/*.xml')),
         ('share/' + package_name + '/urdf', _files('urdf/*')),
-    ] + _model_docs(),
+    ] + _models(),
     python_requires='>=3.12',
     install_requires=[
         'setuptools',
@@ -73,6 +73,8 @@ setup(
         'onnxruntime': ONNX_EXPORT + ['onnxruntime>=1.20,<2'],
         # LeRobot's own training step (update_policy) for `act-ros bench training`.
         'bench': ['accelerate>=1.14,<2'],
+        # act-ros import-bag: rosbag2 (MCAP, SQLite3) without a ROS install.
+        'bag': ['rosbags>=0.10,<1'],
     },
     zip_safe=True,
     maintainer='act_ros maintainers',

@@ -77,6 +77,7 @@ class DatasetLayout:
         robot_type: stored in ``meta/info.json``.
         extra_features: ``(name, value names)`` of further float32 per-frame features
             every episode must carry (its ``extras``).
+        task_text: the task string stored with every frame ('' = the contract's task).
     """
 
     contract: Contract
@@ -85,6 +86,7 @@ class DatasetLayout:
     use_video: bool = True
     robot_type: str = 'so101_sim'
     extra_features: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    task_text: str = ''
 
     def __post_init__(self) -> None:
         if self.image_height < 1 or self.image_width < 1:
@@ -102,8 +104,8 @@ class DatasetLayout:
 
     @property
     def task(self) -> str:
-        """Task string stored with every frame, from the contract."""
-        return self.contract.task
+        """Task string stored with every frame (``task_text``, else the contract's)."""
+        return self.task_text or self.contract.task
 
     def features(self) -> dict[str, dict]:
         """LeRobot feature dict: one image/video feature per camera, state and action."""

@@ -1,0 +1,87 @@
+"""Test helper: write rosbag2 files (MCAP or SQLite3) of an episode with ``rosbags``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from act_ros.core.contract import Contract
+
+
+def write_episode_bag(path: Path, episode, contract: Contract, *, storage: str = 'mcap',
+                      compressed: bool = False, shuffle_joints: bool = True,
+                      drop_camera_ticks: tuple[tuple[str, int], ...] = (),
+                      start_s: float = 100.0, extra_topics: dict[str, list[float]] | None = None
+                      ) -> Path:
+    """One message per stream and tick at ``start_s + t / fps``: joint states (joints
+    shuffled, plus an extra joint), the two cameras and the commanded JointTrajectory.
+    ``drop_camera_ticks``: (camera, tick) pairs whose image is left out. ``extra_topics``:
+    topic -> times (s) of ``std_msgs/Empty`` messages (episode markers)."""
+    import cv2
+    from rosbags.rosbag2 import StoragePlugin, Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    store = get_typestore(Stores.ROS2_JAZZY)
+    T = store.types
+    Header, Time, Duration = (T['std_msgs/msg/Header'], T['builtin_interfaces/msg/Time'],
+                              T['builtin_interfaces/msg/Duration'])
+    plugin = StoragePlugin.MCAP if storage == 'mcap' else StoragePlugin.SQLITE3
+    names = list(contract.joint_names)
+    order = list(range(len(names)))[::-1] if shuffle_joints else list(range(len(names)))
+    dropped = set(drop_camera_ticks)
+
+    def stamp(t: float):
+        ns = int(round(t * 1e9))
+        return Header(stamp=Time(sec=ns // 10**9, nanosec=ns % 10**9), frame_id='')
+
+    with Writer(path, version=9, storage_plugin=plugin) as writer:
+        js = writer.add_connection('/joint_states', 'sensor_msgs/msg/JointState', typestore=store)
+        cmd = writer.add_connection('/arm_controller/joint_trajectory',
+                                    'trajectory_msgs/msg/JointTrajectory', typestore=store)
+        image_type = 'sensor_msgs/msg/CompressedImage' if compressed else 'sensor_msgs/msg/Image'
+        cams = {cam: writer.add_connection(
+            f'/camera/{cam}/image_raw' + ('/compressed' if compressed else ''), image_type,
+            typestore=store) for cam in contract.camera_names}
+        markers = {topic: writer.add_connection(topic, 'std_msgs/msg/Empty', typestore=store)
+                   for topic in (extra_topics or {})}
+        events = []
+        for t in range(episode.length):
+            now = start_s + t / contract.fps
+            ns = int(round(now * 1e9))
+            state = episode.state[t]
+            msg = T['sensor_msgs/msg/JointState'](
+                header=stamp(now), name=[names[i] for i in order] + ['camera_mount'],
+                position=np.array([state[i] for i in order] + [0.5], dtype=np.float64),
+                velocity=np.zeros(0), effort=np.zeros(0))
+            events.append((ns, 0, js, store.serialize_cdr(msg, js.msgtype)))
+            point = T['trajectory_msgs/msg/JointTrajectoryPoint'](
+                positions=episode.action[t].astype(np.float64), velocities=np.zeros(0),
+                accelerations=np.zeros(0), effort=np.zeros(0),
+                time_from_start=Duration(sec=0, nanosec=33_333_333))
+            msg = T['trajectory_msgs/msg/JointTrajectory'](header=stamp(now), joint_names=names,
+                                                           points=[point])
+            events.append((ns, 1, cmd, store.serialize_cdr(msg, cmd.msgtype)))
+            for k, (cam, conn) in enumerate(cams.items()):
+                if (cam, t) in dropped:
+                    continue
+                rgb = episode.images[cam][t]
+                if compressed:
+                    ok, buf = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
+                    msg = T['sensor_msgs/msg/CompressedImage'](
+                        header=stamp(now), format='png', data=np.frombuffer(buf, np.uint8))
+                else:
+                    bgr = np.ascontiguousarray(rgb[:, :, ::-1])  # bgr8: the colour order test
+                    msg = T['sensor_msgs/msg/Image'](
+                        header=stamp(now), height=rgb.shape[0], width=rgb.shape[1],
+                        encoding='bgr8', is_bigendian=0, step=rgb.shape[1] * 3,
+                        data=bgr.reshape(-1))
+                events.append((ns, 2 + k, conn, store.serialize_cdr(msg, conn.msgtype)))
+        for topic, times in (extra_topics or {}).items():
+            for when in times:
+                events.append((int(round(when * 1e9)), 9, markers[topic],
+                               store.serialize_cdr(T['std_msgs/msg/Empty'](),
+                                                   'std_msgs/msg/Empty')))
+        for ns, _, conn, data in sorted(events, key=lambda e: (e[0], e[1])):
+            writer.write(conn, ns, data)
+    return path
