@@ -86,6 +86,7 @@ setup(
             'act-ros = act_ros.cli:main',
             'act_node = act_ros.ros.act_node:main',
             'sim_bridge = act_ros.ros.sim_bridge:main',
+            'record_node = act_ros.ros.record_node:main',
             'train = act_ros.training.train:main',
             'evaluate = act_ros.training.evaluate:main',
             'collect = act_ros.data.collect:main',

@@ -239,6 +239,13 @@ class EpisodeBuffer:
         """Whether the automatic episode length (``max_episode_s``) is reached."""
         return bool(self.spec.max_frames) and self.frames >= self.spec.max_frames
 
+    def add_frame(self, values: dict[str, Any]) -> None:
+        """Add a frame of matched values (``{stream: value}``, lock-step recording)."""
+        for cam in self.cameras:
+            self._images[cam].append(values[image_stream(cam)])
+        self._state.append(np.asarray(values[JOINT_STATES], dtype=np.float32))
+        self._action.append(np.asarray(values[ACTION], dtype=np.float32))
+
     def sample(self, snap: Snapshot) -> bool:
         """Add the frame of this tick (True) or count why it was dropped (False)."""
         if not snap.ok:
@@ -258,6 +265,49 @@ class EpisodeBuffer:
                              f'{self.drops.as_dict() or "no input was received"})')
         return Episode(images={cam: np.stack(frames) for cam, frames in self._images.items()},
                        state=np.stack(self._state), action=np.stack(self._action))
+
+
+class StampMatcher:
+    """Pairs messages by header stamp (lock-step recording): a frame is complete when every
+    stream has a message stamped within ``tolerance_s`` of the same instant.
+
+    Messages of one instant may arrive in any order, interleaved with the next instant's
+    (different topics are delivered independently); each stream keeps its last
+    ``depth`` stamps. Instants older than a completed one that never completed are
+    dropped and counted.
+    """
+
+    def __init__(self, streams: list[str], tolerance_s: float, depth: int = 8) -> None:
+        self.streams = list(streams)
+        self.tolerance_s = float(tolerance_s)
+        self.depth = depth
+        self._pending: dict[str, list[tuple[float, Any]]] = {s: [] for s in self.streams}
+        self.dropped = 0
+
+    def clear(self) -> None:
+        for queue in self._pending.values():
+            queue.clear()
+
+    def put(self, stream: str, stamp_s: float, value: Any) -> dict[str, Any] | None:
+        """Add a message; returns ``{stream: value}`` (and ``'stamp_s'``) when an instant
+        became complete, else ``None``."""
+        queue = self._pending[stream]
+        queue.append((stamp_s, value))
+        del queue[:-self.depth]
+        anchor = stamp_s
+        picked = {}
+        for name, items in self._pending.items():
+            match = next((v for t, v in items if abs(t - anchor) <= self.tolerance_s), None)
+            if match is None:
+                return None
+            picked[name] = match
+        for name, items in self._pending.items():  # consume this instant and older ones
+            older = [t for t, _ in items if t < anchor - self.tolerance_s]
+            if name == self.streams[0]:
+                self.dropped += len(older)
+            items[:] = [(t, v) for t, v in items if t > anchor + self.tolerance_s]
+        picked['stamp_s'] = anchor
+        return picked
 
 
 def make_store(spec: RecordingSpec) -> InputStore:

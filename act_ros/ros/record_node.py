@@ -1,0 +1,377 @@
+"""``record_node``: demonstrations on ROS 2 topics to a LeRobot v3 dataset.
+
+Subscribes to the contract's cameras (raw or compressed, every encoding ``act_node``
+accepts), the joint states and an action source (the commands sent to the arm's
+controller, or a leader arm's joint states), samples them at the contract's fps and
+records episodes with the rules of :mod:`act_ros.data.recording`: each tick pairs the
+newest message of every input within ``tolerance_s``; a tick without a fresh set is
+dropped and counted, never filled with stale data.
+
+Services (``std_srvs/Trigger``): ``~/start_episode``, ``~/save_episode`` (the dataset at
+``output`` then holds it), ``~/discard_episode``. With ``max_episode_s`` > 0 an episode
+is saved automatically when it reaches that length. Status (recording or not, frames,
+dropped ticks and why, per-input rates, episodes saved, last error) goes to
+``/diagnostics``. Saved episodes persist one by one (:mod:`act_ros.data.episode_store`):
+a crash or SIGINT loses only the episode being recorded, which is discarded with a log
+line.
+
+    record_node --ros-args -p output:=data/my_demos -p action_source:=leader \\
+        -p action_topic:=/leader/joint_states
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+from typing import Any
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import CompressedImage, Image, JointState
+from std_msgs.msg import Float64MultiArray
+from std_srvs.srv import Trigger
+from trajectory_msgs.msg import JointTrajectory
+
+from act_ros.core.contract import load_contract
+from act_ros.core.decode import MalformedMessageError
+from act_ros.data.recording import (ACTION, ACTION_SOURCES, COMMAND_TYPES, IMAGE_TRANSPORTS,
+                                    EpisodeBuffer, RecordingSpec, StampMatcher, make_store)
+from act_ros.ros.diagnostics import RateMeter, diagnostic_array
+from act_ros.ros.node_setup import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
+from act_ros.ros.parameters import CONTRACT_PATH, ParamSpec, declare_parameters
+
+MESSAGE_TYPES = {'sensor_msgs/msg/Image': Image,
+                 'sensor_msgs/msg/CompressedImage': CompressedImage,
+                 'sensor_msgs/msg/JointState': JointState,
+                 'trajectory_msgs/msg/JointTrajectory': JointTrajectory,
+                 'std_msgs/msg/Float64MultiArray': Float64MultiArray}
+
+
+def record_parameters(contract) -> list[ParamSpec]:
+    """Every parameter of the recorder, with its description and constraints."""
+    P = ParamSpec
+    cam = contract.cameras[0]
+    specs = [
+        CONTRACT_PATH,
+        P('output', '', 'Dataset directory to write (created; a later session on the same '
+          'directory adds episodes). Required.', read_only=True),
+        P('task', contract.task, 'Task string stored with every frame.', read_only=True),
+        P('joint_states_topic', 'joint_states', 'sensor_msgs/JointState of the follower arm.',
+          read_only=True),
+        P('image_transport', 'raw', 'raw (sensor_msgs/Image) or compressed '
+          '(sensor_msgs/CompressedImage on <topic>/compressed).', choices=IMAGE_TRANSPORTS,
+          read_only=True),
+        P('action_source', 'command', 'command: the positions sent to the controller '
+          '(action_topic, command_type); leader: a leader arm\'s sensor_msgs/JointState.',
+          choices=ACTION_SOURCES, read_only=True),
+        P('action_topic', 'joint_trajectory_controller/joint_trajectory', 'Controller command '
+          'topic, or the leader arm\'s joint states.', read_only=True),
+        P('command_type', 'JointTrajectory', 'Command message type (action_source command).',
+          choices=COMMAND_TYPES, read_only=True),
+        P('joint_names', list(contract.joint_names), 'Follower joint names in contract order.',
+          read_only=True),
+        P('leader_joint_names', [''], 'Leader joint names in contract order; empty: the same '
+          'as joint_names.', read_only=True),
+        P('tolerance_s', 0.1, 'Largest age of an input at a tick (receive time); older: the '
+          'tick is dropped.', low=0.001, high=10.0, read_only=True),
+        P('image_height', int(cam.height), 'Stored image height (images are resized).',
+          low=2, high=8192, read_only=True),
+        P('image_width', int(cam.width), 'Stored image width.', low=2, high=8192,
+          read_only=True),
+        P('use_video', True, 'Store cameras as MP4 (true) or PNG images.', read_only=True),
+        P('trigger', 'timer', 'timer: a frame every 1/fps of the node clock, pairing the newest '
+          'message of each input; observation: a frame per set of messages with equal header '
+          'stamps (lock-step simulation; needs stamped commands).',
+          choices=('timer', 'observation'), read_only=True),
+        P('sync_tolerance_s', 0.001, 'observation trigger: header stamps within this many '
+          'seconds form one frame.', low=0.0, high=1.0, read_only=True),
+        P('max_episode_s', 0.0, 'Save an episode automatically at this length; 0 = only on '
+          '~/save_episode.', low=0.0, high=3600.0),
+        P('start_recording', False, 'Start the first episode at start-up.', read_only=True),
+        P('restart_after_save', False, 'Start the next episode as soon as one is saved '
+          '(back-to-back episodes of max_episode_s).'),
+        P('diagnostics_period_s', 1.0, 'Period of the status on /diagnostics.',
+          low=0.05, high=60.0),
+    ]
+    for camera in contract.cameras:
+        specs.append(P(f'cameras.{camera.name}.topic', f'camera/{camera.name}/image_raw',
+                       f"Image topic of the '{camera.name}' camera.", read_only=True))
+    return specs
+
+
+class RecordNode(Node):
+    """See the module docstring."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__('record_node', **kwargs)
+        errors = declare_parameters(self, [CONTRACT_PATH])
+        self.contract = load_contract(self.get_parameter('contract_path').value or None)
+        specs = record_parameters(self.contract)
+        errors += declare_parameters(self, specs)
+        if errors:
+            raise ValueError('; '.join(errors))
+        p = {spec.name: self.get_parameter(spec.name).value for spec in specs}
+        if not p['output']:
+            raise ValueError("parameter 'output' is required (the dataset directory to write)")
+        leader = tuple(n for n in p['leader_joint_names'] if n)
+        self.spec = RecordingSpec(
+            joint_names=tuple(p['joint_names']),
+            camera_topics={c.name: p[f'cameras.{c.name}.topic'] for c in self.contract.cameras},
+            joint_states_topic=p['joint_states_topic'], action_source=p['action_source'],
+            action_topic=p['action_topic'], command_type=p['command_type'],
+            leader_joint_names=leader, image_transport=p['image_transport'],
+            image_height=p['image_height'], image_width=p['image_width'],
+            fps=self.contract.fps, tolerance_s=p['tolerance_s'], task=p['task'],
+            max_episode_s=p['max_episode_s'])
+        from act_ros.data.episode import DatasetLayout
+        from act_ros.data.episode_store import EpisodeStore
+
+        layout = DatasetLayout(contract=self.contract, image_height=self.spec.image_height,
+                               image_width=self.spec.image_width, use_video=p['use_video'],
+                               robot_type='ros2', task_text=self.spec.task)
+        self.trigger = p['trigger']
+        self.sync_tolerance_s = p['sync_tolerance_s']
+        if self.trigger == 'observation' and (self.spec.action_source == 'command'
+                                              and self.spec.command_type == 'Float64MultiArray'):
+            raise ValueError('trigger observation pairs messages by header stamp; '
+                             'Float64MultiArray commands have none (use JointTrajectory, a '
+                             'leader JointState, or trigger timer)')
+        self.episodes = EpisodeStore(p['output'], layout)
+        if self.episodes.needs_rebuild():
+            self.get_logger().warning(f'{self.episodes.output} misses episodes saved by an '
+                                      'interrupted session: rebuilding it')
+            self.episodes.rebuild()
+        self.store = make_store(self.spec)
+        self.matcher = StampMatcher(self.spec.streams(), self.sync_tolerance_s)
+        self.buffer = EpisodeBuffer(self.spec, self.contract)
+        self.recording = False
+        self.saved = len(self.episodes.saved())
+        self.last_error = ''
+        self.restart_after_save = p['restart_after_save']
+        self._stopped = False
+        self._lock = threading.Lock()
+        self.rates = {stream: RateMeter() for stream in self.spec.streams()}
+        self.rejections: dict[str, int] = {}
+        inputs = MutuallyExclusiveCallbackGroup()
+        control = MutuallyExclusiveCallbackGroup()
+        self._subs = []
+        for topic, (stream, msgtype) in self.spec.topic_streams().items():
+            convert = self.spec.converter(stream)
+            self._subs.append(self.create_subscription(
+                MESSAGE_TYPES[msgtype], topic,
+                lambda msg, s=stream, c=convert: self._store(s, msg, c),
+                qos_profile_sensor_data, callback_group=inputs))
+        if self.trigger == 'timer':
+            self._timer = self.create_timer(self.spec.period_s, self._tick,
+                                            callback_group=control)
+        for name, handler in (('start_episode', self._start), ('save_episode', self._save),
+                              ('discard_episode', self._discard)):
+            self.create_service(Trigger, f'~/{name}', handler, callback_group=control)
+        self._diag = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC, DIAGNOSTICS_QOS)
+        self.create_timer(p['diagnostics_period_s'], self._publish_status,
+                          callback_group=MutuallyExclusiveCallbackGroup())
+        self.get_logger().info(
+            f'recording to {self.episodes.output} ({self.saved} episode(s) there already): '
+            f'{self.spec.fps} Hz, tolerance {self.spec.tolerance_s:.3f} s, action from '
+            f'{self.spec.action_source} on {self.spec.action_topic}; services ~/start_episode, '
+            '~/save_episode, ~/discard_episode')
+        if p['start_recording']:
+            self._begin()
+
+    # -- inputs ------------------------------------------------------------------------
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _store(self, stream: str, msg: Any, convert: Any) -> None:
+        now = self._now()
+        self.rates[stream].tick(now)
+        try:
+            value = convert(msg)
+        except MalformedMessageError as exc:
+            line = self.store.reject(stream, str(exc))
+            self.rejections[stream] = self.rejections.get(stream, 0) + 1
+            self.get_logger().warning(f'rejected: {line}', throttle_duration_sec=2.0)
+            return
+        header = getattr(msg, 'header', None)
+        stamp = (header.stamp.sec + header.stamp.nanosec * 1e-9) if header is not None else now
+        self.store.put(stream, value, now, stamp)
+        if self.trigger == 'observation':
+            frame = self.matcher.put(stream, stamp, value)
+            if frame is not None:
+                self._add_matched(frame)
+
+    def _add_matched(self, frame: dict[str, Any]) -> None:
+        with self._lock:
+            if not self.recording or self._stopped:
+                return
+            self.buffer.add_frame(frame)
+            full = self.buffer.full
+            if full:
+                self.recording = False
+        if full:
+            self._save_after_full()
+
+    # -- episode -----------------------------------------------------------------------
+    def _begin(self) -> None:
+        with self._lock:
+            self.buffer.clear()
+            self.matcher.clear()
+            self.recording = True
+        self.get_logger().info(f'episode {self.episodes.next_index()}: recording')
+
+    def _tick(self) -> None:
+        with self._lock:
+            if not self.recording or self._stopped:
+                return
+            self.buffer.sample(self.store.snapshot(self._now()))
+            full = self.buffer.full
+            if full:
+                self.recording = False  # no further frame joins this episode
+        if full:
+            self._save_after_full()
+
+    def _save_after_full(self) -> None:
+        self.get_logger().info(f'episode reached max_episode_s ({self.spec.max_episode_s:.1f} s):'
+                               ' saving it')
+        ok, message = self._save_current()
+        if ok:
+            self.get_logger().info(message)
+        else:
+            self.get_logger().error(message)
+
+    def _save_current(self) -> tuple[bool, str]:
+        with self._lock:
+            if not self.recording and not self.buffer.full:
+                return False, 'not recording: call ~/start_episode first'
+            self.recording = False
+            buffer, self.buffer = self.buffer, EpisodeBuffer(self.spec, self.contract)
+        try:
+            episode = buffer.episode()
+            index = self.episodes.save(episode)
+        except (ValueError, OSError, RuntimeError) as exc:
+            self.last_error = f'save failed: {exc}'
+            return False, self.last_error
+        self.saved += 1
+        if self.restart_after_save:
+            self._begin()
+        return True, (f'episode {index} saved: {episode.length} frames, '
+                      f'{buffer.dropped_ticks} ticks dropped {buffer.drops.as_dict() or ""}; '
+                      f'{self.episodes.output} holds {self.saved} episode(s)')
+
+    def _start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        if self.recording:
+            response.success, response.message = False, 'already recording an episode'
+        else:
+            self._begin()
+            response.success, response.message = True, 'recording'
+        return response
+
+    def _save(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        response.success, response.message = self._save_current()
+        if response.success:
+            self.get_logger().info(response.message)
+        else:
+            self.get_logger().warning(response.message)
+        return response
+
+    def _discard(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
+        with self._lock:
+            was, frames = self.recording, self.buffer.frames
+            self.recording = False
+            self.buffer.clear()
+        response.success = was
+        response.message = f'discarded {frames} frames' if was else 'not recording'
+        self.get_logger().info(response.message)
+        return response
+
+    def stop_recording(self) -> None:
+        """No further frames (shutdown); the open episode is kept until discarded."""
+        with self._lock:
+            self._stopped = True
+            self.restart_after_save = False
+
+    def discard_open_episode(self, why: str) -> None:
+        """Drop the episode being recorded (shutdown); saved episodes stay."""
+        with self._lock:
+            frames = self.buffer.frames if self.recording else 0
+            self.recording = False
+            self.buffer.clear()
+        if frames:
+            # stderr as well: at shutdown the ROS logger may already be gone.
+            print(f'[record_node] {why}: discarding the open episode ({frames} frames, not '
+                  'saved)', file=sys.stderr, flush=True)
+
+    # -- status ------------------------------------------------------------------------
+    def unconnected_topics(self) -> list[str]:
+        """Input topics no publisher is matched to (discovery, or a wrong name)."""
+        return [sub.topic_name for sub in self._subs if sub.get_publisher_count() == 0]
+
+    def status_values(self) -> dict[str, Any]:
+        now = self._now()
+        with self._lock:
+            values: dict[str, Any] = {
+                'recording': self.recording, 'frames': self.buffer.frames,
+                'dropped_ticks': self.buffer.dropped_ticks, 'episodes_saved': self.saved,
+                'output': str(self.episodes.output), 'last_error': self.last_error or 'none',
+                'unconnected_topics': ', '.join(self.unconnected_topics()) or 'none'}
+            for reason, count in self.buffer.drops.as_dict().items():
+                values[f'dropped.{reason}'] = count
+        for stream, meter in self.rates.items():
+            values[f'rate_hz.{stream}'] = meter.rate_hz(now)
+        for stream, count in self.rejections.items():
+            values[f'rejected.{stream}'] = count
+        return values
+
+    def _publish_status(self) -> None:
+        values = self.status_values()
+        snap = self.store.snapshot(self._now())
+        if self.last_error:
+            level, message = DiagnosticStatus.ERROR, self.last_error
+        elif values['recording'] and not snap.ok:
+            level, message = DiagnosticStatus.WARN, f'dropping ticks: {snap.describe_problems()}'
+        else:
+            level = DiagnosticStatus.OK
+            message = (f"recording: {values['frames']} frames" if values['recording']
+                       else f"idle: {values['episodes_saved']} episode(s) saved")
+        self._diag.publish(diagnostic_array(name=f'{self.get_name()}: recorder',
+                                            hardware_id=ACTION, level=level, message=message,
+                                            values=values, stamp=self.get_clock().now().to_msg()))
+
+
+def main(args: list[str] | None = None) -> int:
+    """Console script ``record_node`` (also ``act-ros record``)."""
+    from act_ros.data.writer import quiet_library_output
+
+    rclpy.init(args=args if args is None else ['record_node', *args])
+    quiet_library_output()
+    node = None
+    code = 0
+    try:
+        node = RecordNode()
+        executor = MultiThreadedExecutor(num_threads=3)
+        executor.add_node(node)
+        try:
+            executor.spin()
+        finally:
+            # Let a save in progress finish (its episode stays), then stop.
+            node.stop_recording()
+            executor.shutdown(timeout_sec=120.0)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    except (ValueError, FileExistsError) as exc:
+        print(f'record_node: {exc}', file=sys.stderr)
+        code = 2
+    finally:
+        if node is not None:
+            node.discard_open_episode('shutting down')
+            node.destroy_node()
+        rclpy.try_shutdown()
+    return code
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,181 @@
+"""record_node over real rclpy: the simulation driven by the scripted expert through its
+command topic is recorded over ROS 2 and matches what ``act-ros collect`` writes for the
+same seed; a recorder fed at camera rate drops ticks without fresh inputs; SIGINT during
+recording leaves only whole episodes. The episode store keeps every save readable."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+pytestmark = pytest.mark.ros
+rclpy = pytest.importorskip('rclpy')
+pytest.importorskip('lerobot.datasets.lerobot_dataset')
+
+from rclpy.parameter import Parameter  # noqa: E402
+from std_srvs.srv import Trigger  # noqa: E402
+
+from act_ros.core.contract import load_contract  # noqa: E402
+from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
+
+CONTRACT = load_contract()
+H, W = 48, 64
+SEED = 21
+DISCOVERY_S = 30.0
+
+
+def _read(root: Path):
+    from act_ros.training.data import load_frames, open_dataset
+
+    dataset = open_dataset(root, CONTRACT)
+    n = len(dataset.hf_dataset)
+    store = load_frames(dataset, CONTRACT, (H, W), seg_start=np.zeros(n, np.int64),
+                        seg_end=np.full(n, n, np.int64))
+    return dataset, store
+
+
+def _recorder(context, output: Path, **params):
+    from act_ros.ros.record_node import RecordNode
+
+    values = {'output': str(output), 'image_height': H, 'image_width': W, 'use_video': False,
+              'diagnostics_period_s': 0.2, **params}
+    return RecordNode(context=context,
+                      parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+
+
+@pytest.mark.slow
+def test_expert_over_ros_is_recorded_like_collect(rclpy_context, tmp_path):
+    from act_ros.data.collect import CollectConfig, collect
+    from act_ros.ros.expert_driver import ExpertDriver
+    from act_ros.ros.sim_bridge import SimBridge
+
+    collect(CollectConfig(output=tmp_path / 'collected', episodes=1, seed=SEED, image_height=H,
+                          image_width=W, use_video=False), progress=False)
+    bridge = SimBridge(context=rclpy_context, parameter_overrides=[
+        Parameter(k, value=v) for k, v in {
+            'mode': 'lockstep', 'autostart': False, 'image_height': H, 'image_width': W,
+            'seed': SEED, 'lockstep_timeout_s': 30.0,
+            'policy_reset_service': '/expert_driver/reset'}.items()])
+    driver = ExpertDriver(context=rclpy_context)
+    recorder = _recorder(rclpy_context, tmp_path / 'recorded', trigger='observation',
+                         start_recording=True, max_episode_s=10.0)
+    client_node = rclpy.create_node('reset_client', context=rclpy_context)
+    reset = client_node.create_client(Trigger, '/sim_bridge/reset')
+    with spinning(rclpy_context, bridge, driver, recorder, client_node, num_threads=6):
+        bridge.start()
+        # Every input matched before the episode starts, so its first frame is not lost.
+        assert wait_until(lambda: not recorder.unconnected_topics(), DISCOVERY_S), \
+            recorder.unconnected_topics()
+        assert reset.wait_for_service(timeout_sec=DISCOVERY_S)
+        future = reset.call_async(Trigger.Request())
+        assert wait_until(future.done, 60.0) and future.result().success, future.result()
+        assert wait_until(lambda: recorder.saved >= 1, 240.0), recorder.status_values()
+        status = recorder.status_values()
+    assert status['last_error'] == 'none'
+    _, want = _read(tmp_path / 'collected')
+    dataset, got = _read(tmp_path / 'recorded')
+    assert dataset.meta.total_episodes == 1
+    assert len(got) == len(want) == 300
+    # The same simulation, the same expert: states and actions agree to float32 rounding.
+    np.testing.assert_allclose(got.state.numpy(), want.state.numpy(), atol=1e-5)
+    np.testing.assert_allclose(got.action.numpy(), want.action.numpy(), atol=1e-5)
+    for key in got.images:
+        diff = (got.images[key].float() - want.images[key].float()).abs().mean()
+        assert diff < 1.0, f'{key}: mean pixel difference {diff:.2f}'
+
+
+def test_timer_recording_drops_ticks_without_fresh_inputs(rclpy_context, tmp_path):
+    joints = dict(zip(CONTRACT.joint_names, np.linspace(-0.3, 0.3, CONTRACT.num_joints)))
+    harness = RobotHarness(context=rclpy_context, joints=joints,
+                           image=np.full((H, W, 3), 90, np.uint8), rate_hz=30.0)
+    command = harness.create_publisher(
+        __import__('trajectory_msgs.msg', fromlist=['JointTrajectory']).JointTrajectory,
+        'joint_trajectory_controller/joint_trajectory', 10)
+    from act_ros.ros import conversions as conv
+
+    def send_command():
+        command.publish(conv.to_joint_trajectory(np.zeros(CONTRACT.num_joints),
+                                                 CONTRACT.joint_names, 1 / 30))
+    harness.create_timer(1 / 30, send_command)
+    recorder = _recorder(rclpy_context, tmp_path / 'rec', tolerance_s=0.15)
+    start = recorder.create_client(Trigger, '/record_node/start_episode')
+    save = recorder.create_client(Trigger, '/record_node/save_episode')
+
+    def call(client):
+        assert client.wait_for_service(timeout_sec=DISCOVERY_S)
+        future = client.call_async(Trigger.Request())
+        assert wait_until(future.done, 60.0)
+        return future.result()
+
+    with spinning(rclpy_context, harness, recorder):
+        assert wait_until(lambda: all(v > 5 for k, v in recorder.status_values().items()
+                                      if k.startswith('rate_hz.')), DISCOVERY_S), \
+            recorder.status_values()
+        assert call(start).success
+        assert wait_until(lambda: recorder.status_values()['frames'] >= 15, 20.0)
+        harness.enabled['wrist'] = False  # the wrist camera stops: ticks are dropped
+        assert wait_until(lambda: recorder.status_values()['dropped_ticks'] >= 5, 20.0)
+        harness.enabled['wrist'] = True
+        frames = recorder.status_values()['frames']
+        assert wait_until(lambda: recorder.status_values()['frames'] >= frames + 10, 20.0)
+        values = recorder.status_values()
+        assert values['dropped.image/wrist stale'] >= 5
+        response = call(save)
+        assert response.success, response.message
+    _, store = _read(tmp_path / 'rec')
+    assert len(store) >= 25
+    np.testing.assert_allclose(store.state.numpy()[0], list(joints.values()), atol=1e-6)
+    assert np.all(store.action.numpy() == 0.0)
+
+
+def _wait_file(path: Path, timeout: float) -> bool:
+    return bool(wait_until(path.is_file, timeout, 0.2))
+
+
+def test_sigint_during_recording_leaves_only_whole_episodes(rclpy_context, ros_domain_id,
+                                                            tmp_path):
+    output = tmp_path / 'demos'
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    log = (tmp_path / 'record.log').open('w')
+    proc = subprocess.Popen(
+        [sys.executable, '-m', 'act_ros.ros.record_node', '--ros-args',
+         '-p', f'output:={output}', '-p', 'start_recording:=true', '-p', 'max_episode_s:=1.0',
+         '-p', f'image_height:={H}', '-p', f'image_width:={W}', '-p', 'use_video:=false',
+         '-p', 'action_source:=leader', '-p', 'action_topic:=leader/joint_states',
+         '-p', 'tolerance_s:=0.2', '-p', 'restart_after_save:=true'],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    joints = dict(zip(CONTRACT.joint_names, np.zeros(CONTRACT.num_joints)))
+    follower = RobotHarness(context=rclpy_context, joints=joints,
+                            image=np.full((H, W, 3), 40, np.uint8))
+    leader = RobotHarness(context=rclpy_context, joints=joints, image=np.zeros((H, W, 3),
+                                                                                 np.uint8),
+                          cameras=(), namespace='leader', name='leader')
+    try:
+        with spinning(rclpy_context, follower, leader):
+            # Episodes of 1 s save themselves; wait for the second, then interrupt the third.
+            shards = output.parent / f'.{output.name}.episodes'
+            assert wait_until(lambda: 'holds 2 episode(s)' in (tmp_path / 'record.log')
+                              .read_text(), 120.0), (tmp_path / 'record.log').read_text()[-3000:]
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=60) in (0, -signal.SIGINT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        log.close()
+    text = (tmp_path / 'record.log').read_text()
+    assert 'discarding the open episode' in text
+    dataset, store = _read(output)
+    saved = len(list(shards.glob('episode_*/meta/info.json')))
+    assert dataset.meta.total_episodes == saved >= 2
+    assert len(store) == 30 * saved  # whole 1 s episodes only
+    info = json.loads((output / 'meta' / 'info.json').read_text())
+    assert info['total_episodes'] == saved
