@@ -78,6 +78,52 @@ def test_cached_step_equals_the_full_step_with_a_frozen_backbone():
     assert any(k.startswith('backbone.') for k in model.state_dict())
 
 
+def test_cached_early_stages_give_the_full_step_for_the_rest():
+    """Stem..layer2 cached: the loss and every gradient (layer3, layer4 and the rest) are
+    those of the full step with the early stages frozen."""
+    from act_ros.training.feature_cache import stages_up_to
+
+    policy = _policy()
+    model = policy.model
+    frozen = freeze(model.backbone, 'layer2')
+    assert 0 < frozen < sum(p.numel() for p in model.backbone.parameters())
+    batch = _batch()
+    cached = dict(batch)
+    with torch.no_grad():
+        for key in KEYS:
+            x = batch[key]
+            for stage in stages_up_to(model.backbone, 'layer2'):
+                x = stage(x)
+            cached[key] = x
+    half = dict(cached)  # the trainer stores early maps as float16 (used as float32)
+    cache = FeatureCache({k: cached[k].half() for k in KEYS}, np.arange(4), 4, 0.0, cut='layer2')
+    half.update(cache.lookup(np.arange(4)))
+
+    def loss_and_grads(inputs, bypass):
+        model.zero_grad(set_to_none=True)
+        torch.manual_seed(7)
+        if bypass:
+            with backbone_bypassed(model, 'layer2'):
+                out = act_training_loss(model, inputs, image_features=KEYS)
+        else:
+            out = act_training_loss(model, inputs, image_features=KEYS)
+        out.loss.backward()
+        return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                                   if p.grad is not None}
+
+    full_loss, full_grads = loss_and_grads(batch, False)
+    cached_loss, cached_grads = loss_and_grads(cached, True)
+    assert full_grads.keys() == cached_grads.keys()
+    assert any(n.startswith('backbone.layer4') for n in full_grads)
+    assert not any(n.startswith(('backbone.layer2', 'backbone.conv1')) for n in full_grads)
+    assert torch.allclose(full_loss, cached_loss, rtol=1e-5)
+    for name, grad in full_grads.items():
+        assert torch.allclose(grad, cached_grads[name], rtol=1e-3, atol=1e-6), name
+    # float16 storage: the same step to float16's precision.
+    half_loss, _ = loss_and_grads(half, True)
+    assert torch.allclose(full_loss, half_loss, rtol=2e-3)
+
+
 def test_bypass_restores_the_backbone_on_error():
     policy = _policy()
     real = policy.model.backbone
@@ -108,6 +154,11 @@ def test_cache_holds_the_frozen_maps_of_the_chosen_frames_only():
 def test_train_config_checks_the_freeze_step(tmp_path):
     with pytest.raises(ValueError, match='backbone_freeze_step'):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path / 'o', backbone_freeze_step=-1)
+    with pytest.raises(ValueError, match='early_freeze_layer'):
+        TrainConfig(dataset_root=tmp_path, output_dir=tmp_path / 'o', early_freeze_layer='fc')
+    with pytest.raises(ValueError, match='comes before'):
+        TrainConfig(dataset_root=tmp_path, output_dir=tmp_path / 'o', early_freeze_layer='layer2',
+                    early_freeze_step=10, backbone_freeze_step=5)
 
 
 def test_run_freezes_mid_way_resumes_and_keeps_the_backbone(tmp_path):
@@ -133,8 +184,9 @@ def test_run_freezes_mid_way_resumes_and_keeps_the_backbone(tmp_path):
                   device='cpu', torch_threads=1, progress=False, skip_infer=True,
                   backbone_freeze_step=3)
     first = run(TrainConfig(**values))
-    assert first['feature_cache']['frozen_at_step'] == 3
-    assert first['feature_cache']['cached_frames'] == len(first['split']['train_episodes']) * 30
+    assert first['feature_cache']['layer4']['frozen_at_step'] == 3
+    assert first['feature_cache']['layer4']['cached_frames'] == \
+        len(first['split']['train_episodes']) * 30
     step3 = load_file(str(out / 'step_000003' / 'model.safetensors'))
     last = load_file(str(out / 'last' / 'model.safetensors'))
     backbone = [k for k in step3 if k.startswith('model.backbone.')]
@@ -142,9 +194,11 @@ def test_run_freezes_mid_way_resumes_and_keeps_the_backbone(tmp_path):
     # The rest of the network kept training on the cached maps.
     assert any(not torch.equal(step3[k], last[k]) for k in step3 if k not in backbone)
     # Resuming past the freeze step rebuilds the cache and goes on.
-    resumed = run(TrainConfig(**{**values, 'steps': 9, 'resume': True}))
+    resumed = run(TrainConfig(**{**values, 'steps': 9, 'resume': True,
+                                 'early_freeze_layer': 'layer2', 'early_freeze_step': 0}))
     assert resumed['steps_completed'] == 9
-    assert resumed['feature_cache']['frozen_at_step'] == 6
+    assert resumed['feature_cache']['layer4']['frozen_at_step'] == 6
+    assert resumed['feature_cache']['layer2']['frozen_at_step'] == 6  # built first, then layer4
     final = load_file(str(out / 'last' / 'model.safetensors'))
     assert all(torch.equal(step3[k], final[k]) for k in backbone)
     history = json.loads((out / 'training_metrics.json').read_text())['history']['train']

@@ -11,9 +11,10 @@ same initial weights and the same batches in the same order for every arm:
 - act_ros: :meth:`~act_ros.training.loop.Trainer.train_step` (batch assembly,
   normalization, loss, backward, clipping, AdamW, scheduler), eager and, with
   ``--compile``, with the loss step compiled as ``act-ros train --compile`` does.
-- act_ros with the backbone frozen (``--backbone-freeze-step 0``): the step on cached
-  feature maps (:mod:`act_ros.training.feature_cache`); the cache is built during the
-  warm-up and its build time is reported per frame.
+- act_ros with cached backbone stages (:mod:`act_ros.training.feature_cache`): the stem
+  to ``layer2`` frozen (``--early-freeze-layer layer2``; ``layer3``, ``layer4`` and the
+  rest train), and the whole backbone frozen (``--backbone-freeze-step 0``); each cache is
+  built during the warm-up and its build time is reported per frame.
 
 Each iteration runs every arm once on the same batch (A/B interleaved); times are
 medians and a speed-up is the median of the per-iteration ratios. The first step's loss
@@ -40,6 +41,7 @@ TOLERANCE = 1e-5
 COLUMNS = ('training step', 'ms / step (median)', 'samples / s', 'speed-up vs LeRobot',
            'loss at step 1', 'abs loss diff vs LeRobot (step 1)')
 LEROBOT = 'LeRobot update_policy (eager)'
+EARLY = 'act_ros train_step (stem..layer2 frozen, cached; layer3-4 train)'
 FROZEN = 'act_ros train_step (backbone frozen, cached maps)'
 
 
@@ -111,6 +113,8 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
         if compile_step:
             ours['act_ros train_step (compiled)'] = Trainer(
                 synthetic_config(inputs, Path(tmp), compile=True, **fields), inputs)
+        ours[EARLY] = Trainer(synthetic_config(inputs, Path(tmp), early_freeze_layer='layer2',
+                                               **fields), inputs)
         ours[FROZEN] = Trainer(synthetic_config(inputs, Path(tmp), backbone_freeze_step=0,
                                                 **fields), inputs)
         reference = next(iter(ours.values()))
@@ -127,8 +131,10 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
         for name, trainer in ours.items():
             trainer.history.flush()
             first_loss[name] = trainer.history.train[0]['loss']
-        cache = ours[FROZEN].feature_cache_info
-        cache_s_per_frame = cache['build_s'] / cache['cached_frames']
+        cache_s_per_frame = {}
+        for name, cut in ((EARLY, 'layer2'), (FROZEN, 'layer4')):
+            cache = ours[name].feature_cache_info[cut]
+            cache_s_per_frame[name] = cache['build_s'] / cache['cached_frames']
     base = np.asarray(times[LEROBOT][warmup:])
     results = []
     for name, seconds in times.items():
@@ -139,7 +145,7 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
                         'first_loss': first_loss[name],
                         'loss_diff': abs(first_loss[name] - first_loss[LEROBOT]),
                         'warmup_s': float(sum(seconds[:warmup])),
-                        'cache_s_per_frame': cache_s_per_frame if name == FROZEN else None})
+                        'cache_s_per_frame': cache_s_per_frame.get(name)})
     return results
 
 
@@ -154,9 +160,12 @@ def render(results: list[dict], *, model_preset: str, image_size: tuple[int, int
     title = '# act_ros training benchmark\n\n' + machine_description() + '\n\n' if header else ''
     compiled = [r for r in results if 'compiled' in r['name']]
     frozen = [r for r in results if r.get('cache_s_per_frame') is not None]
-    frozen_note = (f"\n- The frozen arm's feature cache took {frozen[0]['cache_s_per_frame'] * 1e3:.1f}"
-                   ' ms per frame (every camera) to build, once per run; its step-1 loss equals '
-                   "the full step's (the backbone has not moved yet)." if frozen else '')
+    frozen_note = ''.join(
+        f"\n- {r['name']}: its cache took {r['cache_s_per_frame'] * 1e3:.1f} ms per frame (every "
+        'camera) to build, once per run.' for r in frozen)
+    if frozen:
+        frozen_note += ("\n- The cached arms' step-1 loss equals the full step's: the frozen "
+                        'stages have not moved yet.')
     compile_note = frozen_note + (
                     f"\n- The compiled arm's warm-up ({compiled[0]['warmup_s']:.0f} s) includes "
                     'compilation. Its step-1 loss differs from eager when compiled code draws '

@@ -52,10 +52,14 @@ class ObjectPoseAuxiliary:
 
     ``poses``: (N, 8) training-frame poses (``OBJECT_POSE_NAMES`` order), used for the
     position statistics. The head's parameters are trained with the policy's optimizer.
+    ``tap``: take the feature maps as the input of this module instead of the output of
+    ``backbone`` (ACT's ``encoder_img_feat_input_proj`` sees every camera's map, also
+    while the backbone's first stages are replaced by cached outputs).
     """
 
     def __init__(self, backbone: nn.Module, image_shapes: list[tuple[int, int, int]],
-                 poses: torch.Tensor, device: torch.device) -> None:
+                 poses: torch.Tensor, device: torch.device, *,
+                 tap: nn.Module | None = None) -> None:
         with torch.no_grad():
             probe = backbone(torch.zeros(1, *image_shapes[0], device=device))['feature_map']
             grids = []
@@ -67,11 +71,18 @@ class ObjectPoseAuxiliary:
         self.mean = positions.mean(0).float().to(device)
         self.std = positions.std(0).clamp_min(1e-4).float().to(device)
         self._captured: list[torch.Tensor] | None = None
-        self._handle = backbone.register_forward_hook(self._hook)
+        if tap is None:
+            self._handle = backbone.register_forward_hook(self._hook)
+        else:
+            self._handle = tap.register_forward_pre_hook(self._pre_hook)
 
     def _hook(self, _module: nn.Module, _inputs: tuple, output: dict) -> None:
         if self._captured is not None:
             self._captured.append(output['feature_map'])
+
+    def _pre_hook(self, _module: nn.Module, inputs: tuple) -> None:
+        if self._captured is not None:
+            self._captured.append(inputs[0])
 
     @contextlib.contextmanager
     def capture(self) -> Iterator[None]:

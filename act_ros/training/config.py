@@ -76,6 +76,10 @@ class TrainConfig:
     # are computed once and reused (act_ros.training.feature_cache): later steps cost a
     # fraction of a full one. None = the backbone trains throughout.
     backbone_freeze_step: int | None = None
+    # From early_freeze_step on, the backbone's stages up to early_freeze_layer (layer1..3)
+    # are frozen and their outputs cached; the later stages and the rest keep training.
+    early_freeze_layer: str | None = None
+    early_freeze_step: int = 0
     precision: str = 'fp32'
     compile: bool = False
     seed: int = 0
@@ -110,6 +114,15 @@ class TrainConfig:
         if self.backbone_freeze_step is not None and self.backbone_freeze_step < 0:
             raise ValueError(f'backbone_freeze_step must be >= 0 or None, got '
                              f'{self.backbone_freeze_step}')
+        if self.early_freeze_layer not in (None, 'layer1', 'layer2', 'layer3'):
+            raise ValueError(f"early_freeze_layer must be layer1, layer2 or layer3, got "
+                             f"'{self.early_freeze_layer}'")
+        if self.early_freeze_step < 0:
+            raise ValueError(f'early_freeze_step must be >= 0, got {self.early_freeze_step}')
+        if self.early_freeze_layer and self.backbone_freeze_step is not None \
+                and self.backbone_freeze_step < self.early_freeze_step:
+            raise ValueError(f'backbone_freeze_step ({self.backbone_freeze_step}) comes before '
+                             f'early_freeze_step ({self.early_freeze_step})')
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
         for name in ('steps', 'batch_size', 'val_interval', 'checkpoint_interval'):
@@ -231,6 +244,10 @@ def build_parser() -> argparse.ArgumentParser:
                    'object-pose loss (needs sim.object_poses in the dataset; 0 = off)')
     p.add_argument('--backbone-freeze-step', type=int, help='freeze the backbone from this step '
                    'on and train the rest on cached feature maps (much faster steps)')
+    p.add_argument('--early-freeze-layer', choices=('layer1', 'layer2', 'layer3'),
+                   help='freeze the backbone stages up to this one (from --early-freeze-step) '
+                   'and train the rest on their cached outputs')
+    p.add_argument('--early-freeze-step', type=int, help='step of --early-freeze-layer (0)')
     p.add_argument('--precision', choices=TRAIN_PRECISIONS, help='autocast precision of the '
                    'training step; auto = bf16 where the device has native bfloat16, else fp32')
     p.add_argument('--compile', action='store_true', default=None,

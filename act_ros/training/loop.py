@@ -94,7 +94,6 @@ class Trainer:
         self.feature_cache = None  # act_ros.training.feature_cache.FeatureCache once frozen
         self.feature_cache_info: dict[str, Any] | None = None
         self._loss_step = self._make_loss_step()
-        self._frozen_loss_step = None
 
     # -- pieces -----------------------------------------------------------------------------
     def _make_auxiliary(self):
@@ -104,7 +103,8 @@ class Trainer:
         store = self.inputs.store
         poses = store.extras[OBJECT_POSES_FEATURE][torch.from_numpy(self.inputs.split.train)]
         shapes = [tuple(self.policy.config.input_features[key].shape) for key in self.features]
-        return ObjectPoseAuxiliary(self.policy.model.backbone, shapes, poses, self.inputs.device)
+        return ObjectPoseAuxiliary(self.policy.model.backbone, shapes, poses, self.inputs.device,
+                                   tap=self.policy.model.encoder_img_feat_input_proj)
 
     def _calibrate_backbone(self, frames: int = 64) -> dict[str, float]:
         """Standardize the backbone's frozen norms on ``frames`` evenly spread training frames
@@ -118,12 +118,18 @@ class Trainer:
         return calibrate_frozen_batchnorm(self.policy.model.backbone,
                                           [batch[key] for key in self.features])
 
-    def _make_loss_step(self) -> Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]:
+    def _make_loss_step(self, cut: str | None = None
+                        ) -> Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]:
+        """The loss step on images, or with ``cut`` on the cached output of the backbone's
+        stages up to it (:mod:`act_ros.training.feature_cache`). The auxiliary pose loss
+        applies while some of the backbone still trains (``cut`` is not ``layer4``)."""
+        from act_ros.training.feature_cache import backbone_bypassed
+
         model, features, weights, kl = self.policy.model, self.features, self.weights, \
             self.config.kl_weight
-
         device, precision = self.inputs.device, self.precision
-        aux, aux_weight = self.aux, self.config.aux_object_pose_weight
+        aux = self.aux if cut != 'layer4' else None
+        aux_weight = self.config.aux_object_pose_weight
 
         def loss_step(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
             poses = batch.pop(OBJECT_POSES_KEY, None)
@@ -135,60 +141,61 @@ class Trainer:
             loss = out.loss.float() + aux_weight * aux_loss.float()
             return loss, out.l1.detach().float(), out.kl.detach().float(), aux_loss.detach()
 
-        return torch.compile(loss_step, fullgraph=True) if self.config.compile else loss_step
-
-    def _make_frozen_loss_step(self) -> Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]:
-        """The loss step once the backbone is frozen: cached feature maps in place of images
-        (no auxiliary loss: it trains only the backbone)."""
-        from act_ros.training.feature_cache import backbone_bypassed
-
-        model, features, weights, kl = self.policy.model, self.features, self.weights, \
-            self.config.kl_weight
-        device, precision = self.inputs.device, self.precision
-        zero = torch.zeros((), device=device)
-
-        def loss_step(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-            batch.pop(OBJECT_POSES_KEY, None)
-            with autocast_context(device, precision):
-                out = act_training_loss(model, batch, image_features=features,
-                                        dim_weights=weights, kl_weight=kl)
-            return out.loss.float(), out.l1.detach().float(), out.kl.detach().float(), zero
-
         step = torch.compile(loss_step, fullgraph=True) if self.config.compile else loss_step
+        if cut is None:
+            return step
 
         def bypassed(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
-            with backbone_bypassed(model):
+            with backbone_bypassed(model, cut):
                 return step(batch)
 
         return bypassed
 
     @property
     def backbone_frozen(self) -> bool:
-        return self.feature_cache is not None
+        """Whether the whole backbone is frozen (its output comes from the cache)."""
+        return self.feature_cache is not None and self.feature_cache.cut == 'layer4'
 
-    def freeze_backbone(self) -> None:
-        """Freeze the backbone and cache its feature maps of every training frame."""
+    def freeze_backbone(self, cut: str = 'layer4') -> None:
+        """Freeze the backbone's stages up to ``cut`` and cache their output for every
+        training frame (from the current cache when it holds an earlier cut)."""
         from act_ros.training.feature_cache import build_feature_cache, freeze
 
-        frozen = freeze(self.policy.model.backbone)
+        backbone = self.policy.model.backbone
+        frozen = freeze(backbone, cut)
         store, train = self.inputs.store, self.inputs.split.train
 
         def load_images(indices: np.ndarray) -> dict[str, torch.Tensor]:
             raw = store.batch(indices)
             return self.preprocessor({k: v for k, v in raw.items() if k not in store.extras})
 
+        source = self.feature_cache
+        self.feature_cache = None  # the earlier cache is released once the new one exists
+        # Early cuts hold large maps: float16 halves their memory (used in float32).
+        dtype = torch.float32 if cut == 'layer4' else torch.float16
         self.feature_cache = build_feature_cache(
-            self.policy.model.backbone, train, len(store), load_images, self.features,
-            device=self.inputs.device, progress=self.config.progress)
-        self._frozen_loss_step = self._make_frozen_loss_step()
-        self.feature_cache_info = {
-            'frozen_at_step': self.step, 'frozen_parameters': frozen,
-            'cached_frames': int(train.size), 'cameras': len(self.features),
-            'map_shape': list(next(iter(self.feature_cache.maps.values())).shape[1:]),
-            'megabytes': round(self.feature_cache.nbytes / 1e6, 1),
-            'build_s': round(self.feature_cache.seconds, 3)}
-        logger.info('step %d: backbone frozen (%d parameters); feature cache of %d frames built '
-                    'in %.0f s', self.step, frozen, train.size, self.feature_cache.seconds)
+            backbone, train, len(store), load_images, self.features, cut=cut,
+            device=self.inputs.device, progress=self.config.progress, source=source,
+            dtype=dtype)
+        del source
+        self._loss_step = self._make_loss_step(cut)
+        info = {'frozen_at_step': self.step, 'frozen_parameters': frozen,
+                'cached_frames': int(train.size), 'cameras': len(self.features),
+                'map_shape': list(next(iter(self.feature_cache.maps.values())).shape[1:]),
+                'megabytes': round(self.feature_cache.nbytes / 1e6, 1),
+                'build_s': round(self.feature_cache.seconds, 3)}
+        self.feature_cache_info = {**(self.feature_cache_info or {}), cut: info}
+        logger.info('step %d: backbone frozen up to %s (%d parameters); feature cache of %d '
+                    'frames built in %.0f s', self.step, cut, frozen, train.size,
+                    self.feature_cache.seconds)
+
+    def _apply_freeze_schedule(self) -> None:
+        cfg = self.config
+        early, full = cfg.early_freeze_layer, cfg.backbone_freeze_step
+        if early and self.step >= cfg.early_freeze_step and self.feature_cache is None:
+            self.freeze_backbone(early)
+        if full is not None and self.step >= full and not self.backbone_frozen:
+            self.freeze_backbone('layer4')
 
     @property
     def _trained_parameters(self) -> list[torch.nn.Parameter]:
@@ -373,18 +380,17 @@ class Trainer:
 
     # -- loop ----------------------------------------------------------------------------------
     def train_step(self) -> None:
-        freeze_at = self.config.backbone_freeze_step
-        if freeze_at is not None and self.step >= freeze_at and not self.backbone_frozen:
-            self.freeze_backbone()
+        self._apply_freeze_schedule()
         start = time.perf_counter()
         indices = self.order.indices(self.step)
-        raw = self.inputs.store.batch(indices, images=not self.backbone_frozen)
+        cached = self.feature_cache is not None
+        raw = self.inputs.store.batch(indices, images=not cached)
         extras = {key: raw.pop(key) for key in list(raw) if key in self.inputs.store.extras}
         batch = self.preprocessor(raw)
         batch.update(extras)
-        if self.backbone_frozen:
+        if cached:
             batch.update(self.feature_cache.lookup(indices))
-            loss, l1, kl, aux_loss = self._frozen_loss_step(batch)
+            loss, l1, kl, aux_loss = self._loss_step(batch)
         else:
             if self.config.image_shift_px:
                 for key in self.features:
