@@ -139,11 +139,15 @@ def test_training_benchmark_table(tmp_path):
     assert report.startswith('## Training throughput') and 'CPU:' not in report
     header, rows = _table(report)
     assert header == list(training.COLUMNS)
-    assert [row[0] for row in rows] == [training.LEROBOT, 'act_ros train_step (eager)']
+    assert [row[0] for row in rows] == [training.LEROBOT, 'act_ros train_step (eager)',
+                                        training.EARLY, training.FROZEN]
     for row in rows:
         assert all(math.isfinite(_number(cell)) and _number(cell) > 0 for cell in row[1:5])
-    # Same weights, batch and seed, unit gripper weight: LeRobot's loss exactly.
-    assert _number(rows[1][5]) <= 1e-5 and '!' not in rows[1][5]
+    # Same weights, batch and seed, unit gripper weight: LeRobot's loss exactly, also for the
+    # cached steps (the frozen stages have not moved at step 1).
+    for row in rows[1:]:
+        assert _number(row[5]) <= 1e-5 and '!' not in row[5], row
+    assert 'ms per frame' in report
 
 
 def test_all_passes_each_benchmark_its_options_and_states_the_machine_once(tmp_path):
