@@ -2,6 +2,7 @@
 execution, errors come back to the caller, and closing the runtime ends the child."""
 
 import os
+import re
 import signal
 import time
 
@@ -97,3 +98,61 @@ def test_process_start_failure_is_reported(tmp_path, tiny_checkpoint):
     with pytest.raises(RuntimeError, match='failed to start.*precision'):
         PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu',
                                     execution='process', precision='fp16'))
+
+
+def _recover(rt, observations, timeout_s=60.0):
+    """Tick (without reset) until an action comes back; returns the errors seen meanwhile."""
+    errors = []
+    deadline = time.monotonic() + timeout_s
+    for obs in observations:
+        try:
+            if rt.act(obs) is not None:
+                return errors
+        except RuntimeError as exc:
+            errors.append(str(exc))
+        if time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    raise AssertionError(f'no action within {timeout_s} s; errors: {errors[-3:]}')
+
+
+@pytest.mark.parametrize('fault', ['killed', 'hung'])
+def test_dead_or_hung_child_is_restarted_without_reset(tiny_checkpoint, fault):
+    rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu',
+                                     execution='process', torch_threads=1, mode='ensemble',
+                                     n_action_steps=1, inference_timeout_s=3.0))
+    try:
+        rt.reset()
+        first = rt._remote.pid
+        _recover(rt, _observations(200, seed=1))  # running
+        if fault == 'killed':
+            os.kill(first, signal.SIGKILL)
+        else:
+            os.kill(first, signal.SIGSTOP)  # alive but never answers
+        expected = 'ended unexpectedly' if fault == 'killed' else 'no answer.*hung: killed'
+        failure = None
+        for obs in _observations(600, seed=2):  # chunks already queued play out first
+            try:
+                rt.act(obs)
+            except RuntimeError as exc:
+                failure = str(exc)
+                break
+            time.sleep(0.05)
+        assert failure is not None and re.search(expected, failure), failure
+        computed = rt.stats.chunks_computed
+        deadline = time.monotonic() + 90.0
+        for obs in _observations(2000, seed=4):  # no reset: the runtime retries by itself
+            try:
+                rt.act(obs)
+            except RuntimeError:
+                pass  # restarting: commands stop meanwhile
+            if rt.stats.chunks_computed > computed + 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert rt.stats.chunks_computed > computed + 2, 'no new chunk after the fault'
+        assert rt.inference_restarts == 1
+        assert rt._remote.pid != first and not _alive(first)
+        # And it keeps computing.
+        assert _recover(rt, _observations(200, seed=3)) == []
+    finally:
+        rt.close()

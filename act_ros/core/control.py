@@ -54,6 +54,8 @@ class ControlCounters:
     suppressed_releases: int = 0
     runtime_resets: int = 0
     inference_failures: int = 0
+    inference_failing: bool = False  # the last request failed; cleared by the next action
+    last_inference_error: str = ''
     last_safety_reason: str = ''
     last_stale_reason: str = ''
 
@@ -166,11 +168,15 @@ class ControlLoop:
         except ObservationError as exc:
             c.ticks_without_command += 1
             return TickResult(None, f'observation refused by the runtime: {exc}', obs_stamp)
-        except RuntimeError as exc:  # the background inference failed; the next tick retries
+        except RuntimeError as exc:  # the background inference failed; a later tick retries
             c.ticks_without_command += 1
             c.inference_failures += 1
+            c.inference_failing = True
+            c.last_inference_error = str(exc)
             return TickResult(None, f'inference failed: {exc}', obs_stamp)
         self._check_new_chunks()
+        if action is not None:
+            c.inference_failing = False
         if action is None:
             c.ticks_without_command += 1
             return TickResult(None, WAITING_FOR_CHUNK, obs_stamp)

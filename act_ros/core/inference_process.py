@@ -9,6 +9,13 @@ into a child process (``spawn``: no forked threads or middleware state) and talk
 over a pipe: the observation (uint8 images + joint state) goes in, the postprocessed
 ``(T, J)`` chunk comes back. The parent keeps scheduling, queueing and ensembling, so
 the results are identical to in-process execution.
+
+Faults are contained: a chunk that does not come back within ``predict_timeout_s`` means
+a hung child, which is killed; a child that died (killed, crashed) is started again on a
+later request, after a back-off that doubles from ``RESTART_BACKOFF_S`` up to
+``MAX_RESTART_BACKOFF_S`` while restarts keep failing and resets after a good chunk. In
+between every request fails fast with :class:`InferenceProcessError`, so the node sends
+nothing and reports the error, then recovers by itself.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import multiprocessing as mp
 from multiprocessing.connection import Connection
 import os
 from pathlib import Path
+import time
 import traceback
 from typing import Any
 
@@ -27,6 +35,9 @@ from act_ros.core.contract import Contract
 from act_ros.core.observation import Observation
 
 START_TIMEOUT_S = 900.0  # loading + warm-up, compile included
+PREDICT_TIMEOUT_S = 30.0  # one chunk; far above any model the node can run in real time
+RESTART_BACKOFF_S = 1.0
+MAX_RESTART_BACKOFF_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -50,36 +61,83 @@ class RemotePredictor:
 
     ``predict`` blocks the calling thread on the pipe (without holding the interpreter
     lock) and is meant to be called from the runtime's worker thread; it is not safe to
-    call from several threads at once.
+    call from several threads at once. See the module docstring for hangs and restarts.
     """
 
-    def __init__(self, spec: ProcessSpec, timeout_s: float = START_TIMEOUT_S) -> None:
+    def __init__(self, spec: ProcessSpec, timeout_s: float = START_TIMEOUT_S, *,
+                 predict_timeout_s: float = PREDICT_TIMEOUT_S,
+                 restart_backoff_s: float = RESTART_BACKOFF_S) -> None:
+        self.spec = spec
+        self.start_timeout_s = timeout_s
+        self.predict_timeout_s = predict_timeout_s
+        self.restart_backoff_s = restart_backoff_s
+        self.restarts = 0
+        self.last_failure = ''
+        self._backoff_s = restart_backoff_s
+        self._retry_at: float | None = None  # monotonic time of the next restart, once dead
+        self._closed = False
+        self._process = None
+        self._start()
+        _, self.warmup_s, self.compile_seconds, self.backend_name = self._ready
+
+    def _start(self) -> None:
         ctx = mp.get_context('spawn')
         self._conn, child_conn = ctx.Pipe(duplex=True)
-        self._process = ctx.Process(target=_child_main, args=(child_conn, spec),
+        self._process = ctx.Process(target=_child_main, args=(child_conn, self.spec),
                                     name='act-ros-inference', daemon=True)
         self._process.start()
         child_conn.close()
         self.pid = self._process.pid
-        reply = self._receive(timeout_s, 'start-up (checkpoint loading and warm-up)')
+        reply = self._receive(self.start_timeout_s, 'start-up (checkpoint loading and warm-up)')
         if reply[0] == 'error':
-            self.close()
+            self._stop_process()
             raise InferenceProcessError(f'inference process failed to start: {reply[1]}')
-        _, self.warmup_s, self.compile_seconds, self.backend_name = reply
+        self._ready = reply
+
+    @property
+    def alive(self) -> bool:
+        return self._process is not None and self._process.is_alive()
 
     def predict(self, obs: Observation) -> np.ndarray:
-        if self._process is None:
+        if self._closed:
             raise InferenceProcessError('inference process is closed')
+        if self._process is None:
+            self._restart_if_due()
         try:
             self._conn.send(('predict', obs.images, obs.state))
         except (BrokenPipeError, OSError) as exc:
-            raise InferenceProcessError(self._death_message()) from exc
-        reply = self._receive(None, 'a chunk')
+            raise self._failed(self._death_message()) from exc
+        reply = self._receive(self.predict_timeout_s, 'a chunk')
         if reply[0] == 'error':
             raise InferenceProcessError(reply[1])
+        self._backoff_s = self.restart_backoff_s  # a good chunk: the next failure starts anew
         return reply[1]
 
+    def _restart_if_due(self) -> None:
+        now = time.monotonic()
+        if self._retry_at is not None and now < self._retry_at:
+            raise InferenceProcessError(f'{self.last_failure}; restarting the inference process '
+                                        f'in {self._retry_at - now:.1f} s')
+        try:
+            self._start()
+        except InferenceProcessError as exc:
+            raise self._failed(str(exc)) from None
+        self.restarts += 1
+        self._retry_at = None
+
+    def _failed(self, why: str) -> InferenceProcessError:
+        """The child is gone or useless: stop it and schedule a restart after the back-off."""
+        self._stop_process(timeout_s=1.0)
+        self.last_failure = why
+        self._retry_at = time.monotonic() + self._backoff_s
+        self._backoff_s = min(self._backoff_s * 2, MAX_RESTART_BACKOFF_S)
+        return InferenceProcessError(why)
+
     def close(self, timeout_s: float = 10.0) -> None:
+        self._closed = True
+        self._stop_process(timeout_s)
+
+    def _stop_process(self, timeout_s: float = 10.0) -> None:
         process, self._process = self._process, None
         if process is None:
             return
@@ -89,23 +147,25 @@ class RemotePredictor:
             pass
         process.join(timeout_s)
         if process.is_alive():
-            process.terminate()
+            process.kill()  # a hung child may not react to anything milder
             process.join(5.0)
         self._conn.close()
 
     def _receive(self, timeout_s: float | None, what: str) -> tuple:
         if timeout_s is not None and not self._conn.poll(timeout_s):
-            self.close(timeout_s=1.0)
-            raise InferenceProcessError(f'inference process gave no answer for {what} within '
-                                        f'{timeout_s:.0f} s')
+            raise self._failed(f'inference process gave no answer for {what} within '
+                               f'{timeout_s:.0f} s (hung: killed)')
         try:
             return self._conn.recv()
         except (EOFError, OSError) as exc:
-            raise InferenceProcessError(self._death_message()) from exc
+            raise self._failed(self._death_message()) from exc
 
     def _death_message(self) -> str:
         process = self._process
         code = None if process is None else process.exitcode
+        if process is not None and code is None:
+            process.join(0.5)
+            code = process.exitcode
         return f'inference process ended unexpectedly (exit code {code})'
 
 

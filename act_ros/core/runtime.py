@@ -67,6 +67,9 @@ class RuntimeConfig:
     warmup: bool = True
     torch_threads: int | None = None  # also the thread count of a non-torch backend
     backend: str = 'torch'  # torch | openvino | onnxruntime (CPU; act_ros.core.backends)
+    # execution 'process': a chunk not back within this time means a hung child (killed and
+    # restarted, see act_ros.core.inference_process).
+    inference_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
         if not str(self.model_path):
@@ -86,6 +89,8 @@ class RuntimeConfig:
                              f'{COMPILE_MODES}')
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
+        if not (math.isfinite(self.inference_timeout_s) and self.inference_timeout_s > 0):
+            raise ValueError(f'inference_timeout_s must be > 0, got {self.inference_timeout_s}')
         check_backend_options(self.backend, precision=self.precision,
                               compile_model=self.compile_model, device=self.device)
 
@@ -209,7 +214,8 @@ class PolicyRuntime:
             self._remote = RemotePredictor(ProcessSpec(
                 model_path=str(config.model_path), contract=self.contract,
                 device=str(self.device), options=options, torch_threads=config.torch_threads,
-                warmup_iterations=warmup_iterations))
+                warmup_iterations=warmup_iterations),
+                predict_timeout_s=config.inference_timeout_s)
             self.stats.warmup_s = self._remote.warmup_s
         else:
             self.predictor = ChunkPredictor(self.checkpoint, self.contract, self.device, options)
@@ -336,6 +342,11 @@ class PolicyRuntime:
         remaining = self._queue.remaining(tick)
         played = tick - self._queue.latest_start
         return remaining <= latency_ticks or played + latency_ticks >= self.config.n_action_steps
+
+    @property
+    def inference_restarts(self) -> int:
+        """How often the inference child was started again after it died or hung."""
+        return self._remote.restarts if self._remote is not None else 0
 
     # -- lifetime ------------------------------------------------------------------------
     def wait_idle(self, timeout: float | None = None) -> bool:

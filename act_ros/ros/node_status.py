@@ -76,6 +76,7 @@ class NodeStatus:
             'device': str(loop.runtime.device),
             'inference_last_ms': stats.last_inference_ms,
             'inference_mean_ms': stats.mean_inference_ms,
+            'inference_restarts': loop.runtime.inference_restarts,
             'queue_depth': stats.queue_depth,
             'chunks_computed': stats.chunks_computed,
             'chunks_discarded': stats.chunks_discarded,
@@ -103,6 +104,9 @@ class NodeStatus:
         if not snap.ok:
             problems = snap.describe_problems()
             return DiagnosticStatus.ERROR, f'inputs unusable, no commands: {problems}', values
+        if counters['inference_failing']:
+            return DiagnosticStatus.ERROR, ('inference failing, no commands: '
+                                            f"{counters['last_inference_error']}"), values
         if new['commands_published'] == 0:
             return DiagnosticStatus.WARN, 'no commands since the last report', values
         if new['commands_rejected'] or new['chunks_with_violations']:
