@@ -39,6 +39,7 @@ from act_ros.core.checkpoint import load_checkpoint
 from act_ros.core.chunking import ChunkQueue, TickEnsembler, TimedChunk
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.device import select_device
+from act_ros.core.feasibility import Latency, Verdict, verdict
 from act_ros.core.inference import COMPILE_MODES, PRECISIONS, ChunkPredictor, PredictorOptions
 from act_ros.core.inference_process import ProcessSpec, RemotePredictor
 from act_ros.core.observation import Observation
@@ -109,6 +110,8 @@ class RuntimeStats:
     queue_depth: int = 0
     warmup_s: float = 0.0
     inference_ms_history: list[float] = field(default_factory=list, repr=False)
+    latency: Latency | None = None  # measured at start-up (measure_latency)
+    verdict: Verdict | None = None  # feasibility of the configured rate (feasibility)
 
 
 class _Worker:
@@ -342,6 +345,37 @@ class PolicyRuntime:
         remaining = self._queue.remaining(tick)
         played = tick - self._queue.latest_start
         return remaining <= latency_ticks or played + latency_ticks >= self.config.n_action_steps
+
+    def measure_latency(self, calls: int = 3) -> Latency:
+        """Time ``calls`` chunk computations on this machine (after the warm-up), as the
+        runtime will run them (in the child process for ``execution='process'``)."""
+        shape = next(iter(self.checkpoint.image_shapes.values()))
+        obs = Observation(images={cam: np.zeros((*shape, 3), np.uint8)
+                                  for cam in self.contract.camera_names},
+                          state=(self.contract.lower + self.contract.upper) / 2.0)
+        predict = self._remote.predict if self._remote is not None else self.predictor.predict
+        seconds = []
+        for _ in range(calls):
+            start = time.perf_counter()
+            predict(obs)
+            seconds.append(time.perf_counter() - start)
+        self.stats.latency = Latency.from_samples(seconds)
+        return self.stats.latency
+
+    def feasibility(self, rate_hz: float, latency: Latency | None = None) -> Verdict:
+        """Can this configuration hold ``rate_hz``? (:mod:`act_ros.core.feasibility`)"""
+        from act_ros.core.backends import installed_backends
+
+        latency = latency or self.stats.latency or self.measure_latency()
+        others = [b for b in installed_backends() if b != self.config.backend]
+        result = verdict(mode=self.config.mode, execution=self.config.execution,
+                         rate_hz=rate_hz, chunk_size=self.chunk_size,
+                         n_action_steps=self.config.n_action_steps, latency=latency,
+                         margin_ticks=REQUEST_MARGIN_TICKS,
+                         image_size=next(iter(self.checkpoint.image_shapes.values())),
+                         backends=others)
+        self.stats.verdict = result
+        return result
 
     @property
     def inference_restarts(self) -> int:

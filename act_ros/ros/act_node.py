@@ -63,6 +63,7 @@ class ActNode(LifecycleNode):
         self.settings: NodeSettings | None = None
         self.inputs: InputStore | None = None
         self.loop: ControlLoop | None = None
+        self.verdict = None  # act_ros.core.feasibility.Verdict, measured at configure
         self.io: Interfaces | None = None
         self.counters = ControlCounters()
         self.status = NodeStatus(self)
@@ -157,6 +158,14 @@ class ActNode(LifecycleNode):
         self.inputs = InputStore(required_streams(self.contract.camera_names), settings.max_obs_age_s)
         self.settings = settings
         self.loop = build_control_loop(settings, self.contract, self.counters)
+        self.verdict = None
+        if settings.trigger == 'timer':
+            # Measured here, on this machine: can this configuration hold its rate?
+            self.verdict = self.loop.runtime.feasibility(settings.control_rate_hz)
+            if self.verdict.feasible:
+                self.get_logger().info(f'real time: {self.verdict.line()}')
+            else:
+                self.get_logger().warning(f'real time: {self.verdict.line()}')
         self.io = create_interfaces(self, settings, self.contract)
 
     def _configure_failed(self, reason: str) -> TransitionCallbackReturn:

@@ -93,6 +93,8 @@ class NodeStatus:
             'message_rejections': inputs.rejections,
             'last_rejection': inputs.last_rejection or 'none',
         }
+        if node.verdict is not None:
+            values.update({f'realtime.{k}': v for k, v in node.verdict.as_values().items()})
         for name in inputs.required:
             age = snap.age_s(name)
             values[f'age_s.{name}'] = age if age is not None else 'n/a'
