@@ -18,6 +18,8 @@ import re
 import subprocess
 import sys
 
+from act_ros.core.atomic import write_text_atomic
+
 BENCHMARKS = {
     'runtime': 'act_ros.bench.runtime',
     'node': 'act_ros.bench.node',
@@ -136,7 +138,7 @@ def _run_all(argv: list[str]) -> int:
             failed.append(name)
             section += f'\n\n**{name} FAILED (exit {proc.returncode})**'
         parts.append(section)
-    output.write_text('\n\n'.join(parts) + '\n')
+    write_text_atomic(output, '\n\n'.join(parts) + '\n')
     print(f'report: {output}' + (f" (failed: {', '.join(failed)})" if failed else ''))
     return 1 if failed else 0
 

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from act_ros.core.atomic import write_text_atomic
 from act_ros.bench.report import machine_description, markdown_table
 from act_ros.core.checkpoint import PRESETS, parse_image_size
 from act_ros.core.inference import ACTInferenceModel, compile_inference_model
@@ -488,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
     print(report, flush=True)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(report)
+        write_text_atomic(args.output, report)
     return 1 if any(r.error for r in rows) else 0
 
 

@@ -30,6 +30,8 @@ import time
 
 import numpy as np
 
+from act_ros.core.atomic import write_text_atomic
+
 
 def _proc_cpu_s(pid: int, *, descendants: bool = True) -> float | None:
     """User + system CPU seconds of a process and (by default) its live descendants, so an
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             rclpy.try_shutdown(context=context)
     report(results)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2))
+        write_text_atomic(args.json, json.dumps(results, indent=2))
     return 0
 
 

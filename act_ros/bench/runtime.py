@@ -28,6 +28,7 @@ import time
 import numpy as np
 import torch
 
+from act_ros.core.atomic import write_text_atomic
 from act_ros.bench.report import latency_summary, machine_description, markdown_table
 from act_ros.core.backends import BACKENDS, installed_backends
 from act_ros.core.checkpoint import create_checkpoint, load_checkpoint, parse_image_size
@@ -294,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(sections[-1] + '\n', flush=True)
     report = '\n\n'.join(sections) + '\n'
     if args.output:
-        args.output.write_text(report)
+        write_text_atomic(args.output, report)
     return 0
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 import json
-import os
 from pathlib import Path
 import shutil
 import tempfile
@@ -21,6 +20,7 @@ from typing import Any
 
 import torch
 
+from act_ros.core.atomic import replace_dir
 from act_ros.core.contract import Contract, load_contract, parse_image_size
 from act_ros.core.errors import CheckpointError, ContractMismatchError
 
@@ -121,13 +121,7 @@ def save_checkpoint(path: str | Path, policy: Any, preprocessor: Any, postproces
         postprocessor.save_pretrained(tmp)
         for name, text in (extra_files or {}).items():
             (tmp / name).write_text(text)
-        old = None
-        if path.exists():
-            old = path.parent / f'.{path.name}.old-{os.getpid()}'
-            os.replace(path, old)
-        os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        replace_dir(tmp, path)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

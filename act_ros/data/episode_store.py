@@ -18,11 +18,11 @@ a save leaves the episodes saved before it (the next session's first save, or
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 import shutil
 import tempfile
 
+from act_ros.core.atomic import replace_dir
 from act_ros.data.episode import DatasetLayout, Episode
 
 logger = logging.getLogger(__name__)
@@ -89,15 +89,7 @@ class EpisodeStore:
             aggregate_datasets(repo_ids=[f'local/{p.name}' for p in saved],
                                aggr_repo_id=f'local/{self.output.name}', roots=saved,
                                aggr_root=built)
-            old = None
-            if self.output.exists():
-                old = staging / 'previous'
-                os.replace(self.output, old)
-            os.replace(built, self.output)
-        except BaseException:
-            if not self.output.exists() and (staging / 'previous').exists():
-                os.replace(staging / 'previous', self.output)
-            raise
+            replace_dir(built, self.output)  # readers always find a complete dataset
         finally:
             shutil.rmtree(staging, ignore_errors=True)
         logger.info('%s: %d episode(s)', self.output, len(saved))

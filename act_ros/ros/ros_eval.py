@@ -37,6 +37,7 @@ import threading
 import time
 from typing import Any
 
+from act_ros.core.atomic import write_text_atomic
 from act_ros.core.contract import parse_image_size
 from act_ros.ros.ros_eval_client import EvalClient, EvalError
 from act_ros.ros.ros_eval_dds import dds_environment
@@ -179,7 +180,7 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
         log(format_metrics(mode, metrics))
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(results, indent=2))
+        write_text_atomic(args.output, json.dumps(results, indent=2))
         log(f'{PREFIX} results written to {args.output}')
     return results
 

@@ -14,6 +14,7 @@ import logging
 from pathlib import Path
 import sys
 
+from act_ros.core.atomic import write_text_atomic
 from act_ros.core.backends import BACKENDS
 from act_ros.core.checkpoint import parse_image_size
 from act_ros.core.errors import ActRosError
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.output is not None:
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(out, indent=2))
+        write_text_atomic(args.output, json.dumps(out, indent=2))
         print(f'wrote {args.output}')
     return 0
 

@@ -7,13 +7,13 @@ validation set, no closed-loop evaluation) is absent or ``null``, never a placeh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-import json
 import logging
-import os
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from act_ros.core.atomic import write_json_atomic  # noqa: F401  (used by train, demo)
 
 logger = logging.getLogger(__name__)
 METRICS_FILE = 'training_metrics.json'
@@ -61,21 +61,6 @@ class History:
     def from_dict(cls, data: dict[str, Any]) -> History:
         return cls(train=list(data.get('train', [])), val=list(data.get('val', [])),
                    closed_loop=list(data.get('closed_loop', [])))
-
-
-def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write JSON into a temporary sibling, then rename (a reader never sees half a file)."""
-    tmp = path.parent / f'.{path.name}.tmp-{os.getpid()}'
-    tmp.write_text(json.dumps(data, indent=2, allow_nan=False, default=_jsonable))
-    os.replace(tmp, path)
-
-
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, Path):
-        return str(value)
-    if hasattr(value, 'tolist'):
-        return value.tolist()
-    raise TypeError(f'cannot write {type(value).__name__} to JSON')
 
 
 def finite_or_none(value: float | None) -> float | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 import shutil
 import sys
@@ -126,13 +125,9 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
         report = {'source': str(source), 'dtype': dtype, **sizes,
                   'max_action_difference': diff, 'compared_observations': len(obs), **files}
         (staging / 'packaging.json').write_text(json.dumps(report, indent=2) + '\n')
-        old = None
-        if output.exists():
-            old = output.parent / f'.{output.name}.old-{os.getpid()}'
-            os.replace(output, old)
-        os.replace(staging, output)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
+        from act_ros.core.atomic import replace_dir
+
+        replace_dir(staging, output)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

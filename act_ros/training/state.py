@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from act_ros.core.atomic import replace_dir
 from act_ros.core.checkpoint import save_checkpoint
 
 TRAINING_STATE_FILE = 'training_state.pt'
@@ -83,17 +84,6 @@ class BatchOrder:
         return np.asarray(out, dtype=np.int64)
 
 
-def _replace_dir(staging: Path, path: Path) -> None:
-    old = None
-    if path.exists():
-        old = path.parent / f'.{path.name}.old-{os.getpid()}'
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-    os.replace(staging, path)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def save_model(path: Path, policy: Any, preprocessor: Any, postprocessor: Any, *,
                info_json: str, training_state: dict[str, Any] | None = None) -> Path:
     """Write a LeRobot checkpoint (plus ``training_state.pt`` when given) atomically."""
@@ -105,7 +95,7 @@ def save_model(path: Path, policy: Any, preprocessor: Any, postprocessor: Any, *
                         extra_files={TRAINING_INFO_FILE: info_json})
         if training_state is not None:
             torch.save(training_state, staging / TRAINING_STATE_FILE)
-        _replace_dir(staging, path)
+        replace_dir(staging, path)  # last/ is never missing, not even for an instant
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -118,7 +108,7 @@ def copy_checkpoint(source: Path, path: Path) -> Path:
     shutil.rmtree(staging, ignore_errors=True)
     try:
         shutil.copytree(source, staging, ignore=shutil.ignore_patterns(TRAINING_STATE_FILE))
-        _replace_dir(staging, path)
+        replace_dir(staging, path)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
