@@ -62,6 +62,7 @@ setup(
         'pin>=3,<5',  # pinocchio: forward kinematics for the release gate
         'matplotlib>=3.8,<4',  # training plots
         'tqdm>=4.60,<5',
+        'psutil>=5.9,<8',  # process trees of the evaluation, demo and benchmark children
     ],
     extras_require={
         'ros': ROS_WHEELS,

@@ -28,7 +28,6 @@ import os
 from pathlib import Path
 import shutil
 import signal
-import subprocess
 import sys
 import time
 
@@ -72,43 +71,40 @@ PLANS = {
 
 
 class Stages:
-    """Runs each stage as a child process and stops it cleanly on Ctrl-C / SIGTERM."""
+    """Runs each stage as a child process (:class:`~act_ros.core.processes.ProcessSet`:
+    own process group, dies with the demo) and stops it cleanly on Ctrl-C / SIGTERM or when
+    it runs past its time limit."""
 
-    def __init__(self) -> None:
-        self.child: subprocess.Popen | None = None
+    def __init__(self, log_dir: Path) -> None:
+        from act_ros.core.processes import ProcessSet
+
+        self.procs = ProcessSet(log_dir, dict(os.environ))
         self.timings: dict[str, float] = {}
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
     def _on_sigterm(self, signum, frame) -> None:
         raise KeyboardInterrupt
 
-    def run(self, name: str, args: list[str]) -> None:
+    def run(self, name: str, args: list[str], timeout_s: float = 3600.0) -> None:
         print(f'\n=== {name} ===\n$ {" ".join(args)}', flush=True)
         start = time.monotonic()
-        self.child = subprocess.Popen(args, start_new_session=True)
+        child = self.procs.start(name, args, log=False)
         try:
-            code = self.child.wait()
+            code = self.procs.wait(child, timeout_s)
+        except TimeoutError as exc:
+            raise SystemExit(f'demo: stage "{name}" failed: {exc}') from None
         except KeyboardInterrupt:
             self.stop_child()
             raise
         finally:
             self.timings[name] = self.timings.get(name, 0.0) + time.monotonic() - start
-        self.child = None
+        self.procs.stop(child)  # anything it left behind
         if code != 0:
             raise SystemExit(f'demo: stage "{name}" failed (exit {code}); see the output above')
 
     def stop_child(self) -> None:
-        child, self.child = self.child, None
-        if child is None or child.poll() is not None:
-            return
-        try:
-            os.killpg(child.pid, signal.SIGINT)  # the stage cleans up its own children
-            child.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.wait()
-        except ProcessLookupError:
-            pass
+        """Stop the running stage (SIGINT to its group first: it cleans up its children)."""
+        self.procs.stop_all(grace_s=30.0)
 
 
 def shipped_model_path() -> Path:
@@ -164,7 +160,7 @@ def _train(stages: Stages, plan: DemoPlan, out: Path, args: argparse.Namespace) 
                     str(plan.train_steps), '--checkpoint-interval', str(plan.train_steps),
                     '--closed-loop-val-episodes', '1', '--early-stop-patience', '0',
                     '--min-steps', '0']
-    stages.run('train', command + ['--output-dir', str(train_dir)])
+    stages.run('train', command + ['--output-dir', str(train_dir)], timeout_s=8 * 3600.0)
     return checkpoint
 
 
@@ -220,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault('MUJOCO_GL', 'egl')
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
-    stages = Stages()
+    stages = Stages(out / 'logs')
     started = time.monotonic()
     print(f'act_ros demo ({name}): {asdict(plan)}\noutput folder: {out}', flush=True)
     try:

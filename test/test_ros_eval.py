@@ -23,7 +23,7 @@ pytest.importorskip('rclpy')
 pytest.importorskip('mujoco')
 
 from act_ros.ros import ros_eval  # noqa: E402
-from act_ros.ros.ros_eval_procs import wait_gone  # noqa: E402
+from act_ros.core.processes import wait_gone  # noqa: E402
 
 PID_LINE = re.compile(r'started (sim_bridge|act_node) \(pid (\d+)')
 

@@ -20,6 +20,8 @@ import sys
 
 from act_ros.core.atomic import write_text_atomic
 
+# One benchmark may run for a while (compile matrices, node load tests), never forever.
+BENCHMARK_TIMEOUT_S = 3 * 3600.0
 BENCHMARKS = {
     'runtime': 'act_ros.bench.runtime',
     'node': 'act_ros.bench.node',
@@ -126,7 +128,14 @@ def _run_all(argv: list[str]) -> int:
         args_ = [sys.executable, '-m', BENCHMARKS[name],
                  *benchmark_args(name, part, device=args.device, size=size)]
         # Each benchmark in a fresh process: no compiled state or threads leak between them.
-        proc = subprocess.run(args_, check=False, stdout=subprocess.PIPE, text=True, env=env)
+        try:
+            proc = subprocess.run(args_, check=False, stdout=subprocess.PIPE, text=True, env=env,
+                                  timeout=BENCHMARK_TIMEOUT_S)
+        except subprocess.TimeoutExpired as exc:
+            out = exc.stdout.decode(errors='replace') if isinstance(exc.stdout, bytes) else \
+                (exc.stdout or '')
+            proc = subprocess.CompletedProcess(args_, returncode=124, stdout=out + (
+                f'\n[bench] {name} ran past {BENCHMARK_TIMEOUT_S:.0f} s and was stopped'))
         print(proc.stdout, flush=True)
         if part.with_suffix('.json').is_file():
             section = node_section(part.with_suffix('.json'))

@@ -22,8 +22,6 @@ import json
 import os
 from pathlib import Path
 import random
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,6 +29,7 @@ import time
 import numpy as np
 
 from act_ros.core.atomic import write_text_atomic
+from act_ros.core.processes import ProcessSet
 
 
 def _proc_cpu_s(pid: int, *, descendants: bool = True) -> float | None:
@@ -113,9 +112,9 @@ def main(argv: list[str] | None = None) -> int:
                '-p', 'diagnostics_period_s:=1.0']
         print(f"[bench node] starting act_node (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})",
               flush=True)
-        log_path = Path(tmp) / 'act_node.log'
-        log = log_path.open('w')
-        node_proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True)
+        procs = ProcessSet(Path(tmp), dict(os.environ))
+        node = procs.start('act_node', cmd)
+        node_proc, log_path = node.popen, node.log_path
         context = rclpy.context.Context()
         rclpy.init(context=context)
         rng = np.random.default_rng(0)
@@ -153,13 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                            preset=args.preset if not args.model_path else 'given',
                            cpu_count=os.cpu_count())
         finally:
-            if node_proc.poll() is None:
-                node_proc.send_signal(signal.SIGINT)
-                try:
-                    node_proc.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    node_proc.kill()
-            log.close()
+            procs.stop_all(grace_s=20.0)  # SIGINT, then escalation; its inference child too
             rclpy.try_shutdown(context=context)
     report(results)
     if args.json:

@@ -24,6 +24,9 @@ from act_ros.core.contract import parse_image_size
 from act_ros.data.episode import OBJECT_POSE_NAMES, OBJECT_POSES_FEATURE, DatasetLayout
 from act_ros.data.rollout import RolloutResult
 
+# One expert episode takes seconds; a worker silent for this long is hung.
+EPISODE_TIMEOUT_S = 600.0
+
 
 @dataclass(frozen=True)
 class CollectConfig:
@@ -148,7 +151,12 @@ def _rollouts_in_pool(sim_config, seeds: Iterator[int], cameras: tuple[str, ...]
                     pending.append(pool.apply_async(rollout.worker_episode, (seed,)))
             if not pending:
                 break
-            yield pending.popleft().get()
+            try:
+                yield pending.popleft().get(timeout=EPISODE_TIMEOUT_S)
+            except multiprocessing.TimeoutError:
+                raise RuntimeError(f'a collection worker gave no episode within '
+                                   f'{EPISODE_TIMEOUT_S:.0f} s (hung simulation?); stopped, no '
+                                   'dataset was written') from None
     finally:
         pool.terminate()  # stops the workers, also on error, Ctrl-C or early close
         pool.join()

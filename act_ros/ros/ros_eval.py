@@ -17,7 +17,7 @@ What it does, per policy mode (``chunk``, ``ensemble``):
    (deg) per mode, with the lock-step timeouts (0 in a clean run) and the step rate.
 
 The same seeds are used for every mode. Everything started is stopped at the end, on an
-error, on Ctrl-C and on SIGTERM (:mod:`act_ros.ros.ros_eval_procs`). Child logs go to
+error, on Ctrl-C and on SIGTERM (:mod:`act_ros.core.processes`). Child logs go to
 ``--log-dir`` (a temporary directory by default, named in the output). With Fast DDS the
 children get a profile that passes full-size images through shared memory
 (:mod:`act_ros.ros.ros_eval_dds`).
@@ -41,7 +41,7 @@ from act_ros.core.atomic import write_text_atomic
 from act_ros.core.contract import parse_image_size
 from act_ros.ros.ros_eval_client import EvalClient, EvalError
 from act_ros.ros.ros_eval_dds import dds_environment
-from act_ros.ros.ros_eval_procs import ChildExitedError, ProcessSet, signals_deferred
+from act_ros.core.processes import ChildExitedError, ProcessSet, signals_deferred
 from act_ros.sim.metrics import EpisodeResult, summarize_results
 
 PREFIX = '[ros-eval]'

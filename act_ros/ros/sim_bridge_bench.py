@@ -26,7 +26,7 @@ from act_ros.ros import conversions as conv
 from act_ros.ros.ros_eval import bridge_command, default_domain_id, parse_image_size
 from act_ros.ros.ros_eval_client import EvalClient
 from act_ros.ros.ros_eval_dds import PROFILE_VARIABLES, dds_environment, use_in_this_process
-from act_ros.ros.ros_eval_procs import ProcessSet, signals_deferred
+from act_ros.core.processes import ProcessSet, signals_deferred
 from act_ros.ros.sim_bridge import COMMAND_QOS, camera_topic
 from act_ros.sim.scene import CAMERAS
 

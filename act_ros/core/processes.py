@@ -1,9 +1,12 @@
-"""Child processes of the over-ROS evaluation: started in process groups, never left behind.
+"""Child processes that are never left behind: one helper for every tool that starts them.
 
-Every child runs in a process group of its own (so a terminal's Ctrl-C reaches only the
-parent, which then stops the children in order) and, on Linux, is told by the kernel to
-terminate if the parent dies without cleaning up (``PR_SET_PDEATHSIG``). Stopping a child
-sends SIGINT to its group (rclpy shuts down cleanly), then SIGTERM, then SIGKILL.
+The over-ROS evaluation, the demo's stages and the benchmarks start their children with
+:class:`ProcessSet`. Every child runs in a process group of its own (so a terminal's
+Ctrl-C reaches only the parent, which then stops the children in order) and, on Linux,
+is told by the kernel to terminate if the parent dies without cleaning up
+(``PR_SET_PDEATHSIG``). Stopping a child sends SIGINT to its group (rclpy and the
+trainer shut down cleanly), then SIGTERM, then SIGKILL; descendants that left the group
+(found with ``psutil`` before the first signal) are killed at the end as well.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import sys
 import threading
 import time
 from typing import IO
+
+import psutil
 
 
 class ChildExitedError(RuntimeError):
@@ -81,17 +86,32 @@ class ProcessSet:
         self.env = dict(env)
         self.children: list[Child] = []
 
-    def start(self, name: str, command: Sequence[str]) -> Child:
-        """Start ``command`` with output to ``<log_dir>/<name>.log``."""
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+    def start(self, name: str, command: Sequence[str], *, log: bool = True) -> Child:
+        """Start ``command`` with output to ``<log_dir>/<name>.log`` (``log=False``: to
+        this process's own output, for a stage the user watches)."""
         log_path = self.log_dir / f'{name}.log'
-        log_file = log_path.open('wb')
-        popen = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, stdout=log_file,
-                                 stderr=subprocess.STDOUT, env=self.env, process_group=0,
-                                 preexec_fn=_die_with_parent)
+        if log:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            log_file = log_path.open('wb')
+            out: dict = dict(stdout=log_file, stderr=subprocess.STDOUT)
+        else:
+            log_file = open(os.devnull, 'wb')  # noqa: SIM115 - closed with the child
+            out = {}
+        popen = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, env=self.env,
+                                 process_group=0, preexec_fn=_die_with_parent, **out)
         child = Child(name, list(command), log_path, popen, log_file)
         self.children.append(child)
         return child
+
+    def wait(self, child: Child, timeout_s: float | None = None) -> int:
+        """The child's exit code; :class:`ChildExitedError`-free, ``TimeoutError`` past
+        ``timeout_s`` (the child is then stopped)."""
+        try:
+            return child.popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            self.stop(child)
+            raise TimeoutError(f'{child.name} did not finish within {timeout_s:.0f} s; '
+                               'stopped') from None
 
     def check(self) -> None:
         """Raise :class:`ChildExitedError` if a child has exited (with its log tail)."""
@@ -112,6 +132,12 @@ class ProcessSet:
         self._stop(list(self.children), grace_s)
 
     def _stop(self, children: list[Child], grace_s: float) -> None:
+        descendants = []
+        for child in children:
+            try:
+                descendants += psutil.Process(child.pid).children(recursive=True)
+            except psutil.Error:
+                pass
         for sig, wait_s in ((signal.SIGINT, grace_s), (signal.SIGTERM, 3.0),
                             (signal.SIGKILL, 3.0)):
             running = [c for c in children if c.running()]
@@ -128,6 +154,12 @@ class ProcessSet:
             child.log_file.close()
             if child in self.children:
                 self.children.remove(child)
+        for process in descendants:  # and what left the group (setsid, own groups)
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+        psutil.wait_procs(descendants, timeout=3.0)
 
 
 @contextlib.contextmanager
