@@ -85,9 +85,9 @@ setup(
     entry_points={
         'console_scripts': [
             'act-ros = act_ros.cli:main',
-            'act_node = act_ros.ros.act_node:main',
-            'sim_bridge = act_ros.ros.sim_bridge:main',
-            'record_node = act_ros.ros.record_node:main',
+            'act_node = act_ros.ros.node.act_node:main',
+            'sim_bridge = act_ros.ros.sim_bridge.bridge:main',
+            'record_node = act_ros.ros.recording.record_node:main',
             'train = act_ros.training.train:main',
             'evaluate = act_ros.training.evaluate:main',
             'collect = act_ros.data.collect:main',

@@ -14,7 +14,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'generate-synthetic': ('act_ros.data.synthetic', 'write a small random dataset for smoke tests'),
     'import-bag': ('act_ros.data.bag_import', 'rosbag2 recordings (MCAP, SQLite3) to a LeRobot '
                    'dataset'),
-    'record': ('act_ros.ros.record_node', 'record demonstrations from ROS 2 topics (record_node)'),
+    'record': ('act_ros.ros.recording.record_node', 'record demonstrations from ROS 2 topics (record_node)'),
     'train': ('act_ros.training.train', 'train an ACT policy on a LeRobot dataset'),
     'evaluate': ('act_ros.training.evaluate', 'closed-loop evaluation in the simulation'),
     'bench': ('act_ros.bench.__main__', 'benchmarks (runtime, node, compile, training, all)'),

@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
         ros_json = out / 'ros_eval.json'
         stages.run('evaluate over ROS 2 (sim_bridge + act_node, two processes)', [
-            sys.executable, '-m', 'act_ros.ros.ros_eval', '--checkpoint', str(checkpoint),
+            sys.executable, '-m', 'act_ros.ros.evaluation.ros_eval', '--checkpoint', str(checkpoint),
             '--episodes', str(plan.eval_episodes), '--mode', 'both', '--seed', str(EVAL_SEED),
             '--output', str(ros_json), '--log-dir', str(out / 'ros_logs')])
         ros = json.loads(ros_json.read_text())

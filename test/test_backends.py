@@ -199,7 +199,7 @@ def test_export_cli_reports_bad_input(tmp_path, capsys):
 
 
 def test_backend_parameter_matches_the_runtime():
-    from act_ros.ros.parameters import parameter_specs
+    from act_ros.ros.node.parameters import parameter_specs
     spec = {s.name: s for s in parameter_specs(None)}['backend']
     assert spec.default == 'torch' and spec.choices == backends.BACKENDS
 
@@ -226,7 +226,7 @@ def test_read_only_checkpoint_uses_its_export_or_the_user_cache(exported, tmp_pa
 def _node(context, checkpoint, **params):
     from rclpy.parameter import Parameter
 
-    from act_ros.ros.act_node import ActNode
+    from act_ros.ros.node.act_node import ActNode
     values = {'model_path': str(checkpoint), 'autostart': False, 'torch_threads': 1,
               'execution': 'async', **params}
     return ActNode(context=context,

@@ -116,7 +116,7 @@ def test_parameter_files_exist_and_are_installed(launch_tree):
 
 def test_remapped_topics_are_the_node_defaults(launch_tree):
     from act_ros.core.contract import load_contract
-    from act_ros.ros.parameters import parameter_specs
+    from act_ros.ros.node.parameters import parameter_specs
 
     defaults = {s.default for s in parameter_specs(load_contract()) if isinstance(s.default, str)}
     node = _calls(launch_tree, 'LifecycleNode')[0]
@@ -127,7 +127,7 @@ def test_remapped_topics_are_the_node_defaults(launch_tree):
 
 def test_params_file_mirrors_the_declared_parameters():
     from act_ros.core.contract import load_contract
-    from act_ros.ros.parameters import parameter_specs
+    from act_ros.ros.node.parameters import parameter_specs
 
     data = yaml.safe_load(PARAMS_FILE.read_text())
     assert list(data) == [NODE_KEY]
@@ -154,7 +154,7 @@ def test_params_file_loads_into_the_node(ros_domain_id):
     rclpy = pytest.importorskip('rclpy')
     from rclpy.lifecycle import TransitionCallbackReturn
 
-    from act_ros.ros.act_node import ActNode
+    from act_ros.ros.node.act_node import ActNode
 
     context = rclpy.context.Context()
     rclpy.init(context=context, domain_id=ros_domain_id,

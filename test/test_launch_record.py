@@ -46,7 +46,7 @@ def test_executable_and_parameter_file(tree):
 
 def test_params_file_mirrors_the_declared_parameters():
     from act_ros.core.contract import load_contract
-    from act_ros.ros.record_node import record_parameters
+    from act_ros.ros.recording.record_node import record_parameters
 
     data = yaml.safe_load(PARAMS_FILE.read_text())
     (key,) = data
@@ -60,7 +60,7 @@ def test_params_file_mirrors_the_declared_parameters():
 @pytest.mark.ros
 def test_params_file_loads_into_the_node(ros_domain_id, tmp_path):
     rclpy = pytest.importorskip('rclpy')
-    from act_ros.ros.record_node import RecordNode
+    from act_ros.ros.recording.record_node import RecordNode
 
     context = rclpy.context.Context()
     rclpy.init(context=context, domain_id=ros_domain_id,

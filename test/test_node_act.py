@@ -22,7 +22,7 @@ from rclpy.parameter import Parameter  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from act_ros.core.contract import load_contract  # noqa: E402
-from act_ros.ros.act_node import ActNode  # noqa: E402
+from act_ros.ros.node.act_node import ActNode  # noqa: E402
 from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
 
 CONTRACT = load_contract()
@@ -234,7 +234,7 @@ def test_bad_parameters_fail_configure(rclpy_context, checkpoint, params, words)
 def test_console_script_exits_with_one_line_on_bad_configuration(ros_domain_id):
     env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
     proc = subprocess.run(
-        [sys.executable, '-m', 'act_ros.ros.act_node', '--ros-args', '-p', 'device:=tpu',
+        [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args', '-p', 'device:=tpu',
          '-p', 'model_path:=/nonexistent'],
         check=False, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 1, proc.stderr[-2000:]
@@ -251,7 +251,7 @@ def test_console_script_drives_commands_with_the_model_in_a_child_process(
     log = tmp_path / 'act_node.log'
     with log.open('w') as out:
         proc = subprocess.Popen(
-            [sys.executable, '-m', 'act_ros.ros.act_node', '--ros-args', '-p',
+            [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args', '-p',
              f'model_path:={checkpoint}', '-p', 'torch_threads:=1', '-p',
              'release_gate.enabled:=false'],
             stdout=out, stderr=subprocess.STDOUT, text=True, env=env)

@@ -19,7 +19,7 @@ rclpy = pytest.importorskip('rclpy')
 from rclpy.parameter import Parameter  # noqa: E402
 
 from act_ros.core.contract import load_contract  # noqa: E402
-from act_ros.ros.act_node import ActNode  # noqa: E402
+from act_ros.ros.node.act_node import ActNode  # noqa: E402
 from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
 
 CONTRACT = load_contract()

@@ -43,7 +43,7 @@ def _read(root: Path):
 
 
 def _recorder(context, output: Path, **params):
-    from act_ros.ros.record_node import RecordNode
+    from act_ros.ros.recording.record_node import RecordNode
 
     values = {'output': str(output), 'image_height': H, 'image_width': W, 'use_video': False,
               'diagnostics_period_s': 0.2, **params}
@@ -54,8 +54,8 @@ def _recorder(context, output: Path, **params):
 @pytest.mark.slow
 def test_expert_over_ros_is_recorded_like_collect(rclpy_context, tmp_path):
     from act_ros.data.collect import CollectConfig, collect
-    from act_ros.ros.expert_driver import ExpertDriver
-    from act_ros.ros.sim_bridge import SimBridge
+    from act_ros.ros.recording.expert_driver import ExpertDriver
+    from act_ros.ros.sim_bridge.bridge import SimBridge
 
     collect(CollectConfig(output=tmp_path / 'collected', episodes=1, seed=SEED, image_height=H,
                           image_width=W, use_video=False), progress=False)
@@ -146,7 +146,7 @@ def test_sigint_during_recording_leaves_only_whole_episodes(rclpy_context, ros_d
     env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
     log = (tmp_path / 'record.log').open('w')
     proc = subprocess.Popen(
-        [sys.executable, '-m', 'act_ros.ros.record_node', '--ros-args',
+        [sys.executable, '-m', 'act_ros.ros.recording.record_node', '--ros-args',
          '-p', f'output:={output}', '-p', 'start_recording:=true', '-p', 'max_episode_s:=1.0',
          '-p', f'image_height:={H}', '-p', f'image_width:={W}', '-p', 'use_video:=false',
          '-p', 'action_source:=leader', '-p', 'action_topic:=leader/joint_states',

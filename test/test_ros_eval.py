@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.ros, pytest.mark.sim]
 pytest.importorskip('rclpy')
 pytest.importorskip('mujoco')
 
-from act_ros.ros import ros_eval  # noqa: E402
+from act_ros.ros.evaluation import ros_eval  # noqa: E402
 from act_ros.core.processes import wait_gone  # noqa: E402
 
 PID_LINE = re.compile(r'started (sim_bridge|act_node) \(pid (\d+)')
@@ -101,7 +101,7 @@ def test_stopping_the_driver_leaves_no_orphans(tiny_checkpoint, ros_domain_id, t
     # stops the children.
     env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
     driver = subprocess.Popen(
-        [sys.executable, '-m', 'act_ros.ros.ros_eval', '--checkpoint', str(tiny_checkpoint),
+        [sys.executable, '-m', 'act_ros.ros.evaluation.ros_eval', '--checkpoint', str(tiny_checkpoint),
          '--episodes', '5', '--mode', 'both', '--domain-id', str(ros_domain_id),
          '--log-dir', str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
@@ -141,7 +141,7 @@ def test_stopping_the_driver_leaves_no_orphans(tiny_checkpoint, ros_domain_id, t
 def test_dds_profile_is_selected_unless_the_user_chose_one():
     import xml.etree.ElementTree as ET
 
-    from act_ros.ros.ros_eval_dds import dds_environment
+    from act_ros.ros.evaluation.dds import dds_environment
 
     env = dds_environment({'RMW_IMPLEMENTATION': 'rmw_fastrtps_cpp'})
     profile = Path(env['FASTDDS_DEFAULT_PROFILES_FILE'])
@@ -158,7 +158,7 @@ def test_full_size_images_cross_processes_in_lockstep(ros_domain_id):
     # another process: with the middleware defaults most are lost (steps time out).
     env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
     proc = subprocess.run(
-        [sys.executable, '-m', 'act_ros.ros.sim_bridge_bench', '--image-size', '480x640',
+        [sys.executable, '-m', 'act_ros.ros.sim_bridge.bench', '--image-size', '480x640',
          '--steps', '10', '--domain-id', str(ros_domain_id)],
         check=False, capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]

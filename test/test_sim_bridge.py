@@ -30,7 +30,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.ros import conversions as conv  # noqa: E402
 from act_ros.ros.harness import spinning, wait_until  # noqa: E402
-from act_ros.ros.sim_bridge import STATUS_QOS, SimBridge  # noqa: E402
+from act_ros.ros.sim_bridge.bridge import STATUS_QOS, SimBridge  # noqa: E402
 
 JOINTS = list(load_contract().joint_names)
 DISCOVERY_S = 20.0  # generous: the test machine may be shared and slow
@@ -307,7 +307,7 @@ def test_policy_reset_service_runs_before_each_episode(rclpy_context):
 def test_console_script_exits_with_one_line_on_a_bad_parameter(ros_domain_id):
     env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
     proc = subprocess.run(
-        [sys.executable, '-m', 'act_ros.ros.sim_bridge', '--ros-args', '-p', 'mode:=fast'],
+        [sys.executable, '-m', 'act_ros.ros.sim_bridge.bridge', '--ros-args', '-p', 'mode:=fast'],
         check=False, capture_output=True, text=True, timeout=120, env=env)
     assert proc.returncode == 1, proc.stderr[-2000:]
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if 'cannot start' in line]

@@ -17,8 +17,8 @@ import yaml
 pytest.importorskip('rclpy')
 
 from act_ros.core.contract import load_contract  # noqa: E402
-from act_ros.ros.parameters import parameter_specs  # noqa: E402
-from act_ros.ros.sim_bridge_params import BRIDGE_PARAMETERS  # noqa: E402
+from act_ros.ros.node.parameters import parameter_specs  # noqa: E402
+from act_ros.ros.sim_bridge.params import BRIDGE_PARAMETERS  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = ROOT / 'launch' / 'sim.launch.py'
@@ -115,7 +115,7 @@ def test_named_files_exist(tree):
 def test_bridge_yaml_matches_the_declarations_and_loads_in_a_real_node(rclpy_context):
     from rclpy.parameter import Parameter
 
-    from act_ros.ros.sim_bridge import SimBridge
+    from act_ros.ros.sim_bridge.bridge import SimBridge
 
     data = yaml.safe_load(BRIDGE_YAML.read_text())
     params = data['/**/sim_bridge']['ros__parameters']

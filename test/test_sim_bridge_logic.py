@@ -16,8 +16,8 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E
 
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.ros.conversions import MalformedMessageError  # noqa: E402
-from act_ros.ros.sim_bridge_loop import BridgeLoop  # noqa: E402
-from act_ros.ros.sim_bridge_messages import (array_target, parse_status, status_json,  # noqa: E402
+from act_ros.ros.sim_bridge.loop import BridgeLoop  # noqa: E402
+from act_ros.ros.sim_bridge.messages import (array_target, parse_status, status_json,  # noqa: E402
                                              time_msg, trajectory_target, yaw_quaternion)
 from act_ros.sim import PortPickAlignEnv, SimConfig  # noqa: E402
 

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
     os.environ.setdefault('ROS_DOMAIN_ID', str(random.randint(10, 99)))
     # Full-size images between processes need the large shared-memory profile (both sides).
-    from act_ros.ros.ros_eval_dds import dds_environment
+    from act_ros.ros.evaluation.dds import dds_environment
     os.environ.update(dds_environment(dict(os.environ)))
 
     import rclpy
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                   f'({args.height}x{args.width} cameras)', flush=True)
             model_path = str(create_checkpoint(Path(tmp) / 'model', preset=args.preset,
                                                image_size=(args.height, args.width)))
-        cmd = [sys.executable, '-m', 'act_ros.ros.act_node', '--ros-args',
+        cmd = [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args',
                '--params-file', str(config_path('act.yaml')),
                '-p', f'model_path:={model_path}', '-p', f'device:={args.device}',
                '-p', f'mode:={args.mode}', '-p', f'execution:={args.execution}',

@@ -1,6 +1,6 @@
 """ONNX export of the inference model, kept next to the checkpoint and never used stale.
 
-What is exported is :class:`~act_ros.core.inference.ACTInferenceModel`: normalized
+What is exported is :class:`~act_ros.core.inference_model.ACTInferenceModel`: normalized
 observation tensors in (``observation.state`` (1, J), then one (1, 3, H, W) tensor per
 camera in the checkpoint's ``image_features`` order), the normalized action chunk
 (1, chunk_size, J) out. Normalization stays in the runtime
@@ -45,6 +45,7 @@ from torch import nn
 from act_ros.core.checkpoint import LoadedCheckpoint, checkpoint_hash, load_checkpoint
 from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import ActRosError, DeviceUnavailableError
+from act_ros.core.inference_model import ACTInferenceModel
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +277,6 @@ def ensure_onnx_export(checkpoint: LoadedCheckpoint, *, model: nn.Module | None 
     ``model`` is the ``ACTInferenceModel`` to export (built from the checkpoint on the CPU
     when not given). A stale export is never used: it is rebuilt and the reason logged.
     """
-    from act_ros.core.inference import ACTInferenceModel
 
     ckpt_hash = ckpt_hash or checkpoint_hash(checkpoint.path)
     inputs, output = graph_signature(checkpoint, image_size)

@@ -24,27 +24,11 @@ from act_ros.core.backends import check_backend_options, create_backend
 from act_ros.core.checkpoint import LoadedCheckpoint
 from act_ros.core.contract import Contract
 from act_ros.core.errors import DeviceUnavailableError
+from act_ros.core.inference_model import ACTInferenceModel
 from act_ros.core.observation import Observation, image_to_tensor, state_to_tensor
 
 PRECISIONS = ('fp32', 'bf16', 'fp16')
 COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
-
-
-class ACTInferenceModel(nn.Module):
-    """``(state, *images) -> actions`` for an ACT network in eval mode (latent = 0).
-
-    Inputs are normalized: ``state`` (B, J) and one (B, 3, H, W) tensor per camera, in the
-    order of the checkpoint's ``image_features``. Output: (B, chunk_size, J).
-    """
-
-    def __init__(self, act_model: nn.Module) -> None:
-        super().__init__()
-        self.model = act_model
-
-    def forward(self, state: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
-        batch = {'observation.state': state, 'observation.images': list(images)}
-        actions, _ = self.model(batch)
-        return actions
 
 
 def cpu_has_native_bf16() -> bool:

@@ -11,7 +11,7 @@ The action recorded at a tick is the newest command sent to the arm (the positio
 ``JointTrajectory``'s first point, or a ``Float64MultiArray`` in contract order), or the
 joint positions of a leader arm (``sensor_msgs/JointState``), as configured.
 
-``act_ros.ros.record_node`` feeds the :class:`~act_ros.core.inputs.InputStore` from
+``act_ros.ros.recording.record_node`` feeds the :class:`~act_ros.core.inputs.InputStore` from
 subscriptions on the node clock; ``act_ros.data.bag_import`` from the messages of a
 rosbag2 file on its log time. Both then call :meth:`EpisodeBuffer.sample`.
 """

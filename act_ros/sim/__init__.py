@@ -1,6 +1,6 @@
 """MuJoCo port-pick-align task: scene, environment, scripted expert and metrics.
 
-Nothing here imports rclpy; ``act_ros.ros.sim_bridge`` puts the environment on ROS topics.
+Nothing here imports rclpy; ``act_ros.ros.sim_bridge.bridge`` puts the environment on ROS topics.
 Importing this package picks a headless OpenGL backend for MuJoCo's renderer before
 MuJoCo is loaded, so every entry point that renders (collect, train, evaluate,
 sim_bridge) works in a plain shell without a display: ``MUJOCO_GL=egl`` (and

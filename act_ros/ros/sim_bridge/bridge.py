@@ -1,8 +1,8 @@
 """``sim_bridge``: the MuJoCo port-pick-align task on ROS 2 topics, like a robot would be.
 
 A thin adapter over :class:`act_ros.sim.PortPickAlignEnv`; when and how the simulation
-steps is :class:`act_ros.ros.sim_bridge_loop.BridgeLoop` (modes ``realtime`` and
-``lockstep``), message building is :mod:`act_ros.ros.sim_bridge_messages`.
+steps is :class:`act_ros.ros.sim_bridge.loop.BridgeLoop` (modes ``realtime`` and
+``lockstep``), message building is :mod:`act_ros.ros.sim_bridge.messages`.
 
 Topics (relative names follow the namespace; remap them as for a real robot):
 
@@ -14,7 +14,7 @@ Topics (relative names follow the namespace; remap them as for a real robot):
   face, x axis along its stripe: what ``act_node`` reads with ``pad_source: topic``);
 - out, reliable: ``/clock`` (``rosgraph_msgs/Clock``, simulated time) and
   ``~/episode_status`` (``std_msgs/String`` holding one JSON object, transient local:
-  fields in :mod:`act_ros.ros.sim_bridge_messages`);
+  fields in :mod:`act_ros.ros.sim_bridge.messages`);
 - in, reliable, like ros2_control controllers: ``joint_trajectory_controller/
   joint_trajectory`` (``trajectory_msgs/JointTrajectory``, joints matched by name) and
   ``forward_position_controller/commands`` (``std_msgs/Float64MultiArray``, contract
@@ -55,11 +55,11 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from act_ros.ros import sim_bridge_messages as msgs
+from act_ros.ros.sim_bridge import messages as msgs
 from act_ros.ros.conversions import MalformedMessageError
-from act_ros.ros.parameters import DEFAULT_COMMAND_TOPICS, declare_parameters
-from act_ros.ros.sim_bridge_loop import BridgeLoop, EpisodeStartError
-from act_ros.ros.sim_bridge_params import BRIDGE_PARAMETERS, read_bridge_settings
+from act_ros.ros.node.parameters import DEFAULT_COMMAND_TOPICS, declare_parameters
+from act_ros.ros.sim_bridge.loop import BridgeLoop, EpisodeStartError
+from act_ros.ros.sim_bridge.params import BRIDGE_PARAMETERS, read_bridge_settings
 from act_ros.sim.config import SimConfig
 from act_ros.sim.env import PortPickAlignEnv, SimObservation
 from act_ros.sim.scene import BOX_BODY, CAMERAS, EE_SITE

@@ -32,7 +32,7 @@ from trajectory_msgs.msg import JointTrajectory
 from act_ros.core.contract import load_contract
 from act_ros.core.inputs import InputStore
 from act_ros.ros import conversions as conv
-from act_ros.ros.node_setup import COMMAND_QOS
+from act_ros.ros.node.interfaces import COMMAND_QOS
 
 STREAMS = ('joint_states', 'ee_pose', 'box_pose', 'pad_pose')
 

@@ -21,8 +21,8 @@ from rclpy.signals import SignalHandlerOptions
 from std_msgs.msg import String
 from std_srvs.srv import Trigger
 
-from act_ros.ros.sim_bridge import STATUS_QOS
-from act_ros.ros.sim_bridge_messages import parse_status
+from act_ros.ros.sim_bridge.bridge import STATUS_QOS
+from act_ros.ros.sim_bridge.messages import parse_status
 
 BRIDGE = '/sim_bridge'
 POLICY = '/act_node'

@@ -1,7 +1,7 @@
 """Parameters of ``sim_bridge``: declared in one place, validated into one settings object.
 
 ``config/sim_bridge.yaml`` mirrors this table with comments. The declaration helpers are
-the policy node's (:mod:`act_ros.ros.parameters`), so both nodes describe and check their
+the policy node's (:mod:`act_ros.ros.node.parameters`), so both nodes describe and check their
 parameters the same way.
 """
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from rclpy.node import Node
 
-from act_ros.ros.parameters import ParamSpec, get_value
-from act_ros.ros.sim_bridge_loop import MODES
+from act_ros.ros.node.parameters import ParamSpec, get_value
+from act_ros.ros.sim_bridge.loop import MODES
 
 P = ParamSpec
 BRIDGE_PARAMETERS: list[ParamSpec] = [

@@ -10,21 +10,19 @@ from __future__ import annotations
 
 from collections import deque
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticStatus
 import numpy as np
 
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array
 
-if TYPE_CHECKING:
-    from act_ros.ros.act_node import ActNode
 
 
 class NodeStatus:
     """Command rate and latency bookkeeping, and the periodic diagnostics message."""
 
-    def __init__(self, node: ActNode) -> None:
+    def __init__(self, node: Any) -> None:  # ActNode (not imported: no circle)
         self.node = node
         self.command_rate = RateMeter(window_s=2.0)
         self._lock = threading.Lock()

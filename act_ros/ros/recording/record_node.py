@@ -41,8 +41,8 @@ from act_ros.core.decode import MalformedMessageError
 from act_ros.data.recording import (ACTION, ACTION_SOURCES, COMMAND_TYPES, IMAGE_TRANSPORTS,
                                     EpisodeBuffer, RecordingSpec, StampMatcher, make_store)
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array
-from act_ros.ros.node_setup import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
-from act_ros.ros.parameters import CONTRACT_PATH, ParamSpec, declare_parameters
+from act_ros.ros.node.interfaces import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
+from act_ros.ros.node.parameters import CONTRACT_PATH, ParamSpec, declare_parameters
 
 MESSAGE_TYPES = {'sensor_msgs/msg/Image': Image,
                  'sensor_msgs/msg/CompressedImage': CompressedImage,

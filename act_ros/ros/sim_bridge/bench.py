@@ -1,6 +1,6 @@
 """Lock-step step rate of ``sim_bridge`` over ROS 2 (a benchmark: prints numbers).
 
-    python -m act_ros.ros.sim_bridge_bench --image-size 96x128 480x640 --steps 150
+    python -m act_ros.ros.sim_bridge.bench --image-size 96x128 480x640 --steps 150
 
 For each image size: ``sim_bridge`` runs as its own process in lock-step; this process
 plays an instant policy that subscribes to the cameras and joint states like ``act_node``
@@ -23,11 +23,11 @@ from std_msgs.msg import Float64MultiArray
 
 from act_ros.core.contract import load_contract
 from act_ros.ros import conversions as conv
-from act_ros.ros.ros_eval import bridge_command, default_domain_id, parse_image_size
-from act_ros.ros.ros_eval_client import EvalClient
-from act_ros.ros.ros_eval_dds import PROFILE_VARIABLES, dds_environment, use_in_this_process
+from act_ros.ros.evaluation.ros_eval import bridge_command, default_domain_id, parse_image_size
+from act_ros.ros.evaluation.client import EvalClient
+from act_ros.ros.evaluation.dds import PROFILE_VARIABLES, dds_environment, use_in_this_process
 from act_ros.core.processes import ProcessSet, signals_deferred
-from act_ros.ros.sim_bridge import COMMAND_QOS, camera_topic
+from act_ros.ros.sim_bridge.bridge import COMMAND_QOS, camera_topic
 from act_ros.sim.scene import CAMERAS
 
 
@@ -72,7 +72,7 @@ def measure(size: tuple[int, int], steps: int, domain: int, timeout_s: float,
             large_images: bool = True) -> dict[str, float]:
     """Steps per second of one lock-step episode of ``steps`` steps at ``size``.
 
-    ``large_images``: use the Fast DDS profile of :mod:`act_ros.ros.ros_eval_dds` (as the
+    ``large_images``: use the Fast DDS profile of :mod:`act_ros.ros.evaluation.dds` (as the
     evaluation driver does); ``False`` shows the middleware defaults.
     """
     args = argparse.Namespace(seed=0, episode_steps=steps, lockstep_timeout=timeout_s)
@@ -105,7 +105,7 @@ def measure(size: tuple[int, int], steps: int, domain: int, timeout_s: float,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog='python -m act_ros.ros.sim_bridge_bench',
+    parser = argparse.ArgumentParser(prog='python -m act_ros.ros.sim_bridge.bench',
                                      description=__doc__.splitlines()[0])
     parser.add_argument('--image-size', nargs='+', default=['96x128', '480x640'])
     parser.add_argument('--steps', type=int, default=150)

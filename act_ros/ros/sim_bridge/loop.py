@@ -165,7 +165,7 @@ class BridgeLoop:
             self._cond.notify_all()
 
     def status(self) -> dict[str, Any]:
-        """Episode status (see :mod:`act_ros.ros.sim_bridge_messages` for the fields)."""
+        """Episode status (see :mod:`act_ros.ros.sim_bridge.messages` for the fields)."""
         with self._cond:
             env = self.env
             done = self.result is not None

@@ -1,6 +1,6 @@
 """Evaluate a checkpoint over ROS 2: ``sim_bridge`` and ``act_node`` as separate processes.
 
-    python -m act_ros.ros.ros_eval --checkpoint DIR --episodes 10 --mode both \
+    python -m act_ros.ros.evaluation.ros_eval --checkpoint DIR --episodes 10 --mode both \
         --image-size 96x128 --seed 1000
 
 What it does, per policy mode (``chunk``, ``ensemble``):
@@ -20,7 +20,7 @@ The same seeds are used for every mode. Everything started is stopped at the end
 error, on Ctrl-C and on SIGTERM (:mod:`act_ros.core.processes`). Child logs go to
 ``--log-dir`` (a temporary directory by default, named in the output). With Fast DDS the
 children get a profile that passes full-size images through shared memory
-(:mod:`act_ros.ros.ros_eval_dds`).
+(:mod:`act_ros.ros.evaluation.dds`).
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ from typing import Any
 
 from act_ros.core.atomic import write_text_atomic
 from act_ros.core.contract import parse_image_size
-from act_ros.ros.ros_eval_client import EvalClient, EvalError
-from act_ros.ros.ros_eval_dds import dds_environment
+from act_ros.ros.evaluation.client import EvalClient, EvalError
+from act_ros.ros.evaluation.dds import dds_environment
 from act_ros.core.processes import ChildExitedError, ProcessSet, signals_deferred
 from act_ros.sim.metrics import EpisodeResult, summarize_results
 
@@ -51,7 +51,7 @@ DEFAULT_IMAGE_SIZE = (96, 128)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog='python -m act_ros.ros.ros_eval',
+        prog='python -m act_ros.ros.evaluation.ros_eval',
         description='Run lock-step evaluation episodes of a checkpoint with sim_bridge and '
                     'act_node as separate ROS 2 processes.')
     p.add_argument('--checkpoint', required=True, type=Path,
@@ -111,7 +111,7 @@ def bridge_command(args: argparse.Namespace, image_size: tuple[int, int], *,
     if policy_reset:
         params.update(policy_reset_service='/act_node/reset',
                       policy_reset_timeout_s=float(args.startup_timeout))
-    return _ros_command('act_ros.ros.sim_bridge', params)
+    return _ros_command('act_ros.ros.sim_bridge.bridge', params)
 
 
 def node_command(args: argparse.Namespace, mode: str) -> list[str]:
@@ -120,7 +120,7 @@ def node_command(args: argparse.Namespace, mode: str) -> list[str]:
               'trigger': 'observation', 'pad_source': 'topic', 'pad_pose_topic': 'pad_pose',
               'device': args.device, 'torch_threads': args.torch_threads,
               'command_type': args.command_type, 'use_sim_time': 'true', 'autostart': 'true'}
-    return _ros_command('act_ros.ros.act_node', params)
+    return _ros_command('act_ros.ros.node.act_node', params)
 
 
 def _ros_command(module: str, params: dict[str, Any]) -> list[str]:

@@ -1,6 +1,6 @@
 """What ``act_node`` builds at configure: the control loop and its ROS interfaces.
 
-Split from :mod:`act_ros.ros.act_node` so the node reads as lifecycle logic only. The
+Split from :mod:`act_ros.ros.node.act_node` so the node reads as lifecycle logic only. The
 cheap checks (limits, gate, kinematics) run before the checkpoint is loaded, so a bad
 parameter fails configure without waiting for the model.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
@@ -32,10 +32,23 @@ from act_ros.ros import conversions as conv
 from act_ros.core.control import (ControlCounters, ControlLoop, EePosition, PadPosition,
                                   ee_from_kinematics, fixed_position, position_from_stream)
 from act_ros.core.inputs import EE_POSE, JOINT_STATES, PAD_POSE, image_stream
-from act_ros.ros.parameters import NodeSettings
+from act_ros.ros.node.parameters import NodeSettings
 
-if TYPE_CHECKING:
-    from act_ros.ros.act_node import ActNode
+
+
+class PolicyNodeHooks(Protocol):
+    """What :func:`create_interfaces` needs of the lifecycle node it equips (``ActNode``
+    provides it; declared here so this module does not import the node)."""
+
+    input_group: Any
+    control_group: Any
+    status: Any
+
+    def store(self, stream: str, msg: Any, convert: Callable[[Any], Any]) -> None: ...
+
+    def tick(self) -> None: ...
+
+    def handle_reset(self, request: Any, response: Any) -> Any: ...
 
 #: Commands go to ros2_control controllers, whose command topics are reliable.
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
@@ -55,7 +68,7 @@ class Interfaces:
     observation_ready: GuardCondition | None = None
     subscriptions: list[Subscription] = field(default_factory=list)
 
-    def destroy(self, node: ActNode) -> None:
+    def destroy(self, node: Any) -> None:
         for sub in self.subscriptions:
             node.destroy_subscription(sub)
         self.subscriptions.clear()
@@ -109,7 +122,8 @@ def _pad_source(settings: NodeSettings) -> PadPosition:
     return fixed_position(settings.pad_position_m)
 
 
-def create_interfaces(node: ActNode, settings: NodeSettings, contract: Contract) -> Interfaces:
+def create_interfaces(node: PolicyNodeHooks, settings: NodeSettings,
+                      contract: Contract) -> Interfaces:
     """Subscriptions (sensor QoS), command and diagnostics publishers, ``~/reset``, timers."""
     group = node.input_group
     subs = []

@@ -2,7 +2,7 @@
 
 A thin adapter over :mod:`act_ros.core`:
 
-- configure: read and validate the parameters (:mod:`act_ros.ros.parameters`), load and
+- configure: read and validate the parameters (:mod:`act_ros.ros.node.parameters`), load and
   warm up the checkpoint through :class:`~act_ros.core.runtime.PolicyRuntime`, create the
   subscriptions, publishers and the ``~/reset`` service. Any problem fails the transition
   with one log line.
@@ -37,9 +37,9 @@ from act_ros.core.errors import ActRosError
 from act_ros.ros import conversions as conv
 from act_ros.core.control import WAITING_FOR_CHUNK, ControlCounters, ControlLoop
 from act_ros.core.inputs import InputStore, required_streams
-from act_ros.ros.node_setup import Interfaces, build_control_loop, create_interfaces
-from act_ros.ros.node_status import NodeStatus
-from act_ros.ros.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, declare_parameters,
+from act_ros.ros.node.interfaces import Interfaces, build_control_loop, create_interfaces
+from act_ros.ros.node.status import NodeStatus
+from act_ros.ros.node.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, declare_parameters,
                                    parameter_specs, read_settings)
 
 LOG_THROTTLE_S = 2.0

@@ -1,0 +1,1 @@
+"""Demonstrations over ROS 2: ``record_node`` and the scripted expert as a teleoperator."""
