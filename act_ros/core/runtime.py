@@ -47,7 +47,7 @@ from act_ros.core.observation import Observation
 MODES = ('chunk', 'ensemble')
 LATENCY_WINDOW = 8  # chunks whose latency schedules the next request
 REQUEST_MARGIN_TICKS = 2  # ticks of slack beyond the slowest recent latency
-EXECUTIONS = ('sync', 'async', 'process')
+EXECUTIONS = ('sync', 'async', 'process', 'simulated')
 
 
 @dataclass
@@ -71,6 +71,10 @@ class RuntimeConfig:
     # execution 'process': a chunk not back within this time means a hung child (killed and
     # restarted, see act_ros.core.inference_process).
     inference_timeout_s: float = 30.0
+    # execution 'simulated' (evaluation against simulated time): the background schedule of
+    # 'async', with each chunk computed at once but delivered this many ticks after its
+    # request, as a model that slow would deliver it on the robot.
+    simulated_latency_ticks: int = 0
 
     def __post_init__(self) -> None:
         if not str(self.model_path):
@@ -90,6 +94,9 @@ class RuntimeConfig:
                              f'{COMPILE_MODES}')
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
+        if self.simulated_latency_ticks < 0:
+            raise ValueError(f'simulated_latency_ticks must be >= 0, got '
+                             f'{self.simulated_latency_ticks}')
         if not (math.isfinite(self.inference_timeout_s) and self.inference_timeout_s > 0):
             raise ValueError(f'inference_timeout_s must be > 0, got {self.inference_timeout_s}')
         check_backend_options(self.backend, precision=self.precision,
@@ -112,6 +119,39 @@ class RuntimeStats:
     inference_ms_history: list[float] = field(default_factory=list, repr=False)
     latency: Latency | None = None  # measured at start-up (measure_latency)
     verdict: Verdict | None = None  # feasibility of the configured rate (feasibility)
+
+
+class _DelayedWorker:
+    """Stands in for :class:`_Worker` against simulated time (``execution='simulated'``):
+    computes a request at once and hands the chunk out ``latency_ticks`` ticks later (with
+    the model time it stands for), so the runtime's background schedule is reproduced
+    exactly, whatever the speed of the machine running the evaluation."""
+
+    def __init__(self, compute, latency_ticks: int, period_s: float) -> None:
+        self._compute = compute
+        self.latency_ticks = latency_ticks
+        self.period_s = period_s
+        self.now_tick = 0
+        self._pending: list[tuple[int, int, int, np.ndarray]] = []
+
+    def submit(self, epoch: int, tick: int, obs: Observation) -> None:
+        self._pending.append((tick + self.latency_ticks, epoch, tick, self._compute(obs)))
+
+    @property
+    def idle(self) -> bool:
+        return not self._pending
+
+    def take_results(self) -> list[tuple[int, int, np.ndarray, float]]:
+        ready = [p for p in self._pending if p[0] <= self.now_tick]
+        self._pending = [p for p in self._pending if p[0] > self.now_tick]
+        seconds = max(self.latency_ticks, 1) * self.period_s
+        return [(epoch, tick, chunk, seconds) for _, epoch, tick, chunk in ready]
+
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        return True
+
+    def close(self) -> None:
+        self._pending.clear()
 
 
 class _Worker:
@@ -242,6 +282,9 @@ class PolicyRuntime:
             self._worker = _Worker(lambda obs: self.predictor.predict(obs))
         elif config.execution == 'process':
             self._worker = _Worker(self._remote.predict)
+        elif config.execution == 'simulated':
+            self._worker = _DelayedWorker(lambda obs: self.predictor.predict(obs),
+                                          config.simulated_latency_ticks, self.period_s)
 
     # -- episode -----------------------------------------------------------------------
     def reset(self) -> None:
@@ -314,6 +357,8 @@ class PolicyRuntime:
         return self._store.action(tick)
 
     def _act_async(self, tick: int, obs: Observation) -> np.ndarray | None:
+        if isinstance(self._worker, _DelayedWorker):
+            self._worker.now_tick = tick
         try:
             results = self._worker.take_results()
         except RuntimeError:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import logging
 from pathlib import Path
 import sys
@@ -54,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--video', type=Path, default=None, help='write chosen episodes to .mp4/.gif '
                    '(with --mode both, one file per mode: NAME_chunk.mp4, NAME_ensemble.mp4)')
     p.add_argument('--video-episodes', type=_episode_list, default=[0], help="e.g. '0,1'")
+    p.add_argument('--latency-ms', type=float, default=None,
+                   help='evaluate against simulated time as a model this slow would run on the '
+                   "robot: the node's background schedule, each chunk arriving this much later "
+                   'than its observation (default: synchronous, every chunk at once)')
     p.add_argument('--output', type=Path, default=None, help='metrics JSON to write')
     p.add_argument('--no-progress', dest='progress', action='store_false')
     return p
@@ -72,10 +77,16 @@ def evaluate(args: argparse.Namespace) -> dict:
     sim_config = make_sim_config(args.checkpoint, args.render_size,
                                  episode_steps=args.episode_steps)
     safety = SafetySettings.from_node_config(contract)
+    latency_ticks = None
+    if args.latency_ms is not None:
+        if not args.latency_ms >= 0:
+            raise ValueError(f'--latency-ms must be >= 0, got {args.latency_ms}')
+        latency_ticks = max(1, math.ceil(args.latency_ms / 1000.0 * contract.fps - 1e-9))
     out = {'checkpoint': str(args.checkpoint), 'episodes': args.episodes, 'seed': args.seed,
            'render_size': [sim_config.camera_height, sim_config.camera_width],
            'episode_steps': sim_config.episode_steps,
-           'execution': 'sync', 'ensemble_coeff': args.ensemble_coeff, 'backend': args.backend,
+           'execution': 'sync' if latency_ticks is None else 'simulated',
+           'latency_ticks': latency_ticks, 'ensemble_coeff': args.ensemble_coeff, 'backend': args.backend,
            'modes': {}}
     for mode in modes:
         writer = None
@@ -90,7 +101,8 @@ def evaluate(args: argparse.Namespace) -> dict:
                 ensemble_coeff=args.ensemble_coeff,
                 frame_sink=(lambda _k, images, w=writer: w.add(side_by_side(images)))
                 if writer else None,
-                sink_episodes=args.video_episodes, progress=args.progress, backend=args.backend)
+                sink_episodes=args.video_episodes, progress=args.progress, backend=args.backend,
+                latency_ticks=latency_ticks)
         finally:
             if writer is not None:
                 writer.close()

@@ -114,12 +114,15 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
                         ensemble_coeff: float = 0.01,
                         frame_sink: Callable[[int, dict[str, np.ndarray]], None] | None = None,
                         sink_episodes: Sequence[int] = (), env: Any = None,
-                        progress: bool = False, backend: str = 'torch') -> ModeResult:
+                        progress: bool = False, backend: str = 'torch',
+                        latency_ticks: int | None = None) -> ModeResult:
     """Run ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) of one mode and score them.
 
     ``frame_sink(episode, images)`` receives the camera images of every tick of the
     episodes listed in ``sink_episodes`` (for videos). ``env`` may be given to reuse a
-    simulation (its config then wins over ``sim_config``).
+    simulation (its config then wins over ``sim_config``). ``latency_ticks``: run the
+    node's background schedule against simulated time, each chunk arriving that many ticks
+    after its observation (``None``: synchronous, LeRobot's ``select_action`` semantics).
     """
     import time
 
@@ -140,10 +143,11 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     own_env = env is None
     if own_env:
         env = PortPickAlignEnv(sim_config or make_sim_config(Path(checkpoint)), contract)
+    timing = (dict(execution='sync') if latency_ticks is None else
+              dict(execution='simulated', simulated_latency_ticks=latency_ticks))
     runtime = PolicyRuntime(RuntimeConfig(
-        model_path=checkpoint, device=device, mode=mode, execution='sync',
-        ensemble_coeff=ensemble_coeff, contract=contract, warmup=False, backend=backend,
-        **MODE_SETTINGS[mode]))
+        model_path=checkpoint, device=device, mode=mode, ensemble_coeff=ensemble_coeff,
+        contract=contract, warmup=False, backend=backend, **timing, **MODE_SETTINGS[mode]))
     cameras = contract.camera_names
     loop = ControlLoop(
         runtime, cameras=cameras, limits=safety.limits, gate=ReleaseGate(safety.gate),
