@@ -7,7 +7,6 @@ its action statistics are rescaled so that a black image gives one end of the gr
 range and a white image the other (found by running the model on both).
 """
 
-import shutil
 import time
 
 import numpy as np
@@ -27,42 +26,15 @@ JOINTS = list(CONTRACT.joint_names)
 GRIPPER = CONTRACT.gripper_index
 MEASURED = np.array([0.1, -0.3, 0.4, 0.2, 0.0, 0.0])
 PAD = [0.25, 0.0, 0.0]
-POST_STATS = 'policy_postprocessor_step_0_unnormalizer_processor.safetensors'
 
 
 @pytest.fixture(scope='module')
 def gated(tmp_path_factory, tiny_checkpoint):
     """(checkpoint, open_image, closed_image): the image decides the gripper request."""
-    from safetensors.torch import load_file, save_file
-
-    from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
+    from act_ros.ros.harness import make_gated_checkpoint
 
     root = tmp_path_factory.mktemp('gate')
-    base = tiny_checkpoint  # session checkpoint (conftest), copied before it is changed
-    black = np.zeros((48, 64, 3), dtype=np.uint8)
-    white = np.full((48, 64, 3), 255, dtype=np.uint8)
-    raw = {}
-    with PolicyRuntime(RuntimeConfig(base, execution='sync', n_action_steps=1,
-                                     contract=CONTRACT, warmup=False)) as runtime:
-        for name, img in (('black', black), ('white', white)):
-            runtime.reset()
-            obs = Observation(images={'top': img, 'wrist': img}, state=MEASURED)
-            raw[name] = float(runtime.act(obs)[GRIPPER])
-    if abs(raw['white'] - raw['black']) < 1e-3:
-        pytest.fail(f'calibration: the gripper output barely depends on the image: {raw}')
-    opened, closed = ('white', 'black') if raw['white'] > raw['black'] else ('black', 'white')
-    # Affine map of the gripper output: closed image -> -0.5, open image -> 1.5 (the joint
-    # limits then clamp them to exactly 0 and 1).
-    scale = 2.0 / (raw[opened] - raw[closed])
-    offset = -0.5 - scale * raw[closed]
-    path = root / 'gated'
-    shutil.copytree(base, path)
-    stats = load_file(str(path / POST_STATS))
-    stats['action.mean'][GRIPPER] = scale * stats['action.mean'][GRIPPER] + offset
-    stats['action.std'][GRIPPER] = scale * stats['action.std'][GRIPPER]
-    save_file(stats, str(path / POST_STATS))
-    images = {'black': black, 'white': white}
-    return str(path), images[opened], images[closed]
+    return make_gated_checkpoint(tiny_checkpoint, root / 'gated', state=MEASURED)
 
 
 def make_node(context, checkpoint, **params) -> ActNode:

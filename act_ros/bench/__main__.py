@@ -27,6 +27,7 @@ BENCHMARKS = {
     'node': 'act_ros.bench.node',
     'compile': 'act_ros.bench.compile',
     'training': 'act_ros.bench.training',
+    'faults': 'act_ros.bench.faults',
 }
 # Compile and training benchmark sizes for `all`: 'cpu' finishes in minutes on 2 cores.
 SIZES = {
@@ -58,6 +59,8 @@ def benchmark_args(name: str, part: Path, *, device: str, size: str) -> list[str
         extra = ['--iters', '10', '--warmup', '2'] if size == 'cpu' else ['--iters', '20',
                                                                           '--compile']
         return ['--device', device, *SIZES[size], *extra, '--no-header', '--output', str(part)]
+    if name == 'faults':
+        return ['--no-header', '--json', str(part.with_suffix('.fault.json'))]
     raise ValueError(f"unknown benchmark '{name}'")
 
 

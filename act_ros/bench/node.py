@@ -34,25 +34,22 @@ from act_ros.core.processes import ProcessSet
 
 def _proc_cpu_s(pid: int, *, descendants: bool = True) -> float | None:
     """User + system CPU seconds of a process and (by default) its live descendants, so an
-    inference child process counts (Linux /proc); ``None`` where /proc is missing."""
+    inference child process counts; ``None`` when the process is gone."""
+    import psutil
+
     try:
-        fields = Path(f'/proc/{pid}/stat').read_text().rsplit(')', 1)[1].split()
-    except OSError:
+        process = psutil.Process(pid)
+        procs = [process] + (process.children(recursive=True) if descendants else [])
+        total = 0.0
+        for proc in procs:
+            try:
+                times = proc.cpu_times()
+                total += times.user + times.system
+            except psutil.NoSuchProcess:
+                continue
+        return total
+    except psutil.Error:
         return None
-    total = (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
-    if descendants:
-        total += sum(_proc_cpu_s(child) or 0.0 for child in _children(pid))
-    return total
-
-
-def _children(pid: int) -> list[int]:
-    children = []
-    for task in Path(f'/proc/{pid}/task').glob('*'):
-        try:
-            children += [int(c) for c in (task / 'children').read_text().split()]
-        except (OSError, ValueError):
-            continue
-    return children
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:

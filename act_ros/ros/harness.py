@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 import contextlib
 from dataclasses import dataclass
+from pathlib import Path
 import threading
 import time
 from typing import Any
@@ -43,7 +44,8 @@ class RobotHarness(Node):
     Attributes the caller may change at any time (read on every publish): ``image`` (RGB),
     ``encoding`` (raw encoding or ``'png'``/``'jpeg'`` for compressed transport),
     ``joints`` (name -> position, published in dict order), ``enabled`` (stream -> bool),
-    ``mutate`` (stream -> function applied to the outgoing message, for malformed data).
+    ``mutate`` (stream -> function applied to the outgoing message, for malformed data),
+    ``drop`` (stream -> probability that a message is not sent).
     """
 
     def __init__(self, *, context: Any = None, cameras: Sequence[str] = ('top', 'wrist'),
@@ -58,6 +60,8 @@ class RobotHarness(Node):
         self.encoding = encoding
         self.enabled = {stream: True for stream in ('joint_states', *self.cameras)}
         self.mutate: dict[str, Callable[[Any], Any]] = {}
+        self.drop: dict[str, float] = {}
+        self._rng = np.random.default_rng(0)
         self.ee_position: np.ndarray | None = None
         self.pad_position: np.ndarray | None = None
         self._lock = threading.Lock()
@@ -102,7 +106,7 @@ class RobotHarness(Node):
     def publish_once(self) -> None:
         """Publish every enabled stream once, all with the same header stamp."""
         stamp = self.get_clock().now().to_msg()
-        if self.enabled.get('joint_states', True):
+        if self._sends('joint_states'):
             msg = JointState(name=list(self.joints),
                              position=[float(v) for v in self.joints.values()])
             msg.header.stamp = stamp
@@ -111,7 +115,7 @@ class RobotHarness(Node):
         image.header.stamp = stamp
         compressed = isinstance(image, CompressedImage)
         for cam in self.cameras:
-            if self.enabled.get(cam, True):
+            if self._sends(cam):
                 pub = self._compressed_pubs[cam] if compressed else self._raw_pubs[cam]
                 pub.publish(self.mutate.get(cam, _same)(image))
         for position, pub in ((self.ee_position, self._ee_pub), (self.pad_position, self._pad_pub)):
@@ -124,6 +128,12 @@ class RobotHarness(Node):
                 pose.pose.orientation.w = 1.0
                 pub.publish(pose)
         self.published += 1
+
+    def _sends(self, stream: str) -> bool:
+        if not self.enabled.get(stream, True):
+            return False
+        p = self.drop.get(stream, 0.0)
+        return not (p and self._rng.random() < p)
 
     # -- recording -------------------------------------------------------------------------
     def _on_trajectory(self, msg: JointTrajectory) -> None:
@@ -156,6 +166,52 @@ class RobotHarness(Node):
 
 def _same(msg: Any) -> Any:
     return msg
+
+
+POSTPROCESSOR_STATS = 'policy_postprocessor_step_0_unnormalizer_processor.safetensors'
+
+
+def make_gated_checkpoint(base: str | Path, path: str | Path, *, size: tuple[int, int] = (48, 64),
+                          state: np.ndarray | None = None) -> tuple[str, np.ndarray, np.ndarray]:
+    """A real ACT checkpoint whose gripper request is steered by the camera image, for
+    release-gate tests and fault injection: ``(checkpoint, open_image, closed_image)``.
+
+    The gripper output of ``base`` is measured on an all-black and an all-white image and
+    the action statistics are rescaled so that one image gives -0.5 and the other 1.5
+    (the joint limits then clamp them to exactly 0, closed, and 1, open).
+    """
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from act_ros.core.contract import load_contract
+    from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
+
+    contract = load_contract()
+    gripper = contract.gripper_index
+    state = np.zeros(contract.num_joints) if state is None else state
+    black = np.zeros((*size, 3), dtype=np.uint8)
+    white = np.full((*size, 3), 255, dtype=np.uint8)
+    raw = {}
+    with PolicyRuntime(RuntimeConfig(str(base), execution='sync', n_action_steps=1,
+                                     contract=contract, warmup=False)) as runtime:
+        for name, img in (('black', black), ('white', white)):
+            runtime.reset()
+            obs = Observation(images={cam: img for cam in contract.camera_names}, state=state)
+            raw[name] = float(runtime.act(obs)[gripper])
+    if abs(raw['white'] - raw['black']) < 1e-3:
+        raise ValueError(f'the gripper output barely depends on the image: {raw}')
+    opened, closed = ('white', 'black') if raw['white'] > raw['black'] else ('black', 'white')
+    scale = 2.0 / (raw[opened] - raw[closed])
+    offset = -0.5 - scale * raw[closed]
+    path = Path(path)
+    shutil.copytree(base, path)
+    stats = load_file(str(path / POSTPROCESSOR_STATS))
+    stats['action.mean'][gripper] = scale * stats['action.mean'][gripper] + offset
+    stats['action.std'][gripper] = scale * stats['action.std'][gripper]
+    save_file(stats, str(path / POSTPROCESSOR_STATS))
+    images = {'black': black, 'white': white}
+    return str(path), images[opened], images[closed]
 
 
 def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.02) -> Any:

@@ -103,7 +103,8 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
         ensemble_coeff=settings.ensemble_coeff, compile_model=settings.compile_model,
         compile_mode=settings.compile_mode, precision=settings.precision,
         backend=settings.backend, contract=contract,
-        warmup=settings.warmup, torch_threads=settings.torch_threads or None))
+        warmup=settings.warmup, torch_threads=settings.torch_threads or None,
+        inference_timeout_s=settings.inference_timeout_s))
     return ControlLoop(runtime, cameras=contract.camera_names, limits=limits, gate=gate,
                        gripper_index=gripper, ee_position=ee_position,
                        pad_position=pad_position, counters=counters)

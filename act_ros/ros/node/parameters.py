@@ -99,6 +99,9 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('torch_threads', 0, 'PyTorch CPU threads for inference; 0 keeps the PyTorch default.',
           low=0, high=256),
         P('warmup', True, 'Run the model once at configure so the first tick is not slow.'),
+        P('inference_timeout_s', 30.0, 'execution process: a chunk not back within this time '
+          'means a hung inference process, which is killed and restarted (as one that died).',
+          low=0.1, high=3600.0),
         P('mode', 'chunk', 'chunk: play n_action_steps of each chunk; ensemble: temporal '
           'ensembling of every chunk covering the tick.', choices=('chunk', 'ensemble')),
         P('execution', 'process', 'async: chunks are computed in the background while the '
@@ -275,6 +278,7 @@ class NodeSettings:
     ee_pose_topic: str = 'ee_pose'
     urdf_path: str = ''
     ee_frame: str = 'ee_link'
+    inference_timeout_s: float = 30.0
 
     @property
     def period_s(self) -> float:
@@ -332,4 +336,5 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         joint_names=names, joint_lower=lower, joint_upper=upper, max_joint_step=step,
         gate=gate, pad_source=v['pad_source'], pad_position_m=pad,
         pad_pose_topic=v['pad_pose_topic'], ee_source=v['ee_source'],
-        ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'])
+        ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'],
+        inference_timeout_s=v['inference_timeout_s'])
