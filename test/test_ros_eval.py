@@ -43,10 +43,22 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
         '--log-dir', str(tmp_path / 'logs'), '--output', str(output)])
     printed = capsys.readouterr().out
     assert set(results) == {'chunk', 'ensemble'}
+    from act_ros.training.rollout import make_sim_config, run_policy_episodes
+
     for mode, metrics in results.items():
         assert metrics['count'] == 2 and metrics['seeds'] == [100, 101]
-        assert 0.0 <= metrics['align_rate'] <= 1.0
-        assert metrics['mean_position_error'] > 0 and metrics['mean_yaw_error'] >= 0
+        errors = [e['position_error_m'] for e in metrics['episodes']]
+        assert metrics['mean_position_error'] == pytest.approx(sum(errors) / 2)
+        assert metrics['align_rate'] == 0.0  # 15 ticks never place the box
+        # The same policy through the same control step in process: the same episodes.
+        local = run_policy_episodes(tiny_checkpoint, episodes=2, mode=mode, seed=100,
+                                    sim_config=make_sim_config(tiny_checkpoint,
+                                                               episode_steps=15))
+        for over_ros, in_process in zip(metrics['episodes'], local.episodes):
+            assert over_ros['position_error_m'] == pytest.approx(
+                in_process['position_error_m'], abs=1e-3)
+            assert over_ros['yaw_error_deg'] == pytest.approx(in_process['yaw_error_deg'],
+                                                              abs=0.5)
         # Clean lock-step: every step was answered by a policy command.
         assert metrics['lockstep_timeouts'] == 0, metrics['episodes']
         for episode in metrics['episodes']:
