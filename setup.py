@@ -68,7 +68,10 @@ setup(
         'ros': ROS_WHEELS,
         'sim': ['mujoco>=3.2,<4'],
         'dataset': ['lerobot[dataset]>=0.6,<0.7'],
-        'dev': ['pytest>=8,<10', 'pytest-timeout>=2.3,<3', 'ruff>=0.6,<1'],
+        'dev': ['pytest>=8,<10', 'pytest-timeout>=2.3,<3', 'ruff>=0.6,<1',
+                # colcon from PyPI: the colcon build test (a ROS machine has its own)
+                'colcon-core>=0.15,<1', 'colcon-ros>=0.5,<1', 'colcon-python-setup-py>=0.2,<1',
+                'colcon-package-selection>=0.2,<1'],
         'onnx': ONNX_EXPORT,
         'openvino': ONNX_EXPORT + ['openvino>=2025.0,<2027'],
         'onnxruntime': ONNX_EXPORT + ['onnxruntime>=1.20,<2'],
