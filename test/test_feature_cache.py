@@ -151,11 +151,43 @@ def test_cache_holds_the_frozen_maps_of_the_chosen_frames_only():
         cache.lookup(np.array([1, 2]))
 
 
+def test_frame_stride_caches_every_kth_frame_and_trains_on_those(tmp_path):
+    pytest.importorskip('lerobot.datasets.lerobot_dataset')
+    from act_ros.data.episode import DatasetLayout
+    from act_ros.data.synthetic import synthetic_episode
+    from act_ros.data.writer import AtomicDatasetWriter
+    from act_ros.training.loop import Trainer
+    from act_ros.training.prepare import prepare_inputs
+
+    layout = DatasetLayout(contract=CONTRACT, image_height=48, image_width=64, use_video=False,
+                           robot_type='synthetic')
+    data = tmp_path / 'syn'
+    with AtomicDatasetWriter(layout, data) as writer:
+        for k in range(3):
+            writer.add_episode(synthetic_episode(layout, 21, 5 + k))
+    config = TrainConfig(dataset_root=data, output_dir=tmp_path / 'run', preset='synthetic',
+                         model_preset='tiny', image_size=(32, 48), steps=4, batch_size=4,
+                         val_ratio=0.0, device='cpu', torch_threads=1, progress=False,
+                         backbone_freeze_step=0, cache_frame_stride=3)
+    inputs = prepare_inputs(config)
+    trainer = Trainer(config, inputs)
+    cached = trainer.cached_frames()
+    assert cached.size == 3 * 7  # frames 0, 3, ..., 18 of each 21-frame episode
+    positions = cached - inputs.store.seg_start.numpy()[cached]
+    assert set((positions % 3).tolist()) == {0}
+    for _ in range(3):
+        trainer.train_step()
+    assert set(trainer.order.indices(3).tolist()) <= set(cached.tolist())
+    assert trainer.feature_cache_info['layer4']['cached_frames'] == 21
+
+
 def test_train_config_checks_the_freeze_step(tmp_path):
     with pytest.raises(ValueError, match='backbone_freeze_step'):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path / 'o', backbone_freeze_step=-1)
     with pytest.raises(ValueError, match='early_freeze_layer'):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path / 'o', early_freeze_layer='fc')
+    with pytest.raises(ValueError, match='cache_frame_stride'):
+        TrainConfig(dataset_root=tmp_path, output_dir=tmp_path / 'o', cache_frame_stride=0)
     with pytest.raises(ValueError, match='comes before'):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path / 'o', early_freeze_layer='layer2',
                     early_freeze_step=10, backbone_freeze_step=5)

@@ -80,6 +80,10 @@ class TrainConfig:
     # are frozen and their outputs cached; the later stages and the rest keep training.
     early_freeze_layer: str | None = None
     early_freeze_step: int = 0
+    # Cache (and train on, once a stage is frozen) every k-th frame of each training
+    # episode: consecutive frames at 30 Hz are near duplicates, so more episodes fit the
+    # same cache memory and build time. Action chunks still come from every frame.
+    cache_frame_stride: int = 1
     precision: str = 'fp32'
     compile: bool = False
     seed: int = 0
@@ -117,6 +121,8 @@ class TrainConfig:
         if self.early_freeze_layer not in (None, 'layer1', 'layer2', 'layer3'):
             raise ValueError(f"early_freeze_layer must be layer1, layer2 or layer3, got "
                              f"'{self.early_freeze_layer}'")
+        if self.cache_frame_stride < 1:
+            raise ValueError(f'cache_frame_stride must be >= 1, got {self.cache_frame_stride}')
         if self.early_freeze_step < 0:
             raise ValueError(f'early_freeze_step must be >= 0, got {self.early_freeze_step}')
         if self.early_freeze_layer and self.backbone_freeze_step is not None \
@@ -248,6 +254,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help='freeze the backbone stages up to this one (from --early-freeze-step) '
                    'and train the rest on their cached outputs')
     p.add_argument('--early-freeze-step', type=int, help='step of --early-freeze-layer (0)')
+    p.add_argument('--cache-frame-stride', type=int, help='cache and train on every k-th frame '
+                   'of each episode once a backbone stage is frozen (1 = every frame)')
     p.add_argument('--precision', choices=TRAIN_PRECISIONS, help='autocast precision of the '
                    'training step; auto = bf16 where the device has native bfloat16, else fp32')
     p.add_argument('--compile', action='store_true', default=None,

@@ -163,7 +163,7 @@ class Trainer:
 
         backbone = self.policy.model.backbone
         frozen = freeze(backbone, cut)
-        store, train = self.inputs.store, self.inputs.split.train
+        store, train = self.inputs.store, self.cached_frames()
 
         def load_images(indices: np.ndarray) -> dict[str, torch.Tensor]:
             raw = store.batch(indices)
@@ -179,6 +179,8 @@ class Trainer:
             dtype=dtype)
         del source
         self._loss_step = self._make_loss_step(cut)
+        if train.size != self.inputs.split.train.size:  # batches from the cached frames only
+            self.order = BatchOrder(train, self.config.batch_size, self.config.seed)
         info = {'frozen_at_step': self.step, 'frozen_parameters': frozen,
                 'cached_frames': int(train.size), 'cameras': len(self.features),
                 'map_shape': list(next(iter(self.feature_cache.maps.values())).shape[1:]),
@@ -188,6 +190,15 @@ class Trainer:
         logger.info('step %d: backbone frozen up to %s (%d parameters); feature cache of %d '
                     'frames built in %.0f s', self.step, cut, frozen, train.size,
                     self.feature_cache.seconds)
+
+    def cached_frames(self) -> np.ndarray:
+        """The training frames a cache holds: every ``cache_frame_stride``-th of each
+        episode (all of them with stride 1)."""
+        train, stride = self.inputs.split.train, self.config.cache_frame_stride
+        if stride == 1:
+            return train
+        position = train - self.inputs.store.seg_start.numpy()[train]
+        return train[position % stride == 0]
 
     def _apply_freeze_schedule(self) -> None:
         cfg = self.config
