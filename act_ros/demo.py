@@ -31,6 +31,8 @@ import signal
 import sys
 import time
 
+from act_ros.core.atomic import write_json_atomic
+
 # Evaluation seeds: disjoint from collection (0, 1, ...), from the trainer's checkpoint
 # selection (1_000_000 + k) and from act-ros evaluate's default (2_000_000 + k).
 EVAL_SEED = 100_000
@@ -102,9 +104,43 @@ class Stages:
         if code != 0:
             raise SystemExit(f'demo: stage "{name}" failed (exit {code}); see the output above')
 
+    def run_parallel(self, name: str, commands: dict[str, list[str]],
+                     timeout_s: float = 3600.0) -> None:
+        """Run several children at once (one stage); every one must succeed."""
+        print(f'\n=== {name} ===', flush=True)
+        for label, args in commands.items():
+            print(f'[{label}] $ {" ".join(args)}', flush=True)
+        start = time.monotonic()
+        children = {label: self.procs.start(f'{name}-{label}', args, log=False)
+                    for label, args in commands.items()}
+        codes = {}
+        try:
+            deadline = start + timeout_s
+            for label, child in children.items():
+                codes[label] = self.procs.wait(child, max(1.0, deadline - time.monotonic()))
+        except TimeoutError as exc:
+            self.stop_child()
+            raise SystemExit(f'demo: stage "{name}" failed: {exc}') from None
+        except KeyboardInterrupt:
+            self.stop_child()
+            raise
+        finally:
+            self.timings[name] = self.timings.get(name, 0.0) + time.monotonic() - start
+        failed = {label: code for label, code in codes.items() if code != 0}
+        if failed:
+            self.stop_child()
+            raise SystemExit(f'demo: stage "{name}" failed ({failed}); see the output above')
+
     def stop_child(self) -> None:
         """Stop the running stage (SIGINT to its group first: it cleans up its children)."""
         self.procs.stop_all(grace_s=30.0)
+
+
+def _domain_id(offset: int) -> int:
+    """A ROS domain of this demo's own per parallel evaluation (the Makefile's, else
+    derived from the pid), kept within the valid range."""
+    base = int(os.environ.get('ROS_DOMAIN_ID', 10 + os.getpid() % 90))
+    return 1 + (base + offset * 7) % 101
 
 
 def shipped_model_path() -> Path:
@@ -229,12 +265,18 @@ def main(argv: list[str] | None = None) -> int:
                       'directory with model.safetensors); run `make demo DEMO_ARGS=--full-loop` '
                       'to train one', file=sys.stderr)
                 return 2
-        ros_json = out / 'ros_eval.json'
-        stages.run('evaluate over ROS 2 (sim_bridge + act_node, two processes)', [
-            sys.executable, '-m', 'act_ros.ros.evaluation.ros_eval', '--checkpoint', str(checkpoint),
-            '--episodes', str(plan.eval_episodes), '--mode', 'both', '--seed', str(EVAL_SEED),
-            '--output', str(ros_json), '--log-dir', str(out / 'ros_logs')])
-        ros = json.loads(ros_json.read_text())
+        # One sim_bridge + act_node pair per mode, in ROS domains of their own, at once.
+        commands = {mode: [sys.executable, '-m', 'act_ros.ros.evaluation.ros_eval',
+                           '--checkpoint', str(checkpoint), '--episodes', str(plan.eval_episodes),
+                           '--mode', mode, '--seed', str(EVAL_SEED), '--torch-threads', '1',
+                           '--domain-id', str(_domain_id(k)),
+                           '--output', str(out / f'ros_eval_{mode}.json'),
+                           '--log-dir', str(out / 'ros_logs' / mode)]
+                    for k, mode in enumerate(('chunk', 'ensemble'))}
+        stages.run_parallel('evaluate over ROS 2 (sim_bridge + act_node per mode)', commands)
+        ros = {mode: json.loads((out / f'ros_eval_{mode}.json').read_text())[mode]
+               for mode in commands}
+        write_json_atomic(out / 'ros_eval.json', ros)
         video = _record_success(stages, checkpoint, ros, out)
         print('\n=== scripted expert on the same seeds ===', flush=True)
         start = time.monotonic()
@@ -249,8 +291,6 @@ def main(argv: list[str] | None = None) -> int:
                'seeds': [EVAL_SEED + k for k in range(plan.eval_episodes)], 'ros_eval': ros,
                'expert': expert, 'video': video, 'stage_seconds': stages.timings,
                'wall_seconds': time.monotonic() - started}
-    from act_ros.training.metrics import write_json_atomic
-
     write_json_atomic(out / 'summary.json', summary)
     print(_summary_text(summary, ros, expert, out))
     return 0
