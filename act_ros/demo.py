@@ -88,30 +88,17 @@ class Stages:
         raise KeyboardInterrupt
 
     def run(self, name: str, args: list[str], timeout_s: float = 3600.0) -> None:
-        print(f'\n=== {name} ===\n$ {" ".join(args)}', flush=True)
-        start = time.monotonic()
-        child = self.procs.start(name, args, log=False)
-        try:
-            code = self.procs.wait(child, timeout_s)
-        except TimeoutError as exc:
-            raise SystemExit(f'demo: stage "{name}" failed: {exc}') from None
-        except KeyboardInterrupt:
-            self.stop_child()
-            raise
-        finally:
-            self.timings[name] = self.timings.get(name, 0.0) + time.monotonic() - start
-        self.procs.stop(child)  # anything it left behind
-        if code != 0:
-            raise SystemExit(f'demo: stage "{name}" failed (exit {code}); see the output above')
+        """Run one child as a stage (see :meth:`run_parallel`)."""
+        self.run_parallel(name, {name: args}, timeout_s)
 
     def run_parallel(self, name: str, commands: dict[str, list[str]],
                      timeout_s: float = 3600.0) -> None:
         """Run several children at once (one stage); every one must succeed."""
         print(f'\n=== {name} ===', flush=True)
         for label, args in commands.items():
-            print(f'[{label}] $ {" ".join(args)}', flush=True)
+            print(f'{"" if label == name else f"[{label}] "}$ {" ".join(args)}', flush=True)
         start = time.monotonic()
-        children = {label: self.procs.start(f'{name}-{label}', args, log=False)
+        children = {label: self.procs.start(label, args, log=False)
                     for label, args in commands.items()}
         codes = {}
         try:

@@ -1,4 +1,5 @@
-"""Test helper: write rosbag2 files (MCAP or SQLite3) of an episode with ``rosbags``."""
+"""Test helpers for recorded demonstrations: write rosbag2 files (MCAP or SQLite3) of an
+episode with ``rosbags``, and read a dataset back as arrays."""
 
 from __future__ import annotations
 
@@ -85,3 +86,14 @@ def write_episode_bag(path: Path, episode, contract: Contract, *, storage: str =
         for ns, _, conn, data in sorted(events, key=lambda e: (e[0], e[1])):
             writer.write(conn, ns, data)
     return path
+
+
+def read_dataset(root: Path, contract: Contract, size: tuple[int, int]):
+    """(dataset, FrameStore) of a LeRobot dataset, decoded at ``size``."""
+    from act_ros.training.data import load_frames, open_dataset
+
+    dataset = open_dataset(root, contract)
+    n = len(dataset.hf_dataset)
+    store = load_frames(dataset, contract, size, seg_start=np.zeros(n, np.int64),
+                        seg_end=np.full(n, n, np.int64))
+    return dataset, store

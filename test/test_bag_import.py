@@ -17,7 +17,7 @@ from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.data.bag_import import BagImportError, import_bags, main  # noqa: E402
 from act_ros.data.recording import RecordingSpec  # noqa: E402
 
-from bag_tools import write_episode_bag  # noqa: E402
+from bag_tools import read_dataset, write_episode_bag  # noqa: E402
 
 CONTRACT = load_contract()
 H, W = 48, 64
@@ -45,13 +45,7 @@ def _spec(**values) -> RecordingSpec:
 
 
 def _read(root: Path):
-    from act_ros.training.data import load_frames, open_dataset
-
-    dataset = open_dataset(root, CONTRACT)
-    n = len(dataset.hf_dataset)
-    store = load_frames(dataset, CONTRACT, (H, W), seg_start=np.zeros(n, np.int64),
-                        seg_end=np.full(n, n, np.int64))
-    return dataset, store
+    return read_dataset(root, CONTRACT, (H, W))
 
 
 def test_mcap_with_raw_bgr_images_and_a_dropped_frame(tmp_path, episode):

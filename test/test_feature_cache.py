@@ -44,6 +44,20 @@ def _batch(n=4, seed=1):
     return batch
 
 
+def _loss_and_grads(model, inputs, cut=None):
+    """Loss and non-None gradients of one training step (latent sample seeded)."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(7)  # the VAE's latent sample
+    if cut is not None:
+        with backbone_bypassed(model, cut):
+            out = act_training_loss(model, inputs, image_features=KEYS)
+    else:
+        out = act_training_loss(model, inputs, image_features=KEYS)
+    out.loss.backward()
+    return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
+                               if p.grad is not None}
+
+
 def test_cached_step_equals_the_full_step_with_a_frozen_backbone():
     policy = _policy()
     model = policy.model
@@ -54,20 +68,8 @@ def test_cached_step_equals_the_full_step_with_a_frozen_backbone():
         for key in KEYS:
             cached[key] = model.backbone(batch[key])['feature_map']
 
-    def loss_and_grads(inputs, bypass):
-        model.zero_grad(set_to_none=True)
-        torch.manual_seed(7)  # the VAE's latent sample
-        if bypass:
-            with backbone_bypassed(model):
-                out = act_training_loss(model, inputs, image_features=KEYS)
-        else:
-            out = act_training_loss(model, inputs, image_features=KEYS)
-        out.loss.backward()
-        return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
-                                   if p.grad is not None}
-
-    full_loss, full_grads = loss_and_grads(batch, bypass=False)
-    cached_loss, cached_grads = loss_and_grads(cached, bypass=True)
+    full_loss, full_grads = _loss_and_grads(model, batch)
+    cached_loss, cached_grads = _loss_and_grads(model, cached, 'layer4')
     assert torch.allclose(full_loss, cached_loss, rtol=1e-5, atol=1e-6)
     assert full_grads.keys() == cached_grads.keys()
     assert not any(name.startswith('backbone.') for name in full_grads)
@@ -99,20 +101,8 @@ def test_cached_early_stages_give_the_full_step_for_the_rest():
     cache = FeatureCache({k: cached[k].half() for k in KEYS}, np.arange(4), 4, 0.0, cut='layer2')
     half.update(cache.lookup(np.arange(4)))
 
-    def loss_and_grads(inputs, bypass):
-        model.zero_grad(set_to_none=True)
-        torch.manual_seed(7)
-        if bypass:
-            with backbone_bypassed(model, 'layer2'):
-                out = act_training_loss(model, inputs, image_features=KEYS)
-        else:
-            out = act_training_loss(model, inputs, image_features=KEYS)
-        out.loss.backward()
-        return out.loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()
-                                   if p.grad is not None}
-
-    full_loss, full_grads = loss_and_grads(batch, False)
-    cached_loss, cached_grads = loss_and_grads(cached, True)
+    full_loss, full_grads = _loss_and_grads(model, batch)
+    cached_loss, cached_grads = _loss_and_grads(model, cached, 'layer2')
     assert full_grads.keys() == cached_grads.keys()
     assert any(n.startswith('backbone.layer4') for n in full_grads)
     assert not any(n.startswith(('backbone.layer2', 'backbone.conv1')) for n in full_grads)
@@ -120,7 +110,7 @@ def test_cached_early_stages_give_the_full_step_for_the_rest():
     for name, grad in full_grads.items():
         assert torch.allclose(grad, cached_grads[name], rtol=1e-3, atol=1e-6), name
     # float16 storage: the same step to float16's precision.
-    half_loss, _ = loss_and_grads(half, True)
+    half_loss, _ = _loss_and_grads(model, half, 'layer2')
     assert torch.allclose(full_loss, half_loss, rtol=2e-3)
 
 
@@ -151,20 +141,26 @@ def test_cache_holds_the_frozen_maps_of_the_chosen_frames_only():
         cache.lookup(np.array([1, 2]))
 
 
-def test_frame_stride_caches_every_kth_frame_and_trains_on_those(tmp_path):
+def _synthetic_dataset(root, frames):
+    """Three synthetic episodes of ``frames`` frames, 48x64 PNG cameras."""
     pytest.importorskip('lerobot.datasets.lerobot_dataset')
     from act_ros.data.episode import DatasetLayout
     from act_ros.data.synthetic import synthetic_episode
     from act_ros.data.writer import AtomicDatasetWriter
-    from act_ros.training.loop import Trainer
-    from act_ros.training.prepare import prepare_inputs
 
     layout = DatasetLayout(contract=CONTRACT, image_height=48, image_width=64, use_video=False,
                            robot_type='synthetic')
-    data = tmp_path / 'syn'
-    with AtomicDatasetWriter(layout, data) as writer:
+    with AtomicDatasetWriter(layout, root) as writer:
         for k in range(3):
-            writer.add_episode(synthetic_episode(layout, 21, 5 + k))
+            writer.add_episode(synthetic_episode(layout, frames, 5 + k))
+    return root
+
+
+def test_frame_stride_caches_every_kth_frame_and_trains_on_those(tmp_path):
+    from act_ros.training.loop import Trainer
+    from act_ros.training.prepare import prepare_inputs
+
+    data = _synthetic_dataset(tmp_path / 'syn', 21)
     config = TrainConfig(dataset_root=data, output_dir=tmp_path / 'run', preset='synthetic',
                          model_preset='tiny', image_size=(32, 48), steps=4, batch_size=4,
                          val_ratio=0.0, device='cpu', torch_threads=1, progress=False,
@@ -194,21 +190,12 @@ def test_train_config_checks_the_freeze_step(tmp_path):
 
 
 def test_run_freezes_mid_way_resumes_and_keeps_the_backbone(tmp_path):
-    pytest.importorskip('lerobot.datasets.lerobot_dataset')
     from lerobot.policies.act.modeling_act import ACTPolicy
     from safetensors.torch import load_file
 
-    from act_ros.data.episode import DatasetLayout
-    from act_ros.data.synthetic import synthetic_episode
-    from act_ros.data.writer import AtomicDatasetWriter
     from act_ros.training.train import run
 
-    layout = DatasetLayout(contract=CONTRACT, image_height=48, image_width=64, use_video=False,
-                           robot_type='synthetic')
-    data = tmp_path / 'syn'
-    with AtomicDatasetWriter(layout, data) as writer:
-        for k in range(3):
-            writer.add_episode(synthetic_episode(layout, 30, 5 + k))
+    data = _synthetic_dataset(tmp_path / 'syn', 30)
     out = tmp_path / 'run'
     values = dict(dataset_root=data, output_dir=out, preset='synthetic', model_preset='tiny',
                   image_size=(32, 48), steps=6, batch_size=2, lr=1e-3, val_interval=3,

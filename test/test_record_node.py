@@ -26,6 +26,8 @@ from std_srvs.srv import Trigger  # noqa: E402
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
 
+from bag_tools import read_dataset  # noqa: E402
+
 CONTRACT = load_contract()
 H, W = 48, 64
 SEED = 21
@@ -33,13 +35,7 @@ DISCOVERY_S = 30.0
 
 
 def _read(root: Path):
-    from act_ros.training.data import load_frames, open_dataset
-
-    dataset = open_dataset(root, CONTRACT)
-    n = len(dataset.hf_dataset)
-    store = load_frames(dataset, CONTRACT, (H, W), seg_start=np.zeros(n, np.int64),
-                        seg_end=np.full(n, n, np.int64))
-    return dataset, store
+    return read_dataset(root, CONTRACT, (H, W))
 
 
 def _recorder(context, output: Path, **params):

@@ -21,8 +21,6 @@ from typing import Any
 
 from geometry_msgs.msg import PoseStamped
 import numpy as np
-import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
@@ -114,20 +112,10 @@ class ExpertDriver(Node):
 
 
 def main(args: list[str] | None = None) -> int:
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = ExpertDriver()
-        executor = MultiThreadedExecutor(num_threads=2)
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return 0
+    """Console entry point (``python -m act_ros.ros.recording.expert_driver``)."""
+    from act_ros.ros.spin import run_node
+
+    return run_node(ExpertDriver, name='expert_driver', args=args)
 
 
 if __name__ == '__main__':

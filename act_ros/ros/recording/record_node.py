@@ -26,9 +26,7 @@ import threading
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import CompressedImage, Image, JointState
@@ -345,32 +343,14 @@ class RecordNode(Node):
 def main(args: list[str] | None = None) -> int:
     """Console script ``record_node`` (also ``act-ros record``)."""
     from act_ros.data.writer import quiet_library_output
+    from act_ros.ros.spin import run_node
 
-    rclpy.init(args=args if args is None else ['record_node', *args])
     quiet_library_output()
-    node = None
-    code = 0
-    try:
-        node = RecordNode()
-        executor = MultiThreadedExecutor(num_threads=3)
-        executor.add_node(node)
-        try:
-            executor.spin()
-        finally:
-            # Let a save in progress finish (its episode stays), then stop.
-            node.stop_recording()
-            executor.shutdown(timeout_sec=120.0)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    except (ValueError, FileExistsError) as exc:
-        print(f'record_node: {exc}', file=sys.stderr)
-        code = 2
-    finally:
-        if node is not None:
-            node.discard_open_episode('shutting down')
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return code
+    return run_node(RecordNode, name='record_node', args=args, num_threads=3,
+                    # A save in progress finishes (its episode stays); the open one goes.
+                    before_shutdown=lambda node: node.stop_recording(),
+                    on_exit=lambda node: node.discard_open_episode('shutting down'),
+                    errors=(ValueError, FileExistsError))
 
 
 if __name__ == '__main__':
