@@ -181,6 +181,20 @@ def test_learning_curve_plot_has_a_wall_clock_axis(tmp_path):
         assert image.size[0] > 400 and np.asarray(image).std() > 10
 
 
+def test_wall_clock_ticks_do_not_pile_up_where_no_steps_ran():
+    pytest.importorskip('matplotlib')
+    from act_ros.training.metrics import _spread_ticks
+
+    # 2000 steps in 30 min, then 25 min without a step (a cache build), then fast steps.
+    steps = np.array([0.0, 2000.0, 2001.0, 10000.0])
+    minutes = np.array([0.0, 30.0, 55.0, 80.0])
+    ticks = _spread_ticks(minutes, steps)
+    at = np.interp(ticks, minutes, steps)
+    assert len(ticks) >= 3
+    assert np.all(np.diff(at) >= 0.07 * 10000 - 1e-6)
+    assert all(0.0 <= t <= 80.0 for t in ticks)
+
+
 def test_object_pose_head_trains_the_backbone_and_stays_out_of_the_checkpoint(tmp_path):
     from act_ros.training.auxiliary import TARGET_DIM, ObjectPoseAuxiliary
 

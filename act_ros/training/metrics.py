@@ -137,9 +137,10 @@ def _learning_curve(plt, history: History, output_dir: Path) -> str:
     timed = [(r['step'], r['wall_s'] / 60.0) for r in history.train if 'wall_s' in r]
     if len(timed) >= 2:
         s, m = (np.array(v, dtype=float) for v in zip(*timed))
-        top.secondary_xaxis('top', functions=(lambda x: np.interp(x, s, m),
-                                              lambda x: np.interp(x, m, s))).set_xlabel(
-            'wall clock (min)')
+        wall = top.secondary_xaxis('top', functions=(lambda x: np.interp(x, s, m),
+                                                     lambda x: np.interp(x, m, s)))
+        wall.set_xlabel('wall clock (min)')
+        wall.set_xticks(_spread_ticks(m, s))
     for ax in (top, bottom):
         ax.grid(alpha=0.3)
         ax.legend(loc='best')
@@ -147,6 +148,27 @@ def _learning_curve(plt, history: History, output_dir: Path) -> str:
     fig.savefig(output_dir / CURVE_PLOT, dpi=100)
     plt.close(fig)
     return CURVE_PLOT
+
+
+def _spread_ticks(minutes, steps, count: int = 8, min_gap: float = 0.07) -> list[float]:
+    """Wall-clock ticks (minutes) for the step axis, dropping any that would sit closer
+    than ``min_gap`` of the step range to the previous one: the clock is not linear in
+    steps (a frozen stage's cache is built in minutes without a step), so evenly spaced
+    minutes can pile up at one step."""
+    import numpy as np
+    from matplotlib.ticker import MaxNLocator
+
+    span = max(float(steps[-1] - steps[0]), 1e-9)
+    kept: list[float] = []
+    last = None
+    for tick in MaxNLocator(count).tick_values(float(minutes[0]), float(minutes[-1])):
+        if not minutes[0] <= tick <= minutes[-1]:
+            continue
+        at = float(np.interp(tick, minutes, steps))
+        if last is None or (at - last) / span >= min_gap:
+            kept.append(float(tick))
+            last = at
+    return kept
 
 
 def _save_plot(plt, fig, ax, ylabel: str, output_dir: Path, name: str) -> str:
