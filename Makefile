@@ -5,7 +5,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.act_ros-installed
-EXTRAS ?= ros,sim,dataset,dev,openvino,onnxruntime,bench,bag
+EXTRAS ?= ros,sim,dataset,dev,openvino,onnxruntime,bench,bag,distributed
 
 # Keep every ROS process that these targets start on loopback, in a domain of its own.
 ROS_DOMAIN_ID ?= $(shell echo $$(( ($$$$ % 90) + 10 )))

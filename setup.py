@@ -77,6 +77,9 @@ setup(
         'onnxruntime': ONNX_EXPORT + ['onnxruntime>=1.20,<2'],
         # LeRobot's own training step (update_policy) for `act-ros bench training`.
         'bench': ['accelerate>=1.14,<2'],
+        # `act-ros train` as several processes under `accelerate launch` (DDP); one
+        # process never imports it.
+        'distributed': ['accelerate>=1.14,<2'],
         # act-ros import-bag: rosbag2 (MCAP, SQLite3) without a ROS install.
         'bag': ['rosbags>=0.10,<1'],
     },

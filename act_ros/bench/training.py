@@ -20,6 +20,10 @@ Each iteration runs every arm once on the same batch (A/B interleaved); times ar
 medians and a speed-up is the median of the per-iteration ratios. The first step's loss
 (same weights, batch and seed; the trainer with unit gripper weight, so both compute
 LeRobot's loss) checks that the arms do the same work.
+
+``--processes 1,2`` measures data-parallel scaling instead: the trainer's step in 1, 2, ...
+processes under ``accelerate launch``, steps/s and samples/s side by side
+(:mod:`act_ros.bench.data_parallel`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ import numpy as np
 import torch
 
 from act_ros.core.atomic import write_text_atomic
+from act_ros.bench.data_parallel import parse_processes
 from act_ros.bench.report import machine_description, markdown_table
 from act_ros.core.checkpoint import PRESETS, parse_image_size
 
@@ -199,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--compile', action='store_true', help='add the compiled trainer step')
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--torch-threads', type=int, default=None)
+    p.add_argument('--processes', type=parse_processes, metavar='N,M,...',
+                   help='measure data-parallel scaling instead: the trainer step in N, M, ... '
+                   'processes (accelerate launch, --batch-size each), e.g. 1,2')
     p.add_argument('--no-header', action='store_true', help='omit the machine description '
                    '(act-ros bench all writes it once)')
     p.add_argument('--output', type=Path, help='also write the report (markdown) here')
@@ -211,12 +219,30 @@ def main(argv: list[str] | None = None) -> int:
     device = str(select_device(args.device))
     print(f'[bench training] {args.model_preset} ACT, {args.image_size[0]}x{args.image_size[1]}, '
           f'batch {args.batch_size} ...', file=sys.stderr, flush=True)
-    results = measure(model_preset=args.model_preset, image_size=args.image_size,
-                      batch_size=args.batch_size, iters=args.iters, warmup=args.warmup,
-                      compile_step=args.compile, device=device, seed=args.seed)
-    report = render(results, model_preset=args.model_preset, image_size=args.image_size,
-                    batch_size=args.batch_size, iters=args.iters, warmup=args.warmup,
-                    device=device, header=not args.no_header)
+    if args.processes:
+        if args.compile:
+            p.error('--compile is not measured with --processes (eager steps only)')
+        from act_ros.bench import data_parallel
+        try:
+            scaling = data_parallel.measure(
+                processes=args.processes, model_preset=args.model_preset,
+                image_size=args.image_size, batch_size=args.batch_size, iters=args.iters,
+                warmup=args.warmup, device=device, seed=args.seed,
+                torch_threads=args.torch_threads)
+        except RuntimeError as exc:
+            print(f'act-ros bench training: {exc}', file=sys.stderr)
+            return 1
+        title = '# act_ros training benchmark\n\n' + machine_description() + '\n\n'
+        report = (title if not args.no_header else '') + data_parallel.render(
+            scaling, model_preset=args.model_preset, image_size=args.image_size,
+            iters=args.iters, warmup=args.warmup, device=device)
+    else:
+        results = measure(model_preset=args.model_preset, image_size=args.image_size,
+                          batch_size=args.batch_size, iters=args.iters, warmup=args.warmup,
+                          compile_step=args.compile, device=device, seed=args.seed)
+        report = render(results, model_preset=args.model_preset, image_size=args.image_size,
+                        batch_size=args.batch_size, iters=args.iters, warmup=args.warmup,
+                        device=device, header=not args.no_header)
     print(report, flush=True)
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,14 @@ Checkpoints in ``output_dir``: ``last/`` (with ``training_state.pt``, for ``--re
 the best closed-loop chunk execution by ``(align_rate, -mean_position_error)``),
 ``best_te/`` (best temporal ensembling), ``step_NNNNNN/`` every ``checkpoint_interval``
 steps.
+
+Under ``accelerate launch`` (:mod:`act_ros.training.distributed`) every process runs this
+loop on its share of each global batch (N x ``batch_size``), with the loss module in
+DDP. The L1 term of each process is rescaled by its share of the valid (unpadded) action
+steps, so the averaged gradient is that of the global batch's loss, as one process with
+batch N x ``batch_size`` computes it. Every process takes the same decisions (validation
+and closed-loop results are reduced first, a stop request is agreed at each step) and
+only process 0 writes checkpoints.
 """
 
 from __future__ import annotations
@@ -13,8 +21,10 @@ from collections.abc import Callable
 import contextlib
 import json
 import logging
+from pathlib import Path
 import shutil
 import signal
+import tempfile
 import threading
 import time
 from typing import Any
@@ -25,6 +35,7 @@ import torch
 from act_ros.core.inference import autocast_context, native_reduced_precision
 from act_ros.core.loss import act_loss, act_training_loss, dimension_weights
 from act_ros.training.config import TrainConfig
+from act_ros.training.distributed import LocalProcess
 from act_ros.training.metrics import History
 from act_ros.training.prepare import RunInputs, build_optimizer, build_policy
 from act_ros.training.state import (BatchOrder, capture_rng, copy_checkpoint, load_training_state,
@@ -55,14 +66,51 @@ def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
                         for i, (y, x) in enumerate(offsets.tolist())])
 
 
+def merge_mode_results(mode: str, parts: list[dict[str, Any] | None]) -> dict[str, Any]:
+    """One mode's closed-loop result from the processes' parts (``ModeResult.to_dict()``
+    each, ``None`` for a process without episodes), in rank order, so in seed order: the
+    summary over all episodes, counters summed, ``seconds`` of the slowest process."""
+    from act_ros.sim import EpisodeResult, summarize_results
+
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        raise ValueError(f'closed loop ({mode}): no process ran an episode')
+    episodes = [EpisodeResult(**e) for p in parts for e in p['episodes']]
+    return {'mode': mode, **summarize_results(episodes),
+            'suppressed_releases': sum(p['suppressed_releases'] for p in parts),
+            'rejected_commands': sum(p['rejected_commands'] for p in parts),
+            'seconds': max(p['seconds'] for p in parts)}
+
+
+class _LossModule(torch.nn.Module):
+    """What DDP wraps: the ACT network and the auxiliary head while it trains, with the loss
+    step as ``forward`` (DDP then averages the gradient of every trained parameter)."""
+
+    def __init__(self, model: torch.nn.Module, head: torch.nn.Module | None,
+                 loss_step: Callable[..., tuple[torch.Tensor, ...]]) -> None:
+        super().__init__()
+        self.model = model
+        self.head = head
+        self.loss_step = loss_step
+
+    def forward(self, batch: dict[str, torch.Tensor], l1_scale: torch.Tensor
+                ) -> tuple[torch.Tensor, ...]:
+        return self.loss_step(batch, l1_scale)
+
+
 class Trainer:
-    """One training run (see module docstring); ``run()`` returns the metrics dict."""
+    """One training run (see module docstring); ``run()`` returns the metrics dict.
+
+    ``dist``: this process's place in a data-parallel run (default: the only process).
+    """
 
     def __init__(self, config: TrainConfig, inputs: RunInputs, *,
-                 on_step: Callable[[Trainer, int], None] | None = None) -> None:
+                 on_step: Callable[[Trainer, int], None] | None = None,
+                 dist: LocalProcess | None = None) -> None:
         self.config = config
         self.inputs = inputs
         self.on_step = on_step
+        self.dist = dist or LocalProcess()
         self.out = config.output_dir
         seed_everything(config.seed)
         self.policy, self.preprocessor, self.postprocessor = build_policy(config, inputs)
@@ -77,7 +125,7 @@ class Trainer:
         self.weights = dimension_weights(inputs.contract.num_joints,
                                          gripper_index=inputs.contract.gripper_index,
                                          gripper_weight=config.gripper_loss_weight).to(inputs.device)
-        self.order = BatchOrder(inputs.split.train, config.batch_size, config.seed)
+        self.order = self._batch_order(inputs.split.train)
         self.history = History()
         self.step = 0
         self.best: dict[str, dict[str, Any]] = {}
@@ -94,8 +142,17 @@ class Trainer:
         self.feature_cache = None  # act_ros.training.feature_cache.FeatureCache once frozen
         self.feature_cache_info: dict[str, Any] | None = None
         self._loss_step = self._make_loss_step()
+        self._ddp: torch.nn.Module | None = None  # the DDP-wrapped loss module, built lazily
+        self._stop_agreed = False  # a stop request on any process (data-parallel runs)
+        self._candidate_tmp: Path | None = None
+        if self.dist.active:  # own dropout masks, latent samples and shifts per process
+            seed_everything(config.seed + self.dist.rank)
 
     # -- pieces -----------------------------------------------------------------------------
+    def _batch_order(self, frames: np.ndarray) -> BatchOrder:
+        return BatchOrder(frames, self.config.batch_size, self.config.seed, rank=self.dist.rank,
+                          world_size=self.dist.world_size)
+
     def _make_auxiliary(self):
         from act_ros.data.episode import OBJECT_POSES_FEATURE
         from act_ros.training.auxiliary import ObjectPoseAuxiliary
@@ -119,10 +176,13 @@ class Trainer:
                                           [batch[key] for key in self.features])
 
     def _make_loss_step(self, cut: str | None = None
-                        ) -> Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]]:
+                        ) -> Callable[..., tuple[torch.Tensor, ...]]:
         """The loss step on images, or with ``cut`` on the cached output of the backbone's
         stages up to it (:mod:`act_ros.training.feature_cache`). The auxiliary pose loss
-        applies while some of the backbone still trains (``cut`` is not ``layer4``)."""
+        applies while some of the backbone still trains (``cut`` is not ``layer4``).
+
+        ``l1_scale`` (data-parallel runs): factor of the L1 term, this process's share of
+        the global batch's valid action steps times the number of processes."""
         from act_ros.training.feature_cache import backbone_bypassed
 
         model, features, weights, kl = self.policy.model, self.features, self.weights, \
@@ -131,13 +191,18 @@ class Trainer:
         aux = self.aux if cut != 'layer4' else None
         aux_weight = self.config.aux_object_pose_weight
 
-        def loss_step(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        def loss_step(batch: dict[str, torch.Tensor], l1_scale: torch.Tensor | None = None
+                      ) -> tuple[torch.Tensor, ...]:
             poses = batch.pop(OBJECT_POSES_KEY, None)
             with autocast_context(device, precision):
                 with aux.capture() if aux is not None else contextlib.nullcontext():
                     out = act_training_loss(model, batch, image_features=features,
                                             dim_weights=weights, kl_weight=kl)
                 aux_loss = aux.loss(poses) if aux is not None else torch.zeros((), device=device)
+            if l1_scale is not None:  # data-parallel: this process's part of the global L1
+                l1 = out.l1.float() * l1_scale
+                loss = l1 + kl * out.kl.float() + aux_weight * aux_loss.float()
+                return loss, l1.detach(), out.kl.detach().float(), aux_loss.detach()
             loss = out.loss.float() + aux_weight * aux_loss.float()
             return loss, out.l1.detach().float(), out.kl.detach().float(), aux_loss.detach()
 
@@ -145,9 +210,10 @@ class Trainer:
         if cut is None:
             return step
 
-        def bypassed(batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        def bypassed(batch: dict[str, torch.Tensor], l1_scale: torch.Tensor | None = None
+                     ) -> tuple[torch.Tensor, ...]:
             with backbone_bypassed(model, cut):
-                return step(batch)
+                return step(batch) if l1_scale is None else step(batch, l1_scale)
 
         return bypassed
 
@@ -179,8 +245,9 @@ class Trainer:
             dtype=dtype)
         del source
         self._loss_step = self._make_loss_step(cut)
+        self._ddp = None  # rebuilt at the next step for the parameters that still train
         if train.size != self.inputs.split.train.size:  # batches from the cached frames only
-            self.order = BatchOrder(train, self.config.batch_size, self.config.seed)
+            self.order = self._batch_order(train)
         info = {'frozen_at_step': self.step, 'frozen_parameters': frozen,
                 'cached_frames': int(train.size), 'cameras': len(self.features),
                 'map_shape': list(next(iter(self.feature_cache.maps.values())).shape[1:]),
@@ -225,19 +292,29 @@ class Trainer:
                            'dataset_root': str(self.config.dataset_root), **extra}, indent=2)
 
     def training_state(self) -> dict[str, Any]:
-        return {'step': self.step, 'optimizer': self.optimizer.state_dict(),
-                'scheduler': self.scheduler.state_dict(), 'rng': capture_rng(),
-                'history': self.history.to_dict(), 'best': self.best,
-                'evals_without_improvement': self.evals_without_improvement,
-                'wall_s': self.previous_wall_s + (time.perf_counter() - self._start),
-                'config': self.config.to_dict(),
-                'dataset_frames': len(self.inputs.store),
-                'aux_head': self.aux.head.state_dict() if self.aux is not None else None}
+        """What ``--resume`` restores. Data-parallel runs add every process's RNG states
+        (``rng_ranks``, gathered: every process must call this) and ``world_size``."""
+        state = {'step': self.step, 'optimizer': self.optimizer.state_dict(),
+                 'scheduler': self.scheduler.state_dict(), 'rng': capture_rng(),
+                 'history': self.history.to_dict(), 'best': self.best,
+                 'evals_without_improvement': self.evals_without_improvement,
+                 'wall_s': self.previous_wall_s + (time.perf_counter() - self._start),
+                 'config': self.config.to_dict(),
+                 'dataset_frames': len(self.inputs.store),
+                 'aux_head': self.aux.head.state_dict() if self.aux is not None else None}
+        if self.dist.active:
+            state['rng_ranks'] = self.dist.gather_objects(state['rng'])
+            state['world_size'] = self.dist.world_size
+        return state
 
     def save(self, name: str, *, with_state: bool = False) -> None:
+        """Write checkpoint ``name`` (process 0 only; with ``with_state`` every process must
+        call this, as the RNG states are gathered)."""
+        state = self.training_state() if with_state else None
+        if not self.dist.is_main:
+            return
         save_model(self.out / name, self.policy, self.preprocessor, self.postprocessor,
-                   info_json=self._info_json(),
-                   training_state=self.training_state() if with_state else None)
+                   info_json=self._info_json(), training_state=state)
 
     def resume(self) -> None:
         """Restore model, optimizer, scheduler, step, RNG and history from ``last/``."""
@@ -254,6 +331,12 @@ class Trainer:
         if state['dataset_frames'] != len(self.inputs.store):
             raise ValueError(f"--resume: the dataset had {state['dataset_frames']} frames when "
                              f'{last} was written, it has {len(self.inputs.store)} now')
+        world = int(state.get('world_size', 1))
+        if world != self.dist.world_size:
+            raise ValueError(f'--resume: {last} was written by a run of {world} process(es), '
+                             f'this run has {self.dist.world_size}; the global batch (processes '
+                             'x --batch-size) and the batch order depend on it: resume with '
+                             f'{world} process(es) or start a new --output-dir')
         for key in ('steps', 'lr', 'scheduler', 'warmup_steps'):
             if saved.get(key) != self.config.to_dict()[key]:
                 logger.warning('--resume: %s changed from %r to %r (the learning-rate schedule '
@@ -272,14 +355,18 @@ class Trainer:
         self.best = state['best']
         self.evals_without_improvement = state['evals_without_improvement']
         self.previous_wall_s = float(state['wall_s'])
-        restore_rng(state['rng'])
+        restore_rng(state['rng_ranks'][self.dist.rank] if 'rng_ranks' in state
+                    else state['rng'])
         logger.info('resumed from %s at step %d', last, self.step)
 
     # -- validation ----------------------------------------------------------------------------
     @torch.no_grad()
     def validate(self) -> dict[str, float] | None:
         """Mean per-sample masked L1 (normalized units) over the validation frames: plain
-        (``val_l1``) and with the training's dimension weights (``val_l1_weighted``)."""
+        (``val_l1``) and with the training's dimension weights (``val_l1_weighted``).
+
+        Data-parallel: the batches are dealt out to the processes and the sums reduced, so
+        every process gets the values one process computes over all the frames."""
         val = self.inputs.split.val
         if val.size == 0:
             return None
@@ -292,7 +379,7 @@ class Trainer:
         weighted = torch.zeros((), device=self.inputs.device)
         pose_errors: dict[str, list[torch.Tensor]] = {}
         store = self.inputs.store
-        for start in range(0, n, b):
+        for start in range(0, n, b)[self.dist.rank::self.dist.world_size]:
             raw = store.batch(frames[start:start + b])
             poses = raw.pop(OBJECT_POSES_KEY, None)
             raw = {k: v for k, v in raw.items() if k not in store.extras}
@@ -311,17 +398,41 @@ class Trainer:
             weighted += act_loss(actions_hat, batch['action'], dim_weights=self.weights,
                                  **kwargs).l1
         self.policy.train()
+        if self.dist.active:
+            plain, weighted = self.dist.sum_(torch.stack([plain, weighted])).unbind()
+            pose_errors = self._gather_pose_errors(pose_errors)
         result = {'val_l1': float(plain.item()) / n, 'val_l1_weighted': float(weighted.item()) / n}
         for key, values in pose_errors.items():  # the auxiliary head on held-out frames
             result[f'val_pose_{key}'] = float(torch.cat(values).median())
         return result
 
+    def _gather_pose_errors(self, errors: dict[str, list[torch.Tensor]]
+                            ) -> dict[str, list[torch.Tensor]]:
+        """Every process's auxiliary-head errors on its validation batches, per key."""
+        local = {key: torch.cat(values).cpu() for key, values in errors.items()}
+        merged: dict[str, list[torch.Tensor]] = {}
+        for part in self.dist.gather_objects(local):
+            for key, value in part.items():
+                merged.setdefault(key, []).append(value)
+        return merged
+
     def closed_loop(self) -> dict[str, Any]:
-        """Evaluate the current weights in the simulation (chunk; ensemble when asked)."""
+        """Evaluate the current weights in the simulation (chunk; ensemble when asked).
+
+        Data-parallel: each process runs its block of the episodes (same seeds as one
+        process would) on a simulation of its own and the results are gathered."""
         from act_ros.training.rollout import make_sim_config, run_policy_episodes
 
         candidate = self.out / CANDIDATE_DIR
-        self.save(CANDIDATE_DIR)
+        if self.dist.is_main:
+            self.save(CANDIDATE_DIR)
+        else:  # the same weights, in a directory of this process's own
+            if self._candidate_tmp is None:
+                self._candidate_tmp = Path(tempfile.mkdtemp(
+                    prefix=f'act_ros_candidate_rank{self.dist.rank}_'))
+            candidate = self._candidate_tmp / CANDIDATE_DIR
+            save_model(candidate, self.policy, self.preprocessor, self.postprocessor,
+                       info_json=self._info_json())
         if self._env is None:
             from act_ros.sim import PortPickAlignEnv
             self._env = PortPickAlignEnv(
@@ -330,12 +441,24 @@ class Trainer:
         results = {}
         for mode, episodes in (('chunk', self.config.closed_loop_val_episodes),
                                ('ensemble', self.config.closed_loop_te_episodes)):
-            if episodes:
+            if not episodes:
+                continue
+            if not self.dist.active:
                 res = run_policy_episodes(candidate, episodes=episodes, mode=mode,
                                           seed=self.config.closed_loop_seed,
                                           device=str(self.inputs.device),
                                           contract=self.inputs.contract, env=self._env)
                 results[mode] = {k: v for k, v in res.to_dict().items() if k != 'episodes'}
+                continue
+            first, end = self.dist.share(episodes)
+            part = None
+            if end > first:
+                part = run_policy_episodes(candidate, episodes=end - first, mode=mode,
+                                           seed=self.config.closed_loop_seed + first,
+                                           device=str(self.inputs.device),
+                                           contract=self.inputs.contract,
+                                           env=self._env).to_dict()
+            results[mode] = merge_mode_results(mode, self.dist.gather_objects(part))
         return results
 
     def _improved(self, key: str, value: tuple, checkpoint: str, record: dict) -> bool:
@@ -368,9 +491,11 @@ class Trainer:
                                       (r['align_rate'], -r['mean_position_error']), name,
                                       {k: r[k] for k in ('align_rate', 'mean_position_error',
                                                          'mean_yaw_error')}):
-                        copy_checkpoint(self.out / CANDIDATE_DIR, self.out / name)
+                        if self.dist.is_main:
+                            copy_checkpoint(self.out / CANDIDATE_DIR, self.out / name)
                         improved = True
-            shutil.rmtree(self.out / CANDIDATE_DIR, ignore_errors=True)
+            if self.dist.is_main:
+                shutil.rmtree(self.out / CANDIDATE_DIR, ignore_errors=True)
             logger.info('step %d closed loop: %s', self.step, {
                 m: f"align {r['align_rate']:.2f}, pos {r['mean_position_error'] * 100:.1f} cm"
                 for m, r in results.items()})
@@ -390,23 +515,43 @@ class Trainer:
                         patience)
 
     # -- loop ----------------------------------------------------------------------------------
+    def _step_control(self, raw: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Data-parallel: agree on a stop request and return this process's L1 factor (its
+        share of the global batch's valid action steps, times the number of processes)."""
+        store = self.inputs.store
+        valid = int((~raw[f'{store.action_key}_is_pad']).sum())
+        total, stop = self.dist.step_control(valid, bool(self._stop_requested))
+        self._stop_agreed = self._stop_agreed or stop
+        scale = valid * self.dist.world_size / max(total, 1)
+        return torch.tensor(scale, dtype=torch.float32).to(self.inputs.device, non_blocking=True)
+
+    def _loss_module(self) -> torch.nn.Module:
+        """The DDP-wrapped loss module; built at the first step and again after a freeze,
+        so that it holds exactly the parameters that train."""
+        if self._ddp is None:
+            head = self.aux.head if self.aux is not None and not self.backbone_frozen else None
+            self._ddp = self.dist.wrap(_LossModule(self.policy.model, head, self._loss_step))
+        return self._ddp
+
     def train_step(self) -> None:
         self._apply_freeze_schedule()
         start = time.perf_counter()
         indices = self.order.indices(self.step)
         cached = self.feature_cache is not None
         raw = self.inputs.store.batch(indices, images=not cached)
+        l1_scale = self._step_control(raw) if self.dist.active else None
         extras = {key: raw.pop(key) for key in list(raw) if key in self.inputs.store.extras}
         batch = self.preprocessor(raw)
         batch.update(extras)
         if cached:
             batch.update(self.feature_cache.lookup(indices))
+        elif self.config.image_shift_px:
+            for key in self.features:
+                batch[key] = random_shift(batch[key], self.config.image_shift_px)
+        if l1_scale is None:
             loss, l1, kl, aux_loss = self._loss_step(batch)
         else:
-            if self.config.image_shift_px:
-                for key in self.features:
-                    batch[key] = random_shift(batch[key], self.config.image_shift_px)
-            loss, l1, kl, aux_loss = self._loss_step(batch)
+            loss, l1, kl, aux_loss = self._loss_module()(batch, l1_scale)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(self._trained_parameters,
@@ -415,6 +560,9 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.step += 1
+        if l1_scale is not None:  # the global batch's loss terms (grad_norm is already)
+            loss, l1, kl, aux_loss = self.dist.mean_(torch.stack(
+                [loss.detach(), l1, kl, aux_loss.float()])).unbind()
         terms = {'loss': loss.detach(), 'l1': l1, 'kl': kl, 'grad_norm': grad_norm.detach()}
         if self.aux is not None and not self.backbone_frozen:
             terms['aux_pose'] = aux_loss
@@ -438,8 +586,9 @@ class Trainer:
         cfg = self.config
         try:
             with logging_redirect_tqdm(), tqdm(total=cfg.steps, initial=self.step, unit='step',
-                                               desc='train', disable=not cfg.progress,
-                                               dynamic_ncols=True) as bar:
+                                               desc='train', dynamic_ncols=True,
+                                               disable=not cfg.progress or not self.dist.is_main
+                                               ) as bar:
                 while self.step < cfg.steps and self.stop_reason is None:
                     self.train_step()
                     bar.update(1)
@@ -456,16 +605,26 @@ class Trainer:
                         self.save('last', with_state=True)
                     if self.on_step is not None:
                         self.on_step(self, self.step)
-                    if self._stop_requested and self.stop_reason is None:
+                    if self._stop_now() and self.stop_reason is None:
                         self.stop_reason = 'interrupted'
                         logger.warning('%s: saving last/ at step %d and exiting',
-                                       self._stop_requested, self.step)
+                                       self._stop_requested or 'a stop request on another '
+                                       'process', self.step)
             self.save('last', with_state=True)
         finally:
             self._restore_signal_handlers(handlers)
             if self._env is not None:
                 self._env.close()
                 self._env = None
+            if self._candidate_tmp is not None:
+                shutil.rmtree(self._candidate_tmp, ignore_errors=True)
+                self._candidate_tmp = None
+
+    def _stop_now(self) -> bool:
+        """Whether to stop after this step: a stop request here, or (data-parallel) one on
+        any process, agreed at this step's start so that every process stops at the same
+        step."""
+        return self._stop_agreed if self.dist.active else bool(self._stop_requested)
 
     def _log_progress(self, row: dict[str, float]) -> None:
         recent = self.history.train[-LOG_EVERY:]

@@ -46,10 +46,11 @@ class RunInputs:
                 'robot_type': meta.robot_type}
 
 
-def prepare_inputs(config: TrainConfig) -> RunInputs:
-    """Open, check, split and decode the dataset; resolve the device."""
+def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -> RunInputs:
+    """Open, check, split and decode the dataset; resolve the device (``device``: the one
+    a data-parallel launch gave this process, instead of ``config.device``)."""
     contract = load_contract(config.contract_path)
-    device = select_device(config.device)
+    device = select_device(config.device) if device is None else device
     dataset = open_dataset(config.dataset_root, contract)
     stored = dataset_image_size(dataset.meta, contract)
     size = config.image_size or stored

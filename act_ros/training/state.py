@@ -4,7 +4,10 @@
 optimizer, scheduler, RNG states, history, best values). Both are written into a staging
 directory first and renamed into place together, so ``last/`` is always one consistent
 step. The batch order is a pure function of (seed, step), so a resumed run draws exactly
-the batches an uninterrupted run would have drawn.
+the batches an uninterrupted run would have drawn. Under N processes the global batch of a
+step is N x batch_size consecutive samples of the epoch's permutation, of which process
+``rank`` takes the ``rank``-th block: within an epoch the processes see disjoint shards,
+and together exactly the batch one process with batch N x batch_size would draw.
 """
 
 from __future__ import annotations
@@ -52,16 +55,22 @@ def seed_everything(seed: int) -> None:
 class BatchOrder:
     """Batches drawn from consecutive seeded permutations of the training frames.
 
-    ``indices(step)`` is the same for a given (seed, frames, batch size) whether the run
-    was interrupted or not; no sampler state needs saving.
+    ``indices(step)`` is the same for a given (seed, frames, batch size, processes)
+    whether the run was interrupted or not; no sampler state needs saving. With
+    ``world_size`` > 1 it is process ``rank``'s share of the global batch (see the module
+    docstring).
     """
 
-    def __init__(self, frames: np.ndarray, batch_size: int, seed: int) -> None:
+    def __init__(self, frames: np.ndarray, batch_size: int, seed: int, *, rank: int = 0,
+                 world_size: int = 1) -> None:
         if frames.size == 0:
             raise ValueError('no training frames to draw batches from')
+        if not 0 <= rank < world_size:
+            raise ValueError(f'rank must be in [0, world_size), got rank {rank} of {world_size}')
         self.frames = np.asarray(frames, dtype=np.int64)
         self.batch_size = batch_size
         self.seed = seed
+        self.rank, self.world_size = rank, world_size
         self._cache: dict[int, np.ndarray] = {}
 
     def _epoch(self, epoch: int) -> np.ndarray:
@@ -73,9 +82,9 @@ class BatchOrder:
         return self._cache[epoch]
 
     def indices(self, step: int) -> np.ndarray:
-        """Frame indices of the batch for 0-based ``step``."""
+        """Frame indices of the batch for 0-based ``step`` (this process's share)."""
         n = self.frames.size
-        start = step * self.batch_size
+        start = (step * self.world_size + self.rank) * self.batch_size
         out = []
         while len(out) < self.batch_size:
             epoch, offset = divmod(start + len(out), n)

@@ -4,18 +4,21 @@ Writes LeRobot checkpoint directories (``best/``, ``best_te/``, ``last/``,
 ``step_NNNNNN/``), ``training_metrics.json`` and PNG plots to ``--output-dir``. See
 docs/architecture.md section 8 and :mod:`act_ros.training.loop`.
 
-Several GPUs: this trainer runs one process on one device and refuses to start as one of
-several processes. Multi-GPU training goes through LeRobot's own trainer under
-``accelerate launch`` on the same dataset; its checkpoints load here unchanged::
+Several GPUs or machines: the same command under ``accelerate launch`` trains
+data-parallel (DDP; :mod:`act_ros.training.distributed`, README "Training on several GPUs
+or machines"); the global batch is processes x ``--batch-size`` and only process 0
+writes to ``--output-dir``::
 
-    accelerate launch --multi_gpu --num_processes 2 -m lerobot.scripts.lerobot_train \
-        --dataset.repo_id local/NAME --dataset.root DATASET --policy.type act \
-        --policy.chunk_size 30 --policy.n_action_steps 30 --policy.push_to_hub false \
-        --output_dir OUT
+    accelerate launch --multi_gpu --num_processes 2 -m act_ros.training.train \
+        --preset sim --dataset-root DATASET --output-dir OUT
+
+Without ``WORLD_SIZE`` > 1 in the environment it is one process, as before, and
+Accelerate is not imported.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from pathlib import Path
@@ -25,17 +28,10 @@ from typing import Any
 
 from act_ros.core.errors import ActRosError
 from act_ros.training.config import TrainConfig, build_parser, config_from_args
+from act_ros.training.distributed import LocalProcess, check_launch_env, from_environment
 from act_ros.training.metrics import METRICS_FILE, finite_or_none, write_json_atomic, write_plots
 
 logger = logging.getLogger('act_ros.train')
-
-
-def _check_single_process() -> None:
-    world = os.environ.get('WORLD_SIZE', '1')
-    if world.isdigit() and int(world) > 1:
-        raise ValueError(f'act-ros train runs one process, but WORLD_SIZE is {world} (accelerate/'
-                         'torchrun): for several GPUs run lerobot.scripts.lerobot_train under '
-                         'accelerate launch (see act_ros/training/train.py)')
 
 
 def _check_output_dir(config: TrainConfig) -> None:
@@ -89,7 +85,19 @@ def build_metrics(trainer: Any, status: str, wall_s: float) -> dict[str, Any]:
         'precision': trainer.precision,
         'backbone_norm_calibration': trainer.backbone_calibration,
         'feature_cache': trainer.feature_cache_info,
+        **_distributed_metrics(trainer, steps_per_s),
     }
+
+
+def _distributed_metrics(trainer: Any, steps_per_s: float | None) -> dict[str, Any]:
+    """Data-parallel runs only: the processes, the global batch and samples/s."""
+    dist = trainer.dist
+    if not dist.active:
+        return {}
+    batch = dist.world_size * trainer.config.batch_size
+    return {'distributed': {**dist.describe(), 'batch_size_per_process': trainer.config.batch_size,
+                            'global_batch_size': batch,
+                            'samples_per_s': steps_per_s * batch if steps_per_s else None}}
 
 
 def _infer(config: TrainConfig, inputs: Any, metrics: dict[str, Any]) -> int:
@@ -108,34 +116,52 @@ def _infer(config: TrainConfig, inputs: Any, metrics: dict[str, Any]) -> int:
 
 
 def run(config: TrainConfig, *, on_step: Any = None) -> dict[str, Any]:
-    """Train (or only check inference) with ``config``; returns the metrics written."""
+    """Train (or only check inference) with ``config``; returns the metrics written.
+
+    Started as one of several processes (``accelerate launch``), every process calls this
+    and trains its share; only process 0 writes, and the others return their metrics
+    unwritten."""
     import torch
 
     start = time.perf_counter()
-    _check_single_process()
+    check_launch_env()
     _check_output_dir(config)
     threads = torch.get_num_threads()
     if config.torch_threads:
         torch.set_num_threads(config.torch_threads)
     try:
-        return _run(config, on_step, start)
+        dist = from_environment(config.device)
+    except BaseException:
+        torch.set_num_threads(threads)
+        raise
+    try:
+        if not dist.is_main:  # one progress bar and one log: process 0's
+            logging.getLogger('act_ros').setLevel(logging.WARNING)
+            config = dataclasses.replace(config, progress=False)
+        return _run(config, on_step, start, dist)
     finally:
+        dist.close()
         torch.set_num_threads(threads)
 
 
-def _run(config: TrainConfig, on_step: Any, start: float) -> dict[str, Any]:
+def _run(config: TrainConfig, on_step: Any, start: float,
+         dist: LocalProcess) -> dict[str, Any]:
     from act_ros.training.loop import Trainer
     from act_ros.training.prepare import prepare_inputs
 
-    inputs = prepare_inputs(config)
-    config.output_dir.mkdir(parents=True, exist_ok=True)
+    inputs = prepare_inputs(config, device=dist.device)
+    main = dist.is_main
+    if main:
+        config.output_dir.mkdir(parents=True, exist_ok=True)
     if config.infer_only:
         metrics: dict[str, Any] = {'status': 'infer_only', 'config': config.to_dict()}
-        code = _infer(config, inputs, metrics)
-        write_json_atomic(config.output_dir / 'inference_check.json', metrics)
+        code = 0
+        if main:  # one check is enough: the others have nothing to do
+            code = _infer(config, inputs, metrics)
+            write_json_atomic(config.output_dir / 'inference_check.json', metrics)
         metrics['exit_code'] = code
         return metrics
-    trainer = Trainer(config, inputs, on_step=on_step)
+    trainer = Trainer(config, inputs, on_step=on_step, dist=dist)
     if config.resume:
         trainer.resume()
     status = 'failed'
@@ -143,15 +169,24 @@ def _run(config: TrainConfig, on_step: Any, start: float) -> dict[str, Any]:
         trainer.run()
         status = {'early_stop': 'stopped_early', 'interrupted': 'interrupted'}.get(
             trainer.stop_reason, 'completed')
+    except Exception as exc:
+        if dist.active:
+            logger.error('process %d of %d failed at step %d: %s: %s. When a peer process '
+                         'exits or is killed, the others fail like this: the launcher names '
+                         'the process that failed first (Root Cause)', dist.rank,
+                         dist.world_size, trainer.step, type(exc).__name__, exc)
+        raise
     finally:
         metrics = build_metrics(trainer, status, trainer.wall_seconds)
-        metrics['plots'] = write_plots(config.output_dir, trainer.history)
-        write_json_atomic(config.output_dir / METRICS_FILE, metrics)
+        if main:
+            metrics['plots'] = write_plots(config.output_dir, trainer.history)
+            write_json_atomic(config.output_dir / METRICS_FILE, metrics)
     code = 0
-    if not config.skip_infer and status != 'interrupted':
+    if main and not config.skip_infer and status != 'interrupted':
         code = _infer(config, inputs, metrics)
     metrics['wall_time_s'] = trainer.previous_wall_s + (time.perf_counter() - start)
-    write_json_atomic(config.output_dir / METRICS_FILE, metrics)
+    if main:
+        write_json_atomic(config.output_dir / METRICS_FILE, metrics)
     metrics['exit_code'] = code
     return metrics
 
@@ -170,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ActRosError, ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f'act-ros train: {exc}', file=sys.stderr)
         return 2
-    if metrics['status'] != 'infer_only':
+    if metrics['status'] != 'infer_only' and os.environ.get('RANK', '0') == '0':
         sps = metrics.get('steps_per_s')
         print(f"{metrics['status']}: {metrics['steps_completed']} steps"
               f"{f', {sps:.2f} steps/s' if sps else ''}; best {list(metrics['best'])}; "
