@@ -207,6 +207,32 @@ def test_resume_after_sigint_equals_uninterrupted_run(dataset, tmp_path):
     assert [r['step'] for r in second['history']['val']] == [2, 4, 6]
 
 
+def test_evaluation_that_raises_keeps_the_completed_step_in_last(dataset, tmp_path,
+                                                                 monkeypatch):
+    from act_ros.training.loop import Trainer
+    from act_ros.training.train import run
+
+    calls = []
+    original = Trainer.evaluate_and_select
+
+    def failing(self):
+        calls.append(self.step)
+        if self.step == 4:
+            raise RuntimeError('simulator crashed')
+        return original(self)
+
+    monkeypatch.setattr(Trainer, 'evaluate_and_select', failing)
+    kw = dict(steps=6, val_interval=2, checkpoint_interval=100, max_val_batches=1)
+    with pytest.raises(RuntimeError, match='simulator crashed'):
+        run(_config(dataset, tmp_path / 'out', **kw))
+    assert calls == [2, 4]
+    state = torch.load(tmp_path / 'out' / 'last' / 'training_state.pt', weights_only=False)
+    assert state['step'] == 4
+    monkeypatch.setattr(Trainer, 'evaluate_and_select', original)
+    resumed = run(_config(dataset, tmp_path / 'out', resume=True, **kw))
+    assert resumed['resumed_from_step'] == 4 and resumed['steps_completed'] == 6
+
+
 def test_new_run_refuses_an_existing_run_directory(short_run, dataset):
     from act_ros.training.train import main
 

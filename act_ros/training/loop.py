@@ -599,7 +599,11 @@ class Trainer:
                         if not cfg.progress and self.step % LOG_EVERY == 0:
                             self._log_progress(row)
                     if self.step % cfg.val_interval == 0 or self.step == cfg.steps:
-                        self.evaluate_and_select()
+                        try:
+                            self.evaluate_and_select()
+                        except Exception:
+                            self._save_before_failing('the evaluation')
+                            raise
                     if self.step % cfg.checkpoint_interval == 0:
                         self.save(f'step_{self.step:06d}')
                         self.save('last', with_state=True)
@@ -619,6 +623,20 @@ class Trainer:
             if self._candidate_tmp is not None:
                 shutil.rmtree(self._candidate_tmp, ignore_errors=True)
                 self._candidate_tmp = None
+
+    def _save_before_failing(self, what: str) -> None:
+        """``what`` raised after a completed step: keep that step in ``last/`` (one process
+        only: under several, the others would wait in the state's gather) so that
+        ``--resume`` continues from it instead of the previous checkpoint."""
+        if self.dist.active:
+            return
+        try:
+            self.save('last', with_state=True)
+        except Exception:  # the original error is the one to report
+            logger.exception('could not save last/ after %s failed', what)
+        else:
+            logger.error('%s failed at step %d; last/ holds this step (continue with '
+                         '--resume once the cause is fixed)', what, self.step)
 
     def _stop_now(self) -> bool:
         """Whether to stop after this step: a stop request here, or (data-parallel) one on
