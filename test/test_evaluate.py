@@ -71,6 +71,27 @@ def test_evaluate_cli_both_modes_with_video(tiny_checkpoint, tmp_path, capsys):
         assert video.name == f'ep_{mode}.mp4' and video.stat().st_size > 1000
 
 
+def test_evaluate_workers_give_the_results_of_one_process(tiny_checkpoint, tmp_path, capsys):
+    from act_ros.training.evaluate import _blocks, main
+
+    assert _blocks(5, 2) == [(0, 3), (3, 2)] and _blocks(1, 4) == [(0, 1)]
+    common = ['--checkpoint', str(tiny_checkpoint), '--episodes', '3', '--mode', 'chunk',
+              '--seed', '11', '--render-size', '48x64', '--episode-steps', '12', '--no-progress']
+    assert main(common + ['--output', str(tmp_path / 'one.json')]) == 0
+    assert main(common + ['--workers', '2', '--output', str(tmp_path / 'two.json')]) == 0
+    one, two = (json.loads((tmp_path / f'{n}.json').read_text())['modes']['chunk']
+                for n in ('one', 'two'))
+    assert [e['seed'] for e in two['episodes']] == [11, 12, 13]
+    for a, b in zip(one['episodes'], two['episodes']):
+        assert a['seed'] == b['seed'] and a['steps'] == b['steps']
+        assert a['position_error_m'] == pytest.approx(b['position_error_m'], abs=1e-9)
+    for key in ('count', 'align_rate', 'mean_position_error', 'mean_yaw_error', 'failures'):
+        assert one[key] == two[key], key
+    with pytest.raises(SystemExit):  # one process writes a video
+        main(common + ['--workers', '2', '--video', str(tmp_path / 'v.mp4')])
+    assert '--workers at 1 with --video' in capsys.readouterr().err
+
+
 def test_evaluate_gif_and_bad_device(tiny_checkpoint, tmp_path, capsys):
     from act_ros.training.evaluate import main
 

@@ -59,6 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='evaluate against simulated time as a model this slow would run on the '
                    "robot: the node's background schedule, each chunk arriving this much later "
                    'than its observation (default: synchronous, every chunk at once)')
+    p.add_argument('--workers', type=int, default=1,
+                   help='processes that share the episodes (each a simulation of its own, '
+                   'CPU threads split between them; results identical to one process)')
     p.add_argument('--output', type=Path, default=None, help='metrics JSON to write')
     p.add_argument('--no-progress', dest='progress', action='store_false')
     return p
@@ -88,7 +91,14 @@ def evaluate(args: argparse.Namespace) -> dict:
            'execution': 'sync' if latency_ticks is None else 'simulated',
            'latency_ticks': latency_ticks, 'ensemble_coeff': args.ensemble_coeff, 'backend': args.backend,
            'modes': {}}
+    if args.workers > 1:
+        out['workers'] = args.workers
     for mode in modes:
+        if args.workers > 1:
+            out['modes'][mode] = _parallel_mode(args, mode, latency_ticks)
+            _print_mode(mode, out['modes'][mode], out['modes'][mode]['seconds'],
+                        out['modes'][mode]['suppressed_releases'])
+            continue
         writer = None
         if args.video is not None:
             path = args.video if len(modes) == 1 else args.video.with_name(
@@ -109,17 +119,72 @@ def evaluate(args: argparse.Namespace) -> dict:
         out['modes'][mode] = result.to_dict()
         if writer is not None:
             out['modes'][mode]['video'] = str(writer.path)
-        s = result.summary
-        print(f'{mode:>8}: align_rate {s["align_rate"]:.3f}  mean_position_error '
-              f'{s["mean_position_error"] * 100:.2f} cm  mean_yaw_error {s["mean_yaw_error"]:.1f} deg'
-              f'  ({s["count"]} episodes, {result.seconds:.0f} s, suppressed releases '
-              f'{result.suppressed_releases})')
-        failed = {phase: n for phase, n in s['failures'].items() if n}
-        if failed:
-            print(f'{"":>8}  failed at: ' + ', '.join(f'{phase} {n}' for phase, n in failed.items())
-                  + '  (grasp: never lifted; release: still held; carry: off the pad; '
-                  'position/yaw: on the pad, beyond tolerance)')
+        _print_mode(mode, result.summary, result.seconds, result.suppressed_releases)
     return out
+
+
+def _print_mode(mode: str, s: dict, seconds: float, suppressed: int) -> None:
+    print(f'{mode:>8}: align_rate {s["align_rate"]:.3f}  mean_position_error '
+          f'{s["mean_position_error"] * 100:.2f} cm  mean_yaw_error {s["mean_yaw_error"]:.1f} deg'
+          f'  ({s["count"]} episodes, {seconds:.0f} s, suppressed releases {suppressed})')
+    failed = {phase: n for phase, n in s['failures'].items() if n}
+    if failed:
+        print(f'{"":>8}  failed at: ' + ', '.join(f'{phase} {n}' for phase, n in failed.items())
+              + '  (grasp: never lifted; release: still held; carry: off the pad; '
+              'position/yaw: on the pad, beyond tolerance)')
+
+
+def _blocks(episodes: int, workers: int) -> list[tuple[int, int]]:
+    """Contiguous (first, count) blocks of the episodes, one per worker, none empty."""
+    workers = min(workers, episodes)
+    base, extra = divmod(episodes, workers)
+    blocks, first = [], 0
+    for k in range(workers):
+        count = base + (k < extra)
+        blocks.append((first, count))
+        first += count
+    return blocks
+
+
+def _run_block(args: argparse.Namespace, mode: str, first: int, count: int,
+               latency_ticks: int | None, threads: int) -> dict:
+    """One worker's episodes (seeds ``args.seed + first`` ...), in a process of its own."""
+    import torch
+
+    from act_ros.core.contract import load_contract
+    from act_ros.training.rollout import SafetySettings, make_sim_config, run_policy_episodes
+
+    torch.set_num_threads(threads)
+    contract = load_contract()
+    return run_policy_episodes(
+        args.checkpoint, episodes=count, mode=mode, seed=args.seed + first, device=args.device,
+        sim_config=make_sim_config(args.checkpoint, args.render_size,
+                                   episode_steps=args.episode_steps),
+        contract=contract, safety=SafetySettings.from_node_config(contract),
+        ensemble_coeff=args.ensemble_coeff, backend=args.backend,
+        latency_ticks=latency_ticks).to_dict()
+
+
+def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | None) -> dict:
+    """One mode's episodes split over ``args.workers`` spawned processes, merged in seed
+    order: the same per-episode results as one process (every episode starts from its seed)."""
+    from concurrent.futures import ProcessPoolExecutor
+    import multiprocessing
+    import os
+    import time
+
+    from act_ros.training.rollout import merge_mode_results
+
+    blocks = _blocks(args.episodes, args.workers)
+    threads = max(1, (os.cpu_count() or 1) // len(blocks))
+    start = time.monotonic()
+    with ProcessPoolExecutor(len(blocks), mp_context=multiprocessing.get_context('spawn')) as pool:
+        futures = [pool.submit(_run_block, args, mode, first, count, latency_ticks, threads)
+                   for first, count in blocks]
+        parts = [f.result() for f in futures]
+    merged = merge_mode_results(mode, parts, with_episodes=True)
+    merged['seconds'] = time.monotonic() - start
+    return merged
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f'--episodes must be >= 1, got {args.episodes}')
+    if args.workers < 1:
+        parser.error(f'--workers must be >= 1, got {args.workers}')
+    if args.workers > 1 and args.video is not None:
+        parser.error('--video records in one process: leave --workers at 1 with --video')
     try:
         out = evaluate(args)
     except (ActRosError, FileNotFoundError, ValueError) as exc:

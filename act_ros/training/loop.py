@@ -38,6 +38,7 @@ from act_ros.training.config import TrainConfig
 from act_ros.training.distributed import LocalProcess
 from act_ros.training.metrics import History
 from act_ros.training.prepare import RunInputs, build_optimizer, build_policy
+from act_ros.training.rollout import merge_mode_results
 from act_ros.training.state import (BatchOrder, capture_rng, copy_checkpoint, load_training_state,
                                     restore_rng, save_model, seed_everything)
 
@@ -64,22 +65,6 @@ def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
     offsets = torch.randint(0, 2 * pad + 1, (b, 2))
     return torch.stack([padded[i, :, y:y + h, x:x + w]
                         for i, (y, x) in enumerate(offsets.tolist())])
-
-
-def merge_mode_results(mode: str, parts: list[dict[str, Any] | None]) -> dict[str, Any]:
-    """One mode's closed-loop result from the processes' parts (``ModeResult.to_dict()``
-    each, ``None`` for a process without episodes), in rank order, so in seed order: the
-    summary over all episodes, counters summed, ``seconds`` of the slowest process."""
-    from act_ros.sim import EpisodeResult, summarize_results
-
-    parts = [p for p in parts if p is not None]
-    if not parts:
-        raise ValueError(f'closed loop ({mode}): no process ran an episode')
-    episodes = [EpisodeResult(**e) for p in parts for e in p['episodes']]
-    return {'mode': mode, **summarize_results(episodes),
-            'suppressed_releases': sum(p['suppressed_releases'] for p in parts),
-            'rejected_commands': sum(p['rejected_commands'] for p in parts),
-            'seconds': max(p['seconds'] for p in parts)}
 
 
 class _LossModule(torch.nn.Module):

@@ -84,6 +84,26 @@ class ModeResult:
                 'episodes': self.episodes}
 
 
+def merge_mode_results(mode: str, parts: list[dict[str, Any] | None], *,
+                       with_episodes: bool = False) -> dict[str, Any]:
+    """One mode's closed-loop result from the processes' parts (``ModeResult.to_dict()``
+    each, ``None`` for a process without episodes), in rank order, so in seed order: the
+    summary over all episodes, counters summed, ``seconds`` of the slowest process.
+    ``with_episodes`` keeps the per-episode records (``episodes``). Used by data-parallel
+    training and by ``act-ros evaluate --workers``."""
+    from act_ros.sim import EpisodeResult, summarize_results
+
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        raise ValueError(f'closed loop ({mode}): no process ran an episode')
+    episodes = [EpisodeResult(**e) for p in parts for e in p['episodes']]
+    return {'mode': mode, **summarize_results(episodes),
+            'suppressed_releases': sum(p['suppressed_releases'] for p in parts),
+            'rejected_commands': sum(p['rejected_commands'] for p in parts),
+            'seconds': max(p['seconds'] for p in parts),
+            **({'episodes': [e for p in parts for e in p['episodes']]} if with_episodes else {})}
+
+
 def checkpoint_render_size(checkpoint: Path) -> tuple[int, int] | None:
     """Image size the checkpoint's training data was recorded at (``training_info.json``)."""
     info = Path(checkpoint) / 'training_info.json'
