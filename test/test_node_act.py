@@ -161,6 +161,67 @@ def test_stale_camera_stops_commands_then_they_resume(rclpy_context, checkpoint,
                          and values['input_problems'] == 'none')
 
 
+# The moments of a start-up, in order (act_ros.core.startup.EVENTS), by execution.
+STARTUP_PHASES = {
+    'process': ['import', 'node_init', 'wait_configure', 'child_start', 'model_import',
+                'checkpoint_load', 'backend_build', 'warmup', 'ready', 'latency_measure',
+                'configure_end', 'activate', 'first_request', 'first_chunk', 'first_command'],
+    'async': ['import', 'node_init', 'wait_configure', 'model_import', 'checkpoint_load',
+              'backend_build', 'warmup', 'latency_measure', 'configure_end', 'activate',
+              'first_request', 'first_chunk', 'first_command'],
+}
+
+
+def _startup_phases(values):
+    """Phase -> seconds from ``startup.*`` diagnostics (overlapped steps and notes left out)."""
+    return {key[len('startup.'):-len('_s')]: float(value) for key, value in values.items()
+            if key.startswith('startup.') and key.endswith('_s')
+            and key != 'startup.time_to_first_command_s' and not key.endswith('at_s')}
+
+
+@pytest.mark.parametrize('execution', ['async', 'process'])
+def test_startup_phases_add_up_to_the_time_to_the_first_command(rclpy_context, checkpoint,
+                                                                 image, execution):
+    node = make_node(rclpy_context, checkpoint, execution=execution)
+    harness = make_harness(rclpy_context, image)
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        wait_commands(harness, 0.0, 1)
+        wait_diagnostics(harness, lambda level, msg, values:
+                         values.get('startup.time_to_first_command_s', 'n/a') != 'n/a')
+        values = harness.latest_diagnostics()[2]
+        frozen = node.startup.total_s()
+        wait_commands(harness, time.monotonic(), 5)
+        assert node.startup.total_s() == frozen  # the first command's, not a later one
+    total = float(values['startup.time_to_first_command_s'])
+    phases = _startup_phases(values)
+    assert list(phases) == STARTUP_PHASES[execution], list(phases)
+    assert all(seconds >= 0.0 for seconds in phases.values()), phases
+    # Each value is rounded to 1 ms on /diagnostics.
+    assert sum(phases.values()) == pytest.approx(total, abs=0.002 * len(phases))
+    assert 0.0 < phases['model_import'] + phases['checkpoint_load'] < total
+    assert values['startup.backend_cache'] == 'none'
+    if execution == 'process':
+        assert values['startup.inference_child'] == 'torch + LeRobot'
+        assert float(values['startup.node_setup_s (overlapped)']) >= 0.0
+    assert 0.0 < float(values['startup.inputs_complete_at_s']) < total
+
+
+def test_a_failed_configure_does_not_count_in_the_next_start_up(rclpy_context, checkpoint,
+                                                                image):
+    node = make_node(rclpy_context, '/nonexistent/checkpoint', execution='process')
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        failed_at = node.startup.events['configure_started']
+        node.set_parameters([Parameter('model_path', value=checkpoint)])
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert node.startup.events['configure_started'] > failed_at
+        assert node.startup.events['child_running'] > node.startup.events['configure_started']
+        assert 'latency_measured' in node.startup.events and not node.startup.complete
+    finally:
+        node.destroy_node()
+
+
 def _nan_joint(msg):
     msg.position[JOINTS.index('elbow_flex')] = float('nan')
     return msg
@@ -271,7 +332,16 @@ def test_console_script_drives_commands_with_the_model_in_a_child_process(
     output = log.read_text()
     assert proc.returncode == 0, output[-3000:]
     assert 'mode chunk/process' in output and 'single_threaded executor' in output
-    # The inference process (and multiprocessing's resource tracker) end with the node.
+    # One line at the first command: the time from process start and its phases.
+    lines = [line for line in output.splitlines() if 'start-up: first command' in line]
+    assert len(lines) == 1, output[-3000:]
+    total = float(lines[0].split('first command ')[1].split(' s after process start')[0])
+    phases = lines[0].split('process start: ')[1].split(' s (')[0].split(', ')
+    seconds = [float(part.rsplit(' ', 1)[1]) for part in phases]
+    assert [part.rsplit(' ', 1)[0] for part in phases][:5] == [
+        'import', 'node init', 'wait configure', 'child start', 'model import']
+    assert sum(seconds) == pytest.approx(total, abs=0.01 * len(seconds))
+    # The inference process ends with the node.
     wait_until(lambda: all(_proc_state(pid) in ('gone', 'Z') for pid in children), 20.0)
     for pid in children:
         assert _proc_state(pid) in ('gone', 'Z'), (

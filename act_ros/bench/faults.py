@@ -111,9 +111,10 @@ class Report:
 
 
 def _inference_children(pid: int) -> list[int]:
-    """The node's inference processes (multiprocessing spawn children, not its resource
-    tracker)."""
+    """The node's inference processes (recognised by their command line's marker)."""
     import psutil
+
+    from act_ros.core.inference_process import CHILD_MARKER
 
     try:
         children = psutil.Process(pid).children(recursive=True)
@@ -122,7 +123,7 @@ def _inference_children(pid: int) -> list[int]:
     found = []
     for child in children:
         try:
-            if 'spawn_main' in ' '.join(child.cmdline()):
+            if CHILD_MARKER in child.cmdline():
                 found.append(child.pid)
         except psutil.Error:
             continue

@@ -10,7 +10,13 @@ measures for ``--duration`` seconds and prints:
 - observation-stamp-to-command latency, median and p99, as the node measures it
   (diagnostics: header stamp of the observation used by the tick -> publish);
 - CPU use of the node (with its inference child process, if any), of the node's main
-  process alone, and of the harness (percent of one core).
+  process alone, and of the harness (percent of one core);
+- time to the first command: from the start of the node's process to the first command at
+  the harness (``time_to_first_command_s``), and the node's own account of it by phase
+  (``startup.*``, from ``/diagnostics``: import, node init, child start, model import,
+  checkpoint load, backend build with its export cache ``hit``/``miss``, warm-up, latency
+  measurement, activation, first request, first chunk, first command; they add up to the
+  node's ``startup.time_to_first_command_s``). ``--startup-only`` stops there.
 
 Every ROS process runs with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST in one domain.
 """
@@ -69,6 +75,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--executor', default='multi_threaded',
                    choices=('multi_threaded', 'single_threaded'))
     p.add_argument('--startup-timeout', type=float, default=300.0)
+    p.add_argument('--startup-only', action='store_true',
+                   help='measure the time to the first command (and its phases) only')
     p.add_argument('--json', help='also write the results to this JSON file')
     return p.parse_args(argv)
 
@@ -109,9 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                '-p', 'diagnostics_period_s:=1.0']
         print(f"[bench node] starting act_node (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})",
               flush=True)
-        procs = ProcessSet(Path(tmp), dict(os.environ))
-        node = procs.start('act_node', cmd)
-        node_proc, log_path = node.popen, node.log_path
+        # The robot is up before the node starts, as on a real robot: the time to the
+        # first command is the node's, not the harness's own start-up.
         context = rclpy.context.Context()
         rclpy.init(context=context)
         rng = np.random.default_rng(0)
@@ -119,8 +126,12 @@ def main(argv: list[str] | None = None) -> int:
         harness = RobotHarness(context=context, cameras=contract.camera_names,
                                joints={n: 0.0 for n in contract.joint_names}, image=image,
                                rate_hz=args.rate, name='bench_robot')
+        procs = ProcessSet(Path(tmp), dict(os.environ))
         try:
             with spinning(context, harness, num_threads=2):
+                launched = time.monotonic()  # the node's process starts now
+                node = procs.start('act_node', cmd)
+                node_proc, log_path = node.popen, node.log_path
                 wait_until(lambda: harness.commands or node_proc.poll() is not None,
                            args.startup_timeout, interval_s=0.2)
                 if not harness.commands:
@@ -128,22 +139,13 @@ def main(argv: list[str] | None = None) -> int:
                           f'(node exit code {node_proc.poll()}):\n'
                           f'{log_path.read_text()[-3000:]}', flush=True)
                     return 1
-                time.sleep(2.0)  # settle past start-up
-                t0 = time.monotonic()
-                node_cpu0, own_cpu0 = _proc_cpu_s(node_proc.pid), time.process_time()
-                main_cpu0 = _proc_cpu_s(node_proc.pid, descendants=False)
-                time.sleep(args.duration)
-                t1 = time.monotonic()
-                node_cpu1, own_cpu1 = _proc_cpu_s(node_proc.pid), time.process_time()
-                main_cpu1 = _proc_cpu_s(node_proc.pid, descendants=False)
-                diag = harness.latest_diagnostics(since=t1 - 1.5)
-            results = summarize(harness, t0, t1, args.rate, diag)
-            wall = t1 - t0
-            if node_cpu0 is not None and node_cpu1 is not None:
-                results['node_cpu_percent'] = 100.0 * (node_cpu1 - node_cpu0) / wall
-                results['node_main_process_cpu_percent'] = 100.0 * (main_cpu1 - main_cpu0) / wall
-            results['harness_cpu_percent'] = 100.0 * (own_cpu1 - own_cpu0) / wall
-            results.update(duration_s=wall, camera_size=f'{args.height}x{args.width}',
+                results = {'time_to_first_command_s': harness.commands[0].received - launched}
+                # The node reports its phases on /diagnostics once the first command is out.
+                results.update(wait_until(lambda: startup_values(harness.latest_diagnostics()),
+                                          10.0, interval_s=0.1) or {})
+                if not args.startup_only:
+                    results.update(measure_load(harness, node_proc.pid, args))
+            results.update(camera_size=f'{args.height}x{args.width}',
                            mode=f'{args.mode}/{args.execution}', executor=args.executor,
                            backend=args.backend,
                            preset=args.preset if not args.model_path else 'given',
@@ -155,6 +157,43 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         write_text_atomic(args.json, json.dumps(results, indent=2))
     return 0
+
+
+def measure_load(harness, node_pid: int, args: argparse.Namespace) -> dict:
+    """Commands, latency and CPU over ``args.duration`` seconds, after 2 s of settling."""
+    time.sleep(2.0)  # settle past start-up
+    t0 = time.monotonic()
+    node_cpu0, own_cpu0 = _proc_cpu_s(node_pid), time.process_time()
+    main_cpu0 = _proc_cpu_s(node_pid, descendants=False)
+    time.sleep(args.duration)
+    t1 = time.monotonic()
+    node_cpu1, own_cpu1 = _proc_cpu_s(node_pid), time.process_time()
+    main_cpu1 = _proc_cpu_s(node_pid, descendants=False)
+    results = summarize(harness, t0, t1, args.rate, harness.latest_diagnostics(since=t1 - 1.5))
+    wall = t1 - t0
+    if node_cpu0 is not None and node_cpu1 is not None:
+        results['node_cpu_percent'] = 100.0 * (node_cpu1 - node_cpu0) / wall
+        results['node_main_process_cpu_percent'] = 100.0 * (main_cpu1 - main_cpu0) / wall
+    results['harness_cpu_percent'] = 100.0 * (own_cpu1 - own_cpu0) / wall
+    results['duration_s'] = wall
+    return results
+
+
+def startup_values(diag: tuple | None) -> dict[str, float | str]:
+    """The node's ``startup.*`` diagnostics (numbers as floats) once its time to the first
+    command is known; empty before that."""
+    values = diag[2] if diag else {}
+    out: dict[str, float | str] = {}
+    for key, value in values.items():
+        if not key.startswith('startup.'):
+            continue
+        try:
+            out[key] = float(value)
+        except ValueError:
+            out[key] = value
+    if not isinstance(out.get('startup.time_to_first_command_s'), float):
+        return {}
+    return out
 
 
 def summarize(harness, t0: float, t1: float, rate_hz: float, diag) -> dict:
@@ -189,7 +228,7 @@ def report(results: dict) -> None:
     print('\nact_node benchmark')
     for key, value in results.items():
         text = f'{value:.2f}' if isinstance(value, float) else str(value)
-        print(f'  {key:<22} {text}')
+        print(f'  {key:<38} {text}')
 
 
 if __name__ == '__main__':

@@ -18,45 +18,28 @@ Pre- and post-processing (normalization) stay in the predictor, shared by all ba
 from __future__ import annotations
 
 import importlib
-import importlib.util
+from pathlib import Path
 import time
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
-from act_ros.core.checkpoint import LoadedCheckpoint
 from act_ros.core.errors import DeviceUnavailableError
-from act_ros.core.export import OnnxExport, ensure_onnx_export
+from act_ros.core.export import OnnxExport, cache_export_dir, ensure_onnx_export
+# The backend table and option checks live in a torch-free module; re-exported here.
+from act_ros.core.options import (BACKEND_PACKAGES, BACKEND_PRECISIONS, BACKENDS,  # noqa: F401
+                                  CPU_DEVICES, check_backend_options, installed_backends)
 
-BACKENDS = ('torch', 'openvino', 'onnxruntime')
-# What each backend can run; whether the CPU/GPU at hand can is checked when it starts.
-BACKEND_PRECISIONS = {'torch': ('fp32', 'bf16', 'fp16'), 'openvino': ('fp32', 'bf16', 'fp16'),
-                      'onnxruntime': ('fp32',)}
-# Backend -> (Python module it needs, pip extra that installs it with the ONNX exporter).
-BACKEND_PACKAGES = {'openvino': ('openvino', 'openvino'),
-                    'onnxruntime': ('onnxruntime', 'onnxruntime')}
-CPU_DEVICES = ('auto', 'cpu')
+if TYPE_CHECKING:  # torch only where a backend stands in for a torch module (__call__)
+    import torch
+    from torch import nn
 
+    from act_ros.core.checkpoint import LoadedCheckpoint
 
-def check_backend_options(backend: str, *, precision: str, compile_model: bool,
-                          device: str | None = None) -> None:
-    """Reject backend settings that cannot work together (``ValueError``, one line)."""
-    if backend not in BACKENDS:
-        raise ValueError(f"unknown backend '{backend}', expected one of {BACKENDS}")
-    if backend == 'torch':
-        return
-    if compile_model:
-        raise ValueError(f"compile_model applies to the torch backend only; backend '{backend}' "
-                         'compiles the ONNX export itself: set compile_model false')
-    if precision not in BACKEND_PRECISIONS[backend]:
-        raise ValueError(f"backend '{backend}' supports precision {BACKEND_PRECISIONS[backend]}, "
-                         f"got '{precision}' (bf16 on a CPU: backend openvino or torch)")
-    if device is not None and str(device).strip().lower() not in CPU_DEVICES:
-        raise ValueError(f"backend '{backend}' runs on the CPU; device '{device}' needs the "
-                         "torch backend (use device 'cpu' or 'auto')")
+# OpenVINO's compiled models are cached here, inside the export's directory, one folder
+# per ONNX file content: a cached blob can never outlive the export it was compiled from.
+OPENVINO_CACHE_DIR = 'openvino_cache'
 
 
 def _load_module(name: str) -> ModuleType:
@@ -76,17 +59,9 @@ def import_backend(backend: str) -> ModuleType:
         ) from exc
 
 
-def installed_backends() -> list[str]:
-    """``torch`` and every optional backend whose packages (runtime, exporter) are installed."""
-    def present(name: str) -> bool:
-        return importlib.util.find_spec(name) is not None
-
-    exporter = present('onnx') and present('onnxscript')
-    return ['torch'] + [name for name, (module, _) in BACKEND_PACKAGES.items()
-                        if exporter and present(module)]
-
-
 def _numpy(tensor: torch.Tensor) -> np.ndarray:
+    import torch
+
     return np.ascontiguousarray(tensor.detach().to('cpu', torch.float32).numpy())
 
 
@@ -100,6 +75,7 @@ class OnnxBackend:
         self.precision = precision
         self.input_names = export.input_names
         self.compile_seconds = 0.0
+        self.compiled_cache = 'off'  # a cache of the compiled model: hit | miss | off
 
     @property
     def load_seconds(self) -> float:
@@ -114,8 +90,18 @@ class OnnxBackend:
         if len(tensors) != len(self.input_names):
             raise ValueError(f'{self.name}: expected {len(self.input_names)} inputs '
                              f'{self.input_names}, got {len(tensors)}')
+        import torch
+
         out = self.run({name: _numpy(t) for name, t in zip(self.input_names, tensors)})
         return torch.from_numpy(out).to(state.device)
+
+    @property
+    def cache_note(self) -> str:
+        """The start-up caches this backend used: the ONNX export (reused: hit; written
+        now: miss) and, where there is one, the compiled model."""
+        note = f"export {'miss' if self.export.exported else 'hit'}"
+        return note if self.compiled_cache == 'off' else f'{note}, compiled {self.compiled_cache}'
+
 
 
 class OpenVINOBackend(OnnxBackend):
@@ -126,7 +112,7 @@ class OpenVINOBackend(OnnxBackend):
     CAPABILITY = {'bf16': 'BF16', 'fp16': 'FP16'}
 
     def __init__(self, export: OnnxExport, *, precision: str = 'fp32',
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, cache: bool = True) -> None:
         super().__init__(export, precision)
         ov = import_backend(self.name)
         import openvino.properties as props
@@ -141,8 +127,16 @@ class OpenVINOBackend(OnnxBackend):
                                   hints.performance_mode: hints.PerformanceMode.LATENCY}
         if threads:
             config[props.inference_num_threads] = int(threads)
+        cache_dir = _openvino_cache_dir(export) if cache else None
         start = time.perf_counter()
-        self._compiled = core.compile_model(core.read_model(str(export.path)), 'CPU', config)
+        if cache_dir is not None:
+            # OpenVINO keys its blobs on the model file, the device and this config; the
+            # folder is keyed on the file's content (its sha256, checked with the export).
+            self.compiled_cache = 'hit' if any(cache_dir.glob('*.blob')) else 'miss'
+            core.set_property({props.cache_dir: str(cache_dir)})
+            self._compiled = core.compile_model(str(export.path), 'CPU', config)
+        else:
+            self._compiled = core.compile_model(core.read_model(str(export.path)), 'CPU', config)
         self.compile_seconds = time.perf_counter() - start
         compiled_as = self._compiled.get_property(hints.inference_precision)
         if compiled_as != wanted:
@@ -160,6 +154,30 @@ class OpenVINOBackend(OnnxBackend):
         self._request.infer(feed)
         # The request reuses its output buffer: copy before the next call.
         return np.array(self._request.get_output_tensor(0).data, dtype=np.float32, copy=True)
+
+
+def _openvino_cache_dir(export: OnnxExport) -> Path | None:
+    """A writable folder for OpenVINO's compiled-model cache of ``export``, or ``None``."""
+    digest = str(export.metadata.get('onnx_sha256') or '')[:16]
+    if not digest:
+        return None
+    candidates = [export.path.parent / OPENVINO_CACHE_DIR / digest]
+    ckpt_hash = export.metadata.get('checkpoint_hash')
+    if ckpt_hash:  # a read-only export directory: the user cache
+        candidates.append(cache_export_dir(str(ckpt_hash)) / OPENVINO_CACHE_DIR / digest)
+    for directory in candidates:
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+        except OSError:
+            continue
+        probe = directory / '.write-test'
+        try:
+            probe.touch()
+            probe.unlink()
+        except OSError:
+            continue
+        return directory
+    return None
 
 
 class OnnxRuntimeBackend(OnnxBackend):

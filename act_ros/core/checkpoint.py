@@ -21,13 +21,14 @@ from typing import Any
 import torch
 
 from act_ros.core.atomic import replace_dir
+# The JSON-only checks are shared with read_checkpoint_info (no torch, no LeRobot there).
+from act_ros.core.checkpoint_info import (CONFIG_FILE, POSTPROCESSOR_FILE,  # noqa: F401
+                                          PREPROCESSOR_FILE, WEIGHTS_FILE, CheckpointInfo,
+                                          check_files, check_policy_type, checkpoint_hash,
+                                          read_checkpoint_info, read_json, validate_features)
 from act_ros.core.contract import Contract, load_contract, parse_image_size
-from act_ros.core.errors import CheckpointError, ContractMismatchError
+from act_ros.core.errors import CheckpointError
 
-CONFIG_FILE = 'config.json'
-WEIGHTS_FILE = 'model.safetensors'
-PREPROCESSOR_FILE = 'policy_preprocessor.json'
-POSTPROCESSOR_FILE = 'policy_postprocessor.json'
 
 # Model sizes. 'default' is LeRobot's ACT; 'cpu' trains at a useful speed on 2 cores;
 # 'tiny' is for tests. The ResNet-18 backbone is kept in all of them.
@@ -147,46 +148,10 @@ def create_checkpoint(path: str | Path, *, contract: Contract | None = None,
     return save_checkpoint(path, policy, pre, post)
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        raise CheckpointError(f'{path}: missing (a LeRobot pretrained_model directory needs '
-                              f'{CONFIG_FILE}, {WEIGHTS_FILE}, {PREPROCESSOR_FILE}, '
-                              f'{POSTPROCESSOR_FILE})')
-    try:
-        data = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise CheckpointError(f'{path}: not valid JSON ({exc})') from exc
-    if not isinstance(data, dict):
-        raise CheckpointError(f'{path}: expected a JSON object, got {type(data).__name__}')
-    return data
-
-
-def _check_files(path: Path) -> None:
-    if not path.exists():
-        raise CheckpointError(f'{path}: checkpoint directory does not exist')
-    if not path.is_dir():
-        raise CheckpointError(f'{path}: expected a checkpoint directory, found a file')
-    for name in (CONFIG_FILE, WEIGHTS_FILE, PREPROCESSOR_FILE, POSTPROCESSOR_FILE):
-        if not (path / name).is_file():
-            hint = (' (checkpoints from before LeRobot processors kept normalization stats '
-                    'inside the model; convert them with lerobot\'s '
-                    'migrate_policy_normalization)' if 'processor' in name else '')
-            raise CheckpointError(f'{path / name}: missing{hint}')
-    for name in (PREPROCESSOR_FILE, POSTPROCESSOR_FILE):
-        spec = _read_json(path / name)
-        for step in spec.get('steps', []):
-            state_file = step.get('state_file')
-            if state_file and not (path / state_file).is_file():
-                raise CheckpointError(f'{path / state_file}: missing (named by {name})')
-
-
 def _load_config(path: Path, device: str) -> Any:
     from lerobot.configs.policies import PreTrainedConfig
 
-    raw = _read_json(path / CONFIG_FILE)
-    if raw.get('type') != 'act':
-        raise CheckpointError(f"{path / CONFIG_FILE}: policy type is {raw.get('type')!r}, "
-                              "expected 'act'")
+    check_policy_type(read_json(path / CONFIG_FILE), path)
     try:
         config = PreTrainedConfig.from_pretrained(path)
     except Exception as exc:  # draccus raises many types on a malformed config
@@ -196,51 +161,6 @@ def _load_config(path: Path, device: str) -> Any:
     config.pretrained_backbone_weights = None
     config.device = device
     return config
-
-
-def validate_features(config: Any, contract: Contract, source: Path) -> dict[str, tuple[int, int]]:
-    """Check the checkpoint's input/output features against the contract.
-
-    Returns the (H, W) each camera feature expects.
-    """
-    from lerobot.configs.types import FeatureType
-
-    where = source / CONFIG_FILE
-    inputs = dict(config.input_features or {})
-    outputs = dict(config.output_features or {})
-    state = inputs.get(contract.state_feature)
-    if state is None or state.type != FeatureType.STATE:
-        raise ContractMismatchError(f"{where}: no STATE input '{contract.state_feature}' "
-                                    f'(inputs: {sorted(inputs)})')
-    if tuple(state.shape) != (contract.num_joints,):
-        raise ContractMismatchError(
-            f"{where}: '{contract.state_feature}' has shape {tuple(state.shape)}, the contract "
-            f'has {contract.num_joints} joints {list(contract.joint_names)}')
-    action = outputs.get(contract.action_feature)
-    if action is None:
-        raise ContractMismatchError(f"{where}: no output '{contract.action_feature}' "
-                                    f'(outputs: {sorted(outputs)})')
-    if tuple(action.shape) != (contract.num_joints,):
-        raise ContractMismatchError(
-            f"{where}: '{contract.action_feature}' has shape {tuple(action.shape)}, expected "
-            f'({contract.num_joints},)')
-    visual = {k: f for k, f in inputs.items() if f.type == FeatureType.VISUAL}
-    expected = set(contract.image_features)
-    if set(visual) != expected:
-        raise ContractMismatchError(
-            f'{where}: camera features {sorted(visual)} do not match the contract cameras '
-            f'{sorted(expected)}')
-    other = sorted(k for k, f in inputs.items()
-                   if f.type not in (FeatureType.VISUAL, FeatureType.STATE))
-    if other:
-        raise ContractMismatchError(f'{where}: inputs {other} are not provided by the contract')
-    shapes = {}
-    for key, feat in visual.items():
-        if len(feat.shape) != 3 or feat.shape[0] != 3:
-            raise ContractMismatchError(f"{where}: '{key}' has shape {tuple(feat.shape)}, "
-                                        'expected (3, H, W)')
-        shapes[key] = (int(feat.shape[1]), int(feat.shape[2]))
-    return shapes
 
 
 def _check_stats(pipeline: Any, keys: list[str], source: Path, file: str) -> None:
@@ -271,6 +191,14 @@ def _check_stats(pipeline: Any, keys: list[str], source: Path, file: str) -> Non
                                           'are not finite')
 
 
+def import_lerobot() -> None:
+    """Import what :func:`load_checkpoint` needs from LeRobot (seconds: it pulls in
+    torchvision and LeRobot's policy registry), so a caller can time it on its own."""
+    import lerobot.policies.act.modeling_act  # noqa: F401
+    import lerobot.policies.factory  # noqa: F401
+    import safetensors.torch  # noqa: F401
+
+
 def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
                     device: str | torch.device = 'cpu') -> LoadedCheckpoint:
     """Load a LeRobot ACT ``pretrained_model`` directory for inference, offline.
@@ -286,7 +214,7 @@ def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
     path = Path(path).expanduser()
     contract = contract or load_contract()
     device = str(device)
-    _check_files(path)
+    check_files(path)
     config = _load_config(path, device)
     shapes = validate_features(config, contract, path)
 
@@ -323,20 +251,6 @@ def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
                             action_dim=contract.num_joints, chunk_size=int(config.chunk_size))
 
 
-def checkpoint_hash(path: str | Path) -> str:
-    """A short content hash of the weights and processor files (for export staleness)."""
-    import hashlib
-
-    path = Path(path)
-    digest = hashlib.sha256()
-    for name in sorted(p.name for p in path.iterdir() if p.suffix in ('.json', '.safetensors')):
-        digest.update(name.encode())
-        with (path / name).open('rb') as f:
-            for block in iter(lambda: f.read(1 << 20), b''):
-                digest.update(block)
-    return digest.hexdigest()[:16]
-
-
 def main(argv: list[str] | None = None) -> int:
     """``act-ros init-checkpoint``: write an untrained checkpoint (benchmarks, tests)."""
     parser = argparse.ArgumentParser(prog='act-ros init-checkpoint', description=main.__doc__)
@@ -352,6 +266,6 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ['LoadedCheckpoint', 'PRESETS', 'make_act_config', 'default_stats', 'save_checkpoint',
-           'create_checkpoint', 'load_checkpoint', 'validate_features', 'checkpoint_hash',
-           'parse_image_size']
+__all__ = ['LoadedCheckpoint', 'CheckpointInfo', 'PRESETS', 'make_act_config', 'default_stats',
+           'save_checkpoint', 'create_checkpoint', 'load_checkpoint', 'read_checkpoint_info',
+           'validate_features', 'checkpoint_hash', 'parse_image_size']

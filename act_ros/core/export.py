@@ -36,16 +36,17 @@ import os
 from pathlib import Path
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 import uuid
 
-import torch
-from torch import nn
-
-from act_ros.core.checkpoint import LoadedCheckpoint, checkpoint_hash, load_checkpoint
+from act_ros.core.checkpoint_info import CheckpointInfo, checkpoint_hash
 from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import ActRosError, DeviceUnavailableError
-from act_ros.core.inference_model import ACTInferenceModel
+
+if TYPE_CHECKING:  # torch is imported by the export itself only: a lookup needs none
+    from torch import nn
+
+    from act_ros.core.checkpoint import LoadedCheckpoint
 
 logger = logging.getLogger(__name__)
 
@@ -99,12 +100,28 @@ def graph_signature(checkpoint: LoadedCheckpoint,
                      if feat.type == FeatureType.STATE)
     action_key = next(key for key, feat in config.output_features.items()
                       if feat.type == FeatureType.ACTION)
-    inputs = [TensorSpec(state_key, (1, checkpoint.state_dim))]
-    for key in config.image_features:
-        h, w = image_size or checkpoint.image_shapes[key]
+    return _signature(state_key, action_key, [(key, checkpoint.image_shapes[key])
+                                              for key in config.image_features],
+                      checkpoint.state_dim, checkpoint.chunk_size, checkpoint.action_dim,
+                      image_size)
+
+
+def info_signature(info: CheckpointInfo, image_size: tuple[int, int] | None = None
+                   ) -> tuple[list[TensorSpec], TensorSpec]:
+    """:func:`graph_signature` from the checkpoint's JSON alone (no LeRobot, no torch)."""
+    return _signature(info.state_key, info.action_key,
+                      [(key, info.image_shapes[key]) for key in info.image_features],
+                      info.state_dim, info.chunk_size, info.action_dim, image_size)
+
+
+def _signature(state_key: str, action_key: str, cameras: list[tuple[str, tuple[int, int]]],
+               state_dim: int, chunk_size: int, action_dim: int,
+               image_size: tuple[int, int] | None) -> tuple[list[TensorSpec], TensorSpec]:
+    inputs = [TensorSpec(state_key, (1, state_dim))]
+    for key, shape in cameras:
+        h, w = image_size or shape
         inputs.append(TensorSpec(key, (1, 3, int(h), int(w))))
-    output = TensorSpec(action_key, (1, checkpoint.chunk_size, checkpoint.action_dim))
-    return inputs, output
+    return inputs, TensorSpec(action_key, (1, chunk_size, action_dim))
 
 
 def export_name(inputs: list[TensorSpec]) -> str:
@@ -224,6 +241,7 @@ def write_onnx_export(model: nn.Module, path: Path, *, ckpt_hash: str, inputs: l
     """
     _import_exporter()
     import onnx
+    import torch
 
     start = time.perf_counter()
     device = next(model.parameters()).device
@@ -269,6 +287,29 @@ def write_onnx_export(model: nn.Module, path: Path, *, ckpt_hash: str, inputs: l
     return OnnxExport(path=path, metadata=metadata, exported=True, seconds=seconds)
 
 
+def find_export(checkpoint_dir: Path, *, ckpt_hash: str, inputs: list[TensorSpec],
+                output: TensorSpec, force: bool = False) -> tuple[Path, str | None]:
+    """Where the export of this checkpoint and signature is, or is to be written, and why
+    it cannot be used as it is (``None``: it is valid, reuse it). Needs no torch.
+
+    A valid export beside the checkpoint is used even where that directory is read-only;
+    a read-only checkpoint's export otherwise lives in the user cache.
+    """
+    name = export_name(inputs)
+
+    def check(path: Path) -> str | None:
+        return 'export requested' if force else stale_reason(
+            path, ckpt_hash=ckpt_hash, inputs=inputs, output=output)
+
+    local = checkpoint_dir / EXPORT_DIR / name
+    path, reason = local, check(local)
+    if reason is not None:
+        directory = _writable_export_dir(checkpoint_dir, ckpt_hash)
+        if directory != local.parent:  # a read-only checkpoint: the user cache
+            path, reason = directory / name, check(directory / name)
+    return path, reason
+
+
 def ensure_onnx_export(checkpoint: LoadedCheckpoint, *, model: nn.Module | None = None,
                        image_size: tuple[int, int] | None = None, force: bool = False,
                        ckpt_hash: str | None = None) -> OnnxExport:
@@ -280,19 +321,8 @@ def ensure_onnx_export(checkpoint: LoadedCheckpoint, *, model: nn.Module | None 
 
     ckpt_hash = ckpt_hash or checkpoint_hash(checkpoint.path)
     inputs, output = graph_signature(checkpoint, image_size)
-    name = export_name(inputs)
-
-    def check(path: Path) -> str | None:
-        return 'export requested' if force else stale_reason(
-            path, ckpt_hash=ckpt_hash, inputs=inputs, output=output)
-
-    # A valid export beside the checkpoint is used even where that directory is read-only.
-    local = Path(checkpoint.path) / EXPORT_DIR / name
-    path, reason = local, check(local)
-    if reason is not None:
-        directory = _writable_export_dir(Path(checkpoint.path), ckpt_hash)
-        if directory != local.parent:  # a read-only checkpoint: the user cache
-            path, reason = directory / name, check(directory / name)
+    path, reason = find_export(Path(checkpoint.path), ckpt_hash=ckpt_hash, inputs=inputs,
+                               output=output, force=force)
     if reason is None:
         return OnnxExport(path=path, metadata=read_metadata(path), exported=False, seconds=0.0)
     if reason == 'no export yet':
@@ -300,6 +330,7 @@ def ensure_onnx_export(checkpoint: LoadedCheckpoint, *, model: nn.Module | None 
     else:
         logger.warning('ONNX export %s is stale (%s): exporting it again', path, reason)
     if model is None:
+        from act_ros.core.inference_model import ACTInferenceModel
         model = ACTInferenceModel(checkpoint.policy.model)  # load_checkpoint(device='cpu')
     return write_onnx_export(model, path, ckpt_hash=ckpt_hash, inputs=inputs, output=output,
                              source=Path(checkpoint.path))
@@ -317,6 +348,8 @@ def main(argv: list[str] | None = None) -> int:
                         'the ones the runtime uses)')
     parser.add_argument('--force', action='store_true', help='export even when a valid one exists')
     args = parser.parse_args(argv)
+    from act_ros.core.checkpoint import load_checkpoint
+
     try:
         checkpoint = load_checkpoint(args.checkpoint, device='cpu')
         result = ensure_onnx_export(checkpoint, image_size=args.image_size, force=args.force)

@@ -12,7 +12,6 @@ export instead (:mod:`act_ros.core.backends`); the processors stay the same.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
 import time
 from typing import Any
 
@@ -20,15 +19,14 @@ import numpy as np
 import torch
 from torch import nn
 
-from act_ros.core.backends import check_backend_options, create_backend
+from act_ros.core.backends import create_backend
 from act_ros.core.checkpoint import LoadedCheckpoint
 from act_ros.core.contract import Contract
 from act_ros.core.errors import DeviceUnavailableError
 from act_ros.core.inference_model import ACTInferenceModel
 from act_ros.core.observation import Observation, image_to_tensor, state_to_tensor
-
-PRECISIONS = ('fp32', 'bf16', 'fp16')
-COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
+# Torch-free (act_ros.core.options); re-exported here, where they were first defined.
+from act_ros.core.options import COMPILE_MODES, PRECISIONS, PredictorOptions  # noqa: F401
 
 
 def cpu_has_native_bf16() -> bool:
@@ -79,25 +77,6 @@ def compile_inference_model(model: nn.Module, *, mode: str = 'default',
     if freeze and mode == 'default':
         return torch.compile(model, fullgraph=True, dynamic=False, options={'freezing': True})
     return torch.compile(model, fullgraph=True, dynamic=False, mode=mode)
-
-
-@dataclass(frozen=True)
-class PredictorOptions:
-    precision: str = 'fp32'
-    compile_model: bool = False
-    compile_mode: str = 'default'
-    freeze: bool = True
-    backend: str = 'torch'  # torch | openvino | onnxruntime (act_ros.core.backends)
-    threads: int | None = None  # CPU threads of a non-torch backend; None: its default
-
-    def __post_init__(self) -> None:
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"unknown precision '{self.precision}', expected one of {PRECISIONS}")
-        if self.compile_mode not in COMPILE_MODES:
-            raise ValueError(f"unknown compile_mode '{self.compile_mode}', expected one of "
-                             f'{COMPILE_MODES}')
-        check_backend_options(self.backend, precision=self.precision,
-                              compile_model=self.compile_model)
 
 
 class ChunkPredictor:

@@ -5,10 +5,19 @@ timers) and an inference thread share one interpreter lock: every one of the tho
 of small PyTorch operator calls in an ACT forward pass waits for the lock while a
 callback holds it. On a small CPU that made inference about 3x slower inside the node
 than alone. :class:`RemotePredictor` moves the :class:`~act_ros.core.inference.ChunkPredictor`
-into a child process (``spawn``: no forked threads or middleware state) and talks to it
-over a pipe: the observation (uint8 images + joint state) goes in, the postprocessed
-``(T, J)`` chunk comes back. The parent keeps scheduling, queueing and ensembling, so
-the results are identical to in-process execution.
+into a child process and talks to it over a socket pair: the observation (uint8 images +
+joint state) goes in, the postprocessed ``(T, J)`` chunk comes back. The parent keeps
+scheduling, queueing and ensembling, so the results are identical to in-process execution.
+
+The child is a fresh interpreter (no forked threads or middleware state) that runs
+:func:`child_main` and imports only what the model needs: unlike multiprocessing's
+``spawn``, it does not import the parent's ``__main__`` module again (for ``act_node``
+that was rclpy and every message package, seconds of start-up for nothing). It ends when
+told to, when its socket closes, and when its parent process is gone. With an ONNX
+backend and a valid export it computes from the export without importing torch or
+LeRobot (:mod:`act_ros.core.onnx_predictor`); otherwise it loads the checkpoint fully.
+``RemotePredictor(spec, wait=False)`` returns while the child loads; its 'ready' reply
+carries the moments of the child's start-up (:mod:`act_ros.core.startup`).
 
 Faults are contained: a chunk that does not come back within ``predict_timeout_s`` means
 a hung child, which is killed; a child that died (killed, crashed) is started again on a
@@ -21,10 +30,14 @@ nothing and reports the error, then recovers by itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
-import multiprocessing as mp
 from multiprocessing.connection import Connection
 import os
 from pathlib import Path
+import signal
+import socket
+import subprocess
+import sys
+import threading
 import time
 import traceback
 from typing import Any
@@ -38,6 +51,9 @@ START_TIMEOUT_S = 900.0  # loading + warm-up, compile included
 PREDICT_TIMEOUT_S = 30.0  # one chunk; far above any model the node can run in real time
 RESTART_BACKOFF_S = 1.0
 MAX_RESTART_BACKOFF_S = 30.0
+# On the child's command line: how tools (the fault benchmark, tests) recognise it.
+CHILD_MARKER = '--act-ros-inference-child'
+PARENT_POLL_S = 1.0  # how often the child checks that its parent still exists
 
 
 @dataclass(frozen=True)
@@ -59,14 +75,17 @@ class InferenceProcessError(RuntimeError):
 class RemotePredictor:
     """``predict(observation) -> (T, J) chunk`` computed in a child process.
 
-    ``predict`` blocks the calling thread on the pipe (without holding the interpreter
+    ``predict`` blocks the calling thread on the socket (without holding the interpreter
     lock) and is meant to be called from the runtime's worker thread; it is not safe to
     call from several threads at once. See the module docstring for hangs and restarts.
     """
 
     def __init__(self, spec: ProcessSpec, timeout_s: float = START_TIMEOUT_S, *,
                  predict_timeout_s: float = PREDICT_TIMEOUT_S,
-                 restart_backoff_s: float = RESTART_BACKOFF_S) -> None:
+                 restart_backoff_s: float = RESTART_BACKOFF_S, wait: bool = True) -> None:
+        """Start the child; with ``wait`` (default) block until its model is ready, else
+        return at once and let :meth:`wait_ready` (or the first request) wait for it, so
+        the caller sets itself up while the child imports, loads and warms up."""
         self.spec = spec
         self.start_timeout_s = timeout_s
         self.predict_timeout_s = predict_timeout_s
@@ -77,22 +96,55 @@ class RemotePredictor:
         self._retry_at: float | None = None  # monotonic time of the next restart, once dead
         self._closed = False
         self._process = None
-        self._start()
-        _, self.warmup_s, self.compile_seconds, self.backend_name = self._ready
+        self._ready: dict[str, Any] | None = None
+        # What the first start reported (the child's start-up moments and figures).
+        self.warmup_s = 0.0
+        self.compile_seconds = 0.0
+        self.backend_name = ''
+        self.device = spec.device
+        self.backend_cache = 'none'
+        self.lean = False  # the child computes from the ONNX export without torch
+        self.child_imported: list[str] = []  # of torch, lerobot, torchvision: those loaded
+        self.startup_events: dict[str, float] = {}
+        self._launch()
+        if wait:
+            self.wait_ready()
 
-    def _start(self) -> None:
-        ctx = mp.get_context('spawn')
-        self._conn, child_conn = ctx.Pipe(duplex=True)
-        self._process = ctx.Process(target=_child_main, args=(child_conn, self.spec),
-                                    name='act-ros-inference', daemon=True)
-        self._process.start()
-        child_conn.close()
+    def _launch(self) -> None:
+        """Start the child process; it reports 'ready' (or 'error') when it has loaded."""
+        self._ready = None
+        self.launched_at = time.monotonic()
+        self._process, self._conn = _ChildProcess.start(self.spec)
         self.pid = self._process.pid
+
+    def wait_ready(self) -> None:
+        """Block until the child has loaded and warmed up the model (no-op once it has).
+
+        Raises :class:`InferenceProcessError` with the child's reason when it failed to
+        start, gave no answer within the start timeout, or died meanwhile.
+        """
+        if self._ready is not None:
+            return
+        if self._closed or self._process is None:
+            raise InferenceProcessError('inference process is not running'
+                                        + (f': {self.last_failure}' if self.last_failure else ''))
         reply = self._receive(self.start_timeout_s, 'start-up (checkpoint loading and warm-up)')
         if reply[0] == 'error':
             self._stop_process()
             raise InferenceProcessError(f'inference process failed to start: {reply[1]}')
-        self._ready = reply
+        info = reply[1]
+        self._ready = info
+        if not self.startup_events:  # the first start: what the start-up report shows
+            self.warmup_s, self.compile_seconds = info['warmup_s'], info['compile_seconds']
+            self.backend_name, self.device = info['backend'], info['device']
+            self.backend_cache = info['backend_cache']
+            self.lean, self.child_imported = info['lean'], info['imported']
+            self.startup_events = {**info['events'], 'ready': time.monotonic()}
+
+    @property
+    def ready(self) -> bool:
+        """Whether the child reported its model ready (and was not restarted since)."""
+        return self._ready is not None
 
     @property
     def alive(self) -> bool:
@@ -103,6 +155,7 @@ class RemotePredictor:
             raise InferenceProcessError('inference process is closed')
         if self._process is None:
             self._restart_if_due()
+        self.wait_ready()  # a child started without waiting: its first request waits here
         try:
             self._conn.send(('predict', obs.images, obs.state))
         except (BrokenPipeError, OSError) as exc:
@@ -119,7 +172,8 @@ class RemotePredictor:
             raise InferenceProcessError(f'{self.last_failure}; restarting the inference process '
                                         f'in {self._retry_at - now:.1f} s')
         try:
-            self._start()
+            self._launch()
+            self.wait_ready()
         except InferenceProcessError as exc:
             raise self._failed(str(exc)) from None
         self.restarts += 1
@@ -169,13 +223,115 @@ class RemotePredictor:
         return f'inference process ended unexpectedly (exit code {code})'
 
 
-def _child_main(conn: Connection, spec: ProcessSpec) -> None:
-    """Child: build the predictor, report ready, then answer requests until 'stop'."""
+class _ChildProcess:
+    """The inference child: a ``python -c`` interpreter running :func:`child_main`,
+    connected by a socket pair (a :class:`~multiprocessing.connection.Connection` on
+    both ends). ``is_alive``/``exitcode``/``join``/``kill`` as on a multiprocessing
+    process (a negative exit code is the signal that ended it)."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+
+    @classmethod
+    def start(cls, spec: ProcessSpec) -> tuple[_ChildProcess, Connection]:
+        ours, theirs = socket.socketpair()
+        try:
+            fd = theirs.fileno()
+            code = (f'from act_ros.core.inference_process import child_main; '
+                    f'child_main({fd}, {os.getpid()})')
+            env = dict(os.environ)
+            # The child imports this very act_ros, wherever it was imported from.
+            package_root = str(Path(__file__).resolve().parents[2])
+            env['PYTHONPATH'] = os.pathsep.join(
+                [package_root, *filter(None, [env.get('PYTHONPATH')])])
+            popen = subprocess.Popen([sys.executable, '-c', code, CHILD_MARKER],
+                                     stdin=subprocess.DEVNULL, pass_fds=(fd,), env=env,
+                                     close_fds=True)
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        conn = Connection(ours.detach())
+        try:
+            conn.send(('spec', spec))
+        except (BrokenPipeError, OSError):
+            pass  # the child died at once: the start-up reply reports it
+        except BaseException:  # e.g. a spec that cannot be pickled: no child left waiting
+            popen.kill()
+            popen.wait()
+            conn.close()
+            raise
+        return cls(popen), conn
+
+    def is_alive(self) -> bool:
+        return self._popen.poll() is None
+
+    @property
+    def exitcode(self) -> int | None:
+        return self._popen.poll()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self._popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def kill(self) -> None:
+        try:
+            self._popen.kill()
+        except ProcessLookupError:
+            pass
+
+
+def child_main(fd: int, parent_pid: int) -> None:
+    """Entry point of the inference child (see :class:`_ChildProcess`): take the spec
+    from the parent, then serve it until told to stop or the parent is gone."""
+    running_at = time.monotonic()
+    # Ctrl-C reaches the whole process group: the parent handles it and stops this child.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    conn = Connection(fd)
+    _exit_with_parent(parent_pid)
     try:
-        predictor = _build_predictor(spec)
+        message = conn.recv()
+    except (EOFError, OSError):
+        return  # parent gone before it sent anything
+    if not (isinstance(message, tuple) and len(message) == 2 and message[0] == 'spec'):
+        conn.send(('error', f"expected ('spec', ProcessSpec) first, got {message!r:.200}"))
+        return
+    _child_main(conn, message[1], running_at)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """End this process soon after ``parent_pid`` is gone (a killed node must not leave
+    its model running, even in the middle of loading it)."""
+    def watch() -> None:
+        while True:
+            if os.getppid() != parent_pid:
+                os._exit(0)
+            time.sleep(PARENT_POLL_S)
+
+    threading.Thread(target=watch, name='act-ros-parent-watch', daemon=True).start()
+
+
+def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = None) -> None:
+    """Child: build the predictor, report ready, then answer requests until 'stop'."""
+    events = {'child_running': time.monotonic() if running_at is None else running_at}
+    try:
+        predictor = _build_predictor(spec, events)
         warmup_s = predictor.warmup(spec.warmup_iterations) if spec.warmup_iterations else 0.0
-        backend = predictor.backend.name if predictor.backend is not None else 'torch'
-        conn.send(('ready', warmup_s, predictor.compile_seconds, backend))
+        events['warmed_up'] = time.monotonic()
+        backend = predictor.backend
+        conn.send(('ready', {
+            'warmup_s': warmup_s, 'compile_seconds': predictor.compile_seconds,
+            'backend': backend.name if backend is not None else 'torch',
+            'device': str(predictor.device), 'events': events,
+            # ONNX backends: export (and compiled model) reused ('hit') or made ('miss').
+            'backend_cache': 'none' if backend is None else backend.cache_note,
+            'lean': getattr(predictor, 'lean', False),  # onnx_predictor: no torch model
+            'imported': sorted(name for name in ('torch', 'lerobot', 'torchvision')
+                               if name in sys.modules)}))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
         conn.send(('error', _describe(exc)))
         return
@@ -194,19 +350,39 @@ def _child_main(conn: Connection, spec: ProcessSpec) -> None:
             conn.send(('error', _describe(exc)))
 
 
-def _build_predictor(spec: ProcessSpec):
+def _build_predictor(spec: ProcessSpec, events: dict[str, float] | None = None):
+    """The child's :class:`~act_ros.core.inference.ChunkPredictor`; ``events`` receives
+    the moments its imports, the checkpoint load and the backend build finished."""
+    events = {} if events is None else events
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
+    if spec.options.backend != 'torch':
+        # The export alone computes chunks: no torch or LeRobot, when it is valid.
+        from act_ros.core.onnx_predictor import lean_onnx_predictor
+
+        lean, why = lean_onnx_predictor(spec.model_path, spec.contract, spec.options, events)
+        if lean is not None:
+            return lean
+        print(f'[act_ros inference] loading the model with torch and LeRobot: {why}',
+              file=sys.stderr, flush=True)
     import torch
 
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.checkpoint import import_lerobot, load_checkpoint
     from act_ros.core.device import select_device
     from act_ros.core.inference import ChunkPredictor
 
+    import_lerobot()  # here, not inside the load: the import is a phase of its own
+    if spec.options.backend != 'torch':
+        from act_ros.core.backends import import_backend
+        import_backend(spec.options.backend)
+    events['model_imported'] = time.monotonic()
     if spec.torch_threads:
         torch.set_num_threads(spec.torch_threads)
     device = select_device(spec.device)
     checkpoint = load_checkpoint(Path(spec.model_path), contract=spec.contract, device=str(device))
-    return ChunkPredictor(checkpoint, spec.contract, device, spec.options)
+    events['checkpoint_loaded'] = time.monotonic()
+    predictor = ChunkPredictor(checkpoint, spec.contract, device, spec.options)
+    events['backend_built'] = time.monotonic()
+    return predictor
 
 
 def _describe(exc: BaseException) -> str:

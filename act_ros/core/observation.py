@@ -1,14 +1,21 @@
-"""Observations from numpy, checked and converted to the tensors a checkpoint expects."""
+"""Observations from numpy, checked and converted to the tensors a checkpoint expects.
+
+torch is imported by the conversions only: a process that just schedules observations
+(``act_node`` with its model in a child process) never loads it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import cv2
 import numpy as np
-import torch
 
 from act_ros.core.errors import ObservationError
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -26,7 +33,7 @@ class Observation:
     extras: dict = field(default_factory=dict)
 
 
-def image_to_tensor(image: np.ndarray, size: tuple[int, int], name: str = 'image') -> torch.Tensor:
+def image_to_array(image: np.ndarray, size: tuple[int, int], name: str = 'image') -> np.ndarray:
     """HxWx3 uint8 RGB (any size) -> float32 (3, H, W) in [0, 1] at ``size`` (H, W)."""
     arr = np.asarray(image)
     if arr.ndim == 2:
@@ -42,15 +49,31 @@ def image_to_tensor(image: np.ndarray, size: tuple[int, int], name: str = 'image
     if arr.shape[:2] != (h, w):
         shrinking = arr.shape[0] > h or arr.shape[1] > w
         arr = cv2.resize(arr, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
-    tensor = torch.from_numpy(np.ascontiguousarray(arr)).permute(2, 0, 1)
-    return tensor.to(torch.float32).div_(255.0)
+    chw = np.ascontiguousarray(arr.transpose(2, 0, 1)).astype(np.float32)
+    chw /= np.float32(255.0)
+    return chw
 
 
-def state_to_tensor(state: np.ndarray, num_joints: int) -> torch.Tensor:
+def image_to_tensor(image: np.ndarray, size: tuple[int, int], name: str = 'image') -> torch.Tensor:
+    """:func:`image_to_array` as a torch tensor (the same values)."""
+    import torch
+
+    return torch.from_numpy(image_to_array(image, size, name))
+
+
+def state_to_array(state: np.ndarray, num_joints: int) -> np.ndarray:
+    """Joint positions (contract order) -> float32 (J,), checked for count and finiteness."""
     arr = np.asarray(state, dtype=np.float64).reshape(-1)
     if arr.size != num_joints:
         raise ObservationError(f'state: expected {num_joints} joint positions, got {arr.size}')
     if not np.all(np.isfinite(arr)):
         bad = [int(i) for i in np.flatnonzero(~np.isfinite(arr))]
         raise ObservationError(f'state: non-finite joint positions at indices {bad}')
-    return torch.from_numpy(arr.astype(np.float32))
+    return arr.astype(np.float32)
+
+
+def state_to_tensor(state: np.ndarray, num_joints: int) -> torch.Tensor:
+    """:func:`state_to_array` as a torch tensor."""
+    import torch
+
+    return torch.from_numpy(state_to_array(state, num_joints))

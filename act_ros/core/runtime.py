@@ -16,7 +16,11 @@ Execution:
   chunk that covers the tick, so ensembling works at any model speed.
 - ``process``: ``async`` with the model in a child process
   (:mod:`act_ros.core.inference_process`), so the caller's Python threads (a ROS
-  executor) never compete with inference for the interpreter lock. Same results.
+  executor) never compete with inference for the interpreter lock. Same results. This
+  process then reads only the checkpoint's JSON (:func:`read_checkpoint_info`) and never
+  imports torch, LeRobot or a backend for the runtime: the child loads the model, and
+  with ``PolicyRuntime(config, wait=False)`` it does so while the caller sets itself up
+  (:meth:`PolicyRuntime.wait_ready`).
 
 ``reset()`` starts a new episode: queue, ensembler and any in-flight work are dropped
 (a result computed before the reset is discarded).
@@ -30,24 +34,33 @@ import math
 from pathlib import Path
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from act_ros.core.backends import check_backend_options
-from act_ros.core.checkpoint import load_checkpoint
+from act_ros.core.checkpoint_info import CheckpointInfo, read_checkpoint_info
 from act_ros.core.chunking import ChunkQueue, TickEnsembler, TimedChunk
 from act_ros.core.contract import Contract, load_contract
-from act_ros.core.device import select_device
 from act_ros.core.feasibility import Latency, Verdict, verdict
-from act_ros.core.inference import COMPILE_MODES, PRECISIONS, ChunkPredictor, PredictorOptions
 from act_ros.core.inference_process import ProcessSpec, RemotePredictor
 from act_ros.core.observation import Observation
+# Torch-free: the process execution's parent never imports torch (see the docstring).
+from act_ros.core.options import (COMPILE_MODES, PRECISIONS, PredictorOptions,
+                                  check_backend_options, installed_backends)
+
+if TYPE_CHECKING:
+    import torch
+
+    from act_ros.core.checkpoint import LoadedCheckpoint
+    from act_ros.core.inference import ChunkPredictor
 
 MODES = ('chunk', 'ensemble')
 LATENCY_WINDOW = 8  # chunks whose latency schedules the next request
 REQUEST_MARGIN_TICKS = 2  # ticks of slack beyond the slowest recent latency
 EXECUTIONS = ('sync', 'async', 'process', 'simulated')
+# Timed model calls behind the feasibility verdict (after the warm-up): a median and a
+# worst case, as few as give both (each one is a full model call at configure).
+LATENCY_CALLS = 2
 
 
 @dataclass
@@ -116,6 +129,11 @@ class RuntimeStats:
     mean_inference_ms: float = float('nan')
     queue_depth: int = 0
     warmup_s: float = 0.0
+    # Start-up moments (time.monotonic()), act_ros.core.startup names: the model's load
+    # (in the child for execution 'process'), the first request and the first chunk.
+    startup: dict[str, float] = field(default_factory=dict)
+    # ONNX backends: export (and OpenVINO's compiled model) reused ('hit') or made ('miss').
+    backend_cache: str = 'none'
     inference_ms_history: list[float] = field(default_factory=list, repr=False)
     latency: Latency | None = None  # measured at start-up (measure_latency)
     verdict: Verdict | None = None  # feasibility of the configured rate (feasibility)
@@ -165,6 +183,7 @@ class _Worker:
         self._busy = False
         self._error: BaseException | None = None
         self._stop = False
+        self.first_done_at: float | None = None  # monotonic time the first chunk was computed
         self._thread = threading.Thread(target=self._run, name='act-ros-inference', daemon=True)
         self._thread.start()
 
@@ -218,6 +237,8 @@ class _Worker:
                 elapsed = time.perf_counter() - start
                 with self._cond:
                     self._results.append((epoch, tick, chunk, elapsed))
+                    if self.first_done_at is None:
+                        self.first_done_at = time.monotonic()
             except BaseException as exc:  # handed to the caller on its next take_results()
                 with self._cond:
                     self._error = exc
@@ -230,40 +251,67 @@ class _Worker:
 class PolicyRuntime:
     """Load a checkpoint and produce one action per control tick (see module docstring)."""
 
-    def __init__(self, config: RuntimeConfig) -> None:
+    def __init__(self, config: RuntimeConfig, *, wait: bool = True) -> None:
+        """Load the checkpoint and warm the model up.
+
+        ``wait=False`` (``execution='process'`` only; ignored otherwise): return as soon
+        as the inference child is started; :meth:`wait_ready` then blocks until it has
+        loaded and warmed up the model (a request before that waits too).
+        """
         self.config = config
         self.contract = config.contract or load_contract()
-        if config.torch_threads:
-            torch.set_num_threads(config.torch_threads)
-        # The ONNX backends run on the CPU ('auto' means the CPU for them).
-        self.device = select_device(config.device if config.backend == 'torch' else 'cpu')
-        # With the model in a child process, the parent's copy only validates (on the CPU).
-        self.checkpoint = load_checkpoint(
-            config.model_path, contract=self.contract,
-            device='cpu' if config.execution == 'process' else str(self.device))
-        self.chunk_size = self.checkpoint.chunk_size
-        if config.n_action_steps > self.chunk_size:
-            raise ValueError(f'n_action_steps ({config.n_action_steps}) cannot exceed the '
-                             f"checkpoint's chunk_size ({self.chunk_size})")
+        self.stats = RuntimeStats()
+        self.checkpoint: LoadedCheckpoint | None = None
+        self.predictor: ChunkPredictor | None = None
+        self._remote = None
         options = PredictorOptions(precision=config.precision, compile_model=config.compile_model,
                                    compile_mode=config.compile_mode, freeze=config.freeze_weights,
                                    backend=config.backend, threads=config.torch_threads)
         warmup_iterations = (3 if config.compile_model else 1) if config.warmup else 0
-        self.stats = RuntimeStats()
-        self._remote = None
+        # The ONNX backends run on the CPU ('auto' means the CPU for them).
+        requested_device = config.device if config.backend == 'torch' else 'cpu'
         if config.execution == 'process':
-            # The parent validated the checkpoint above; the child builds the model.
-            self.predictor = None
+            # Files and features checked here from JSON; the child builds the model (and
+            # resolves the device), so this process never imports torch for it.
+            self.info: CheckpointInfo = read_checkpoint_info(config.model_path, self.contract)
+            self._check_chunk_size()
+            self.device: torch.device | str = requested_device  # the child's, once ready
             self._remote = RemotePredictor(ProcessSpec(
                 model_path=str(config.model_path), contract=self.contract,
-                device=str(self.device), options=options, torch_threads=config.torch_threads,
+                device=requested_device, options=options, torch_threads=config.torch_threads,
                 warmup_iterations=warmup_iterations),
-                predict_timeout_s=config.inference_timeout_s)
-            self.stats.warmup_s = self._remote.warmup_s
+                predict_timeout_s=config.inference_timeout_s, wait=wait)
+            if wait:
+                self.wait_ready()
         else:
+            import torch
+
+            from act_ros.core.checkpoint import import_lerobot, load_checkpoint
+            from act_ros.core.device import select_device
+            from act_ros.core.inference import ChunkPredictor
+
+            import_lerobot()
+            self.stats.startup['model_imported'] = time.monotonic()
+            if config.torch_threads:
+                torch.set_num_threads(config.torch_threads)
+            self.device = select_device(requested_device)
+            self.checkpoint = load_checkpoint(config.model_path, contract=self.contract,
+                                              device=str(self.device))
+            self.stats.startup['checkpoint_loaded'] = time.monotonic()
+            self.info = CheckpointInfo(
+                path=self.checkpoint.path, image_shapes=self.checkpoint.image_shapes,
+                image_features=tuple(self.checkpoint.image_shapes),
+                state_dim=self.checkpoint.state_dim, action_dim=self.checkpoint.action_dim,
+                chunk_size=self.checkpoint.chunk_size)
+            self._check_chunk_size()
             self.predictor = ChunkPredictor(self.checkpoint, self.contract, self.device, options)
+            self.stats.startup['backend_built'] = time.monotonic()
+            backend = self.predictor.backend
+            self.stats.backend_cache = 'none' if backend is None else backend.cache_note
             if warmup_iterations:
                 self.stats.warmup_s = self.predictor.warmup(warmup_iterations)
+            self.stats.startup['warmed_up'] = time.monotonic()
+        self.chunk_size = self.info.chunk_size
         self._lock = threading.Lock()
         self._epoch = 0
         self._tick = 0
@@ -278,6 +326,7 @@ class PolicyRuntime:
                                  else self.chunk_size)
         self._ensembler = TickEnsembler(config.ensemble_coeff, max_chunks=self.chunk_size)
         self._worker = None
+        self._first_request_at: float | None = None
         if config.execution == 'async':
             self._worker = _Worker(lambda obs: self.predictor.predict(obs))
         elif config.execution == 'process':
@@ -285,6 +334,44 @@ class PolicyRuntime:
         elif config.execution == 'simulated':
             self._worker = _DelayedWorker(lambda obs: self.predictor.predict(obs),
                                           config.simulated_latency_ticks, self.period_s)
+
+    def _check_chunk_size(self) -> None:
+        if self.config.n_action_steps > self.info.chunk_size:
+            raise ValueError(f'n_action_steps ({self.config.n_action_steps}) cannot exceed the '
+                             f"checkpoint's chunk_size ({self.info.chunk_size})")
+
+    def wait_ready(self) -> None:
+        """Block until the model is loaded and warmed up: the inference child of a
+        runtime made with ``wait=False``; at once otherwise. Raises
+        :class:`~act_ros.core.inference_process.InferenceProcessError` with the child's
+        reason when it could not start."""
+        if self._remote is None:
+            return
+        self._remote.wait_ready()
+        self.stats.warmup_s = self._remote.warmup_s
+        self.device = self._remote.device
+        self.stats.backend_cache = self._remote.backend_cache
+        for name, at in self._remote.startup_events.items():
+            self.stats.startup.setdefault(name, at)
+
+    @property
+    def lean_child(self) -> bool:
+        """Whether the inference child computes from the ONNX export without torch and
+        LeRobot (:mod:`act_ros.core.onnx_predictor`)."""
+        return self._remote is not None and self._remote.lean
+
+    @property
+    def startup_events(self) -> dict[str, float]:
+        """The runtime's start-up moments (``time.monotonic()``; names of
+        :data:`act_ros.core.startup.EVENTS`): model import, load, backend build, warm-up,
+        latency measurement, first request and first chunk, as far as they happened."""
+        events = dict(self.stats.startup)
+        if self._first_request_at is not None:
+            events['first_request'] = self._first_request_at
+        first_done = getattr(self._worker, 'first_done_at', None)
+        if first_done is not None:
+            events['first_chunk'] = first_done
+        return events
 
     # -- episode -----------------------------------------------------------------------
     def reset(self) -> None:
@@ -352,8 +439,11 @@ class PolicyRuntime:
     def _act_sync(self, tick: int, obs: Observation) -> np.ndarray:
         if self.config.mode == 'ensemble' or self._queue.remaining(tick) == 0:
             start = time.perf_counter()
+            if self._first_request_at is None:
+                self._first_request_at = time.monotonic()
             chunk = self.predictor.predict(obs)
             self._add_chunk(tick, chunk, time.perf_counter() - start)
+            self.stats.startup.setdefault('first_chunk', time.monotonic())
         return self._store.action(tick)
 
     def _act_async(self, tick: int, obs: Observation) -> np.ndarray | None:
@@ -374,6 +464,8 @@ class PolicyRuntime:
         if self._worker.idle and self._should_request(tick):
             self._worker.submit(self._epoch, tick, obs)
             self._last_request_tick = tick
+            if self._first_request_at is None:
+                self._first_request_at = time.monotonic()
         return self._store.action(tick)
 
     def _should_request(self, tick: int) -> bool:
@@ -391,10 +483,12 @@ class PolicyRuntime:
         played = tick - self._queue.latest_start
         return remaining <= latency_ticks or played + latency_ticks >= self.config.n_action_steps
 
-    def measure_latency(self, calls: int = 3) -> Latency:
+    def measure_latency(self, calls: int = LATENCY_CALLS) -> Latency:
         """Time ``calls`` chunk computations on this machine (after the warm-up), as the
         runtime will run them (in the child process for ``execution='process'``)."""
-        shape = next(iter(self.checkpoint.image_shapes.values()))
+        if calls < 1:
+            raise ValueError(f'measure_latency needs at least 1 call, got {calls}')
+        shape = next(iter(self.info.image_shapes.values()))
         obs = Observation(images={cam: np.zeros((*shape, 3), np.uint8)
                                   for cam in self.contract.camera_names},
                           state=(self.contract.lower + self.contract.upper) / 2.0)
@@ -405,19 +499,18 @@ class PolicyRuntime:
             predict(obs)
             seconds.append(time.perf_counter() - start)
         self.stats.latency = Latency.from_samples(seconds)
+        self.stats.startup.setdefault('latency_measured', time.monotonic())
         return self.stats.latency
 
     def feasibility(self, rate_hz: float, latency: Latency | None = None) -> Verdict:
         """Can this configuration hold ``rate_hz``? (:mod:`act_ros.core.feasibility`)"""
-        from act_ros.core.backends import installed_backends
-
         latency = latency or self.stats.latency or self.measure_latency()
         others = [b for b in installed_backends() if b != self.config.backend]
         result = verdict(mode=self.config.mode, execution=self.config.execution,
                          rate_hz=rate_hz, chunk_size=self.chunk_size,
                          n_action_steps=self.config.n_action_steps, latency=latency,
                          margin_ticks=REQUEST_MARGIN_TICKS,
-                         image_size=next(iter(self.checkpoint.image_shapes.values())),
+                         image_size=next(iter(self.info.image_shapes.values())),
                          backends=others)
         self.stats.verdict = result
         return result

@@ -4,8 +4,10 @@ A thin adapter over :mod:`act_ros.core`:
 
 - configure: read and validate the parameters (:mod:`act_ros.ros.node.parameters`), load and
   warm up the checkpoint through :class:`~act_ros.core.runtime.PolicyRuntime`, create the
-  subscriptions, publishers and the ``~/reset`` service. Any problem fails the transition
-  with one log line.
+  subscriptions, publishers and the ``~/reset`` service, measure the model's latency and
+  log the real-time verdict. With ``execution: process`` the inference child is started
+  first and loads the model while the node creates its interfaces (this process never
+  imports torch for it). Any problem fails the transition with one log line.
 - activate: reset the runtime and the release gate, start the control tick.
 - deactivate: stop the tick at once; nothing is published while not active.
 
@@ -15,6 +17,11 @@ runs on the runtime's worker thread (``process``: in a child process), so neithe
 blocks message handling. :func:`main` spins it on the executor named by the ``executor``
 parameter (by default single-threaded, multi-threaded for ``sync`` execution).
 
+Start-up is timed from the start of the process (:mod:`act_ros.core.startup`): at the
+first command the node logs one line with the time to it and its phases (import, node,
+child start, model import, checkpoint load, backend build, warm-up, latency measurement,
+activation, first chunk), also on ``/diagnostics`` as ``startup.*``.
+
 Usage: ``act_node --ros-args --params-file config/act.yaml -p model_path:=<checkpoint>``.
 """
 
@@ -22,6 +29,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import time
 from typing import Any
 
 import numpy as np
@@ -37,6 +45,7 @@ from act_ros.core.errors import ActRosError
 from act_ros.ros import conversions as conv
 from act_ros.core.control import WAITING_FOR_CHUNK, ControlCounters, ControlLoop
 from act_ros.core.inputs import InputStore, required_streams
+from act_ros.core.startup import StartupTimeline
 from act_ros.ros.node.interfaces import Interfaces, build_control_loop, create_interfaces
 from act_ros.ros.node.status import NodeStatus
 from act_ros.ros.node.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, declare_parameters,
@@ -68,6 +77,11 @@ class ActNode(LifecycleNode):
         self.counters = ControlCounters()
         self.status = NodeStatus(self)
         self.last_configure_error = ''
+        # From the process start to the first command (frozen once it is published).
+        self.startup = StartupTimeline()
+        self.startup.mark('imported', _IMPORTED_AT)
+        self.startup.mark('node_created')
+        self._streams_seen: set[str] = set()  # until every input has arrived once
 
     @property
     def autostart(self) -> bool:
@@ -92,6 +106,8 @@ class ActNode(LifecycleNode):
                 return self._configure_failed(str(exc))
             except Exception as exc:  # noqa: BLE001 - rclpy would swallow it without a word
                 return self._configure_failed(f'{type(exc).__name__}: {exc}')
+            if not self.startup.complete:
+                self.startup.mark('configured')
         s = self.settings
         if s.trigger == 'timer' and abs(s.control_rate_hz - self.contract.fps) > 1e-6:
             self.get_logger().warning(
@@ -108,6 +124,8 @@ class ActNode(LifecycleNode):
             self.loop.reset()
             self.status.reset_rates()
             self._active = True
+            if not self.startup.complete:
+                self.startup.mark('activated')
             if self.io.control_timer is not None:
                 self.io.control_timer.reset()
         self.get_logger().info('active: commanding')
@@ -151,13 +169,25 @@ class ActNode(LifecycleNode):
         super().destroy_node()
 
     def _configure(self) -> None:
+        if not self.startup.complete:  # a configure tried again times its own start-up
+            self.startup.forget_from('configure_started')
+            self.startup.mark('configure_started')
+            self._streams_seen = set()
         if self._parameter_errors:
             raise ValueError('; '.join(self._parameter_errors))
         settings = read_settings(self, self.specs, self.contract)
         self.counters = ControlCounters()
         self.inputs = InputStore(required_streams(self.contract.camera_names), settings.max_obs_age_s)
         self.settings = settings
+        # execution 'process': this starts the inference child and returns; the model
+        # loads there while the interfaces are created (and discovery with the robot runs).
         self.loop = build_control_loop(settings, self.contract, self.counters)
+        runtime = self.loop.runtime
+        setup_start = time.monotonic()
+        self.io = create_interfaces(self, settings, self.contract)
+        if settings.execution == 'process':
+            self.startup.add_overlapped('node_setup', time.monotonic() - setup_start)
+        runtime.wait_ready()
         self.verdict = None
         if settings.trigger == 'timer':
             # Measured here, on this machine: can this configuration hold its rate?
@@ -166,7 +196,12 @@ class ActNode(LifecycleNode):
                 self.get_logger().info(f'real time: {self.verdict.line()}')
             else:
                 self.get_logger().warning(f'real time: {self.verdict.line()}')
-        self.io = create_interfaces(self, settings, self.contract)
+        if not self.startup.complete:
+            self.startup.merge(runtime.startup_events)
+            self.startup.notes['backend_cache'] = runtime.stats.backend_cache
+            if settings.execution == 'process':
+                self.startup.notes['inference_child'] = (
+                    'lean (ONNX export, no torch)' if runtime.lean_child else 'torch + LeRobot')
 
     def _configure_failed(self, reason: str) -> TransitionCallbackReturn:
         self.last_configure_error = reason
@@ -203,6 +238,12 @@ class ActNode(LifecycleNode):
             return
         stamp = msg.header.stamp
         inputs.put(stream, value, self.now_s(), stamp.sec + stamp.nanosec * 1e-9)
+        if not self.startup.complete and stream not in self._streams_seen:
+            self._streams_seen.add(stream)
+            if self._streams_seen.issuperset(inputs.required):
+                # Not a phase (it may come before activation): when discovery had done.
+                self.startup.notes['inputs_complete_at_s'] = round(
+                    time.monotonic() - self.startup.origin, 3)
         if self.settings.trigger == 'observation' and self.io is not None \
                 and inputs.take_synchronized(self.settings.sync_tolerance_s):
             self.io.observation_ready.trigger()
@@ -229,6 +270,14 @@ class ActNode(LifecycleNode):
                 self.get_logger().info('inputs fresh again: runtime reset, commanding')
             self._publish(result.command)
             self.status.on_command(result.obs_stamp_s)
+            if not self.startup.complete:
+                self._first_command()
+
+    def _first_command(self) -> None:
+        """Close the start-up timeline at the first published command and log it."""
+        self.startup.merge(self.loop.runtime.startup_events)  # first request, first chunk
+        self.startup.mark('first_command')
+        self.get_logger().info(f'start-up: {self.startup.line()}')
 
     def _publish(self, command: np.ndarray) -> None:
         s = self.settings
@@ -304,6 +353,9 @@ def main(args: list[str] | None = None) -> int:
         rclpy.try_shutdown()
     return code
 
+
+# The node module and everything it needs are imported: the end of the 'import' phase.
+_IMPORTED_AT = time.monotonic()
 
 if __name__ == '__main__':
     sys.exit(main())

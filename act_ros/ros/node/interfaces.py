@@ -2,7 +2,9 @@
 
 Split from :mod:`act_ros.ros.node.act_node` so the node reads as lifecycle logic only. The
 cheap checks (limits, gate, kinematics) run before the checkpoint is loaded, so a bad
-parameter fails configure without waiting for the model.
+parameter fails configure without waiting for the model. With ``execution: process`` the
+runtime only starts its inference child here (:func:`build_control_loop`); the node
+creates its interfaces while the child loads, then waits for it.
 """
 
 from __future__ import annotations
@@ -85,7 +87,9 @@ class Interfaces:
 
 def build_control_loop(settings: NodeSettings, contract: Contract,
                        counters: ControlCounters) -> ControlLoop:
-    """Limits, gate, end-effector source and the policy runtime (loaded and warmed up)."""
+    """Limits, gate, end-effector source and the policy runtime: loaded and warmed up,
+    except with ``execution: process``, where the inference child is started and the
+    caller waits for it with ``loop.runtime.wait_ready()``."""
     step = settings.max_joint_step
     limits = SafetyLimits(lower=np.array(settings.joint_lower),
                           upper=np.array(settings.joint_upper),
@@ -95,7 +99,8 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
     ee_position = _ee_source(settings, gripper)
     pad_position = _pad_source(settings)
 
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig  # loads torch and LeRobot
+    # In-process execution loads torch and LeRobot here; 'process' leaves them to its child.
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
     runtime = PolicyRuntime(RuntimeConfig(
         model_path=settings.model_path, device=settings.device, mode=settings.mode,
@@ -104,10 +109,14 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
         compile_mode=settings.compile_mode, precision=settings.precision,
         backend=settings.backend, contract=contract,
         warmup=settings.warmup, torch_threads=settings.torch_threads or None,
-        inference_timeout_s=settings.inference_timeout_s))
-    return ControlLoop(runtime, cameras=contract.camera_names, limits=limits, gate=gate,
-                       gripper_index=gripper, ee_position=ee_position,
-                       pad_position=pad_position, counters=counters)
+        inference_timeout_s=settings.inference_timeout_s), wait=False)
+    try:
+        return ControlLoop(runtime, cameras=contract.camera_names, limits=limits, gate=gate,
+                           gripper_index=gripper, ee_position=ee_position,
+                           pad_position=pad_position, counters=counters)
+    except BaseException:
+        runtime.close()  # its inference child must not outlive a failed configure
+        raise
 
 
 def _ee_source(settings: NodeSettings, gripper: int) -> EePosition:

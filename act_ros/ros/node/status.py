@@ -3,7 +3,8 @@
 Level: ERROR while inputs are stale or invalid (no commands are sent); WARN when no
 command went out since the last report, a command was rejected, or a chunk violated the
 limits; OK otherwise. The key/values carry the rates, latencies, queue depth, gate state
-and every counter of :class:`~act_ros.core.control.ControlCounters`.
+and every counter of :class:`~act_ros.core.control.ControlCounters`, the real-time verdict
+(``realtime.*``) and the start-up phases up to the first command (``startup.*``).
 """
 
 from __future__ import annotations
@@ -93,6 +94,8 @@ class NodeStatus:
         }
         if node.verdict is not None:
             values.update({f'realtime.{k}': v for k, v in node.verdict.as_values().items()})
+        # Time from process start to the first command, by phase (act_ros.core.startup).
+        values.update(node.startup.as_values())
         for name in inputs.required:
             age = snap.age_s(name)
             values[f'age_s.{name}'] = age if age is not None else 'n/a'

@@ -1,0 +1,73 @@
+"""Inference options and the backend table, without importing PyTorch or any backend.
+
+Split from :mod:`act_ros.core.inference` and :mod:`act_ros.core.backends` so that a
+process that only schedules chunks (``act_node`` with ``execution='process'``, whose
+model runs in a child process) can validate its settings without paying for the import
+of torch, LeRobot or OpenVINO. Both modules re-export what is defined here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+import importlib.util
+
+PRECISIONS = ('fp32', 'bf16', 'fp16')
+COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
+
+BACKENDS = ('torch', 'openvino', 'onnxruntime')
+# What each backend can run; whether the CPU/GPU at hand can is checked when it starts.
+BACKEND_PRECISIONS = {'torch': ('fp32', 'bf16', 'fp16'), 'openvino': ('fp32', 'bf16', 'fp16'),
+                      'onnxruntime': ('fp32',)}
+# Backend -> (Python module it needs, pip extra that installs it with the ONNX exporter).
+BACKEND_PACKAGES = {'openvino': ('openvino', 'openvino'),
+                    'onnxruntime': ('onnxruntime', 'onnxruntime')}
+CPU_DEVICES = ('auto', 'cpu')
+
+
+def check_backend_options(backend: str, *, precision: str, compile_model: bool,
+                          device: str | None = None) -> None:
+    """Reject backend settings that cannot work together (``ValueError``, one line)."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown backend '{backend}', expected one of {BACKENDS}")
+    if backend == 'torch':
+        return
+    if compile_model:
+        raise ValueError(f"compile_model applies to the torch backend only; backend '{backend}' "
+                         'compiles the ONNX export itself: set compile_model false')
+    if precision not in BACKEND_PRECISIONS[backend]:
+        raise ValueError(f"backend '{backend}' supports precision {BACKEND_PRECISIONS[backend]}, "
+                         f"got '{precision}' (bf16 on a CPU: backend openvino or torch)")
+    if device is not None and str(device).strip().lower() not in CPU_DEVICES:
+        raise ValueError(f"backend '{backend}' runs on the CPU; device '{device}' needs the "
+                         "torch backend (use device 'cpu' or 'auto')")
+
+
+def installed_backends() -> list[str]:
+    """``torch`` and every optional backend whose packages (runtime, exporter) are installed."""
+    def present(name: str) -> bool:
+        return importlib.util.find_spec(name) is not None
+
+    exporter = present('onnx') and present('onnxscript')
+    return ['torch'] + [name for name, (module, _) in BACKEND_PACKAGES.items()
+                        if exporter and present(module)]
+
+
+@dataclass(frozen=True)
+class PredictorOptions:
+    """How a :class:`~act_ros.core.inference.ChunkPredictor` runs the model."""
+
+    precision: str = 'fp32'
+    compile_model: bool = False
+    compile_mode: str = 'default'
+    freeze: bool = True
+    backend: str = 'torch'  # torch | openvino | onnxruntime (act_ros.core.backends)
+    threads: int | None = None  # CPU threads of a non-torch backend; None: its default
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"unknown precision '{self.precision}', expected one of {PRECISIONS}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"unknown compile_mode '{self.compile_mode}', expected one of "
+                             f'{COMPILE_MODES}')
+        check_backend_options(self.backend, precision=self.precision,
+                              compile_model=self.compile_model)

@@ -1,0 +1,189 @@
+"""The torch-free ONNX start-up: with a valid export, the inference child computes the same
+chunks as the full predictor (bit for bit) without importing torch or LeRobot; it falls
+back to the full path for anything it does not reproduce; normalization in numpy equals
+LeRobot's; OpenVINO's compiled model is cached per export content."""
+
+import json
+import shutil
+import sys
+
+import numpy as np
+import pytest
+
+from act_ros.core import backends
+from act_ros.core.contract import load_contract
+from act_ros.core.errors import CheckpointError
+from act_ros.core.observation import Observation
+from act_ros.core.onnx_predictor import NumpyProcessors, lean_onnx_predictor
+from act_ros.core.options import PredictorOptions
+
+ONNX_BACKENDS = [name for name in backends.installed_backends() if name != 'torch']
+needs_onnx = pytest.mark.skipif(
+    not ONNX_BACKENDS, reason="no ONNX backend installed (pip install -e '.[openvino,onnxruntime]')")
+CONTRACT = load_contract()
+
+
+def _observations(count, seed=0, size=(48, 64)):
+    rng = np.random.default_rng(seed)
+    return [Observation(images={c: rng.integers(0, 256, (*size, 3), dtype=np.uint8)
+                                for c in CONTRACT.camera_names},
+                        state=rng.uniform(-1.0, 1.0, CONTRACT.num_joints))
+            for _ in range(count)]
+
+
+@pytest.fixture(scope='module')
+def exported(tmp_path_factory, tiny_checkpoint):
+    """A copy of the tiny checkpoint with its ONNX export."""
+    if not ONNX_BACKENDS:
+        pytest.skip('no ONNX backend installed')
+    from act_ros.core.export import main
+    ckpt = tmp_path_factory.mktemp('lean') / 'tiny'
+    shutil.copytree(tiny_checkpoint, ckpt)
+    assert main(['--checkpoint', str(ckpt)]) == 0
+    return ckpt
+
+
+@needs_onnx
+@pytest.mark.slow
+@pytest.mark.parametrize('backend', ONNX_BACKENDS)
+def test_lean_predictor_equals_the_full_one(exported, backend):
+    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.device import select_device
+    from act_ros.core.inference import ChunkPredictor
+
+    options = PredictorOptions(backend=backend, threads=1)
+    lean, why = lean_onnx_predictor(exported, CONTRACT, options)
+    assert lean is not None, why
+    assert lean.backend.export.exported is False
+    full = ChunkPredictor(load_checkpoint(exported, contract=CONTRACT), CONTRACT,
+                          select_device('cpu'), options)
+    # Camera images of another size too: both resize them the same way.
+    for obs in _observations(3) + _observations(2, seed=1, size=(60, 80)):
+        a, b = lean.predict(obs), full.predict(obs)
+        assert a.shape == (30, CONTRACT.num_joints) and a.dtype == np.float64
+        np.testing.assert_array_equal(a, b)
+
+
+@needs_onnx
+@pytest.mark.slow
+def test_inference_child_starts_without_torch_and_computes_the_same(exported):
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+    backend = ONNX_BACKENDS[0]
+    common = dict(model_path=exported, device='cpu', backend=backend, torch_threads=1)
+    with PolicyRuntime(RuntimeConfig(execution='sync', **common)) as local:
+        expected = [local.predictor.predict(obs) for obs in _observations(3)]
+    with PolicyRuntime(RuntimeConfig(execution='process', **common)) as remote:
+        assert remote.lean_child
+        assert remote._remote.child_imported == []  # no torch, torchvision or LeRobot
+        assert remote.stats.backend_cache.startswith('export hit')
+        for obs, chunk in zip(_observations(3), expected):
+            np.testing.assert_array_equal(remote._remote.predict(obs), chunk)
+
+
+@needs_onnx
+def test_no_export_means_the_full_path(tiny_checkpoint, tmp_path):
+    ckpt = tmp_path / 'ckpt'
+    shutil.copytree(tiny_checkpoint, ckpt)
+    lean, why = lean_onnx_predictor(ckpt, CONTRACT, PredictorOptions(backend=ONNX_BACKENDS[0]))
+    assert lean is None and 'no export yet' in why
+
+
+@needs_onnx
+def test_processor_steps_it_does_not_reproduce_mean_the_full_path(tiny_checkpoint, tmp_path):
+    ckpt = tmp_path / 'ckpt'
+    shutil.copytree(tiny_checkpoint, ckpt)
+    pre = json.loads((ckpt / 'policy_preprocessor.json').read_text())
+    pre['steps'][0]['config']['rename_map'] = {'observation.images.cam': 'observation.images.top'}
+    (ckpt / 'policy_preprocessor.json').write_text(json.dumps(pre))
+    lean, why = lean_onnx_predictor(ckpt, CONTRACT, PredictorOptions(backend=ONNX_BACKENDS[0]))
+    assert lean is None and 'rename_map' in why
+    pre['steps'][0]['config']['rename_map'] = {}
+    pre['steps'].append({'registry_name': 'tokenizer_processor', 'config': {}})
+    (ckpt / 'policy_preprocessor.json').write_text(json.dumps(pre))
+    lean, why = lean_onnx_predictor(ckpt, CONTRACT, PredictorOptions(backend=ONNX_BACKENDS[0]))
+    assert lean is None and 'tokenizer_processor' in why
+
+
+def test_missing_stats_are_refused_as_by_the_full_load(tiny_checkpoint, tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    from act_ros.core.checkpoint_info import read_checkpoint_info
+
+    ckpt = tmp_path / 'ckpt'
+    shutil.copytree(tiny_checkpoint, ckpt)
+    state_file = next(ckpt.glob('policy_postprocessor_step_*unnormalizer*.safetensors'))
+    save_file({k: v for k, v in load_file(state_file).items() if not k.startswith('action.')},
+              state_file)
+    with pytest.raises(CheckpointError, match="stats for 'action'"):
+        NumpyProcessors.load(ckpt, read_checkpoint_info(ckpt, CONTRACT))
+
+
+@pytest.mark.parametrize('mode', ['MEAN_STD', 'MIN_MAX'])
+def test_numpy_normalization_equals_lerobots(tmp_path, mode):
+    """Pre- and post-processing in numpy give LeRobot's float32 values exactly."""
+    import torch
+    from lerobot.configs.types import NormalizationMode
+
+    from act_ros.core.checkpoint import create_checkpoint, load_checkpoint
+    from act_ros.core.checkpoint_info import read_checkpoint_info
+
+    rng = np.random.default_rng(3)
+    stats = {}
+    for key in (CONTRACT.state_feature, CONTRACT.action_feature):
+        low = rng.uniform(-2, 0, CONTRACT.num_joints).astype(np.float32)
+        high = low + rng.uniform(0.5, 2, CONTRACT.num_joints).astype(np.float32)
+        high[0] = low[0]  # a constant joint: MIN_MAX takes eps as its range
+        stats[key] = {'mean': torch.tensor((low + high) / 2), 'std': torch.tensor(high - low),
+                      'min': torch.tensor(low), 'max': torch.tensor(high)}
+    for cam in CONTRACT.cameras:
+        stats[cam.feature] = {'mean': torch.rand(3, 1, 1), 'std': torch.rand(3, 1, 1) + 0.1,
+                              'min': torch.zeros(3, 1, 1), 'max': torch.ones(3, 1, 1)}
+    ckpt = create_checkpoint(tmp_path / 'ckpt', stats=stats, normalization_mapping={
+        'VISUAL': NormalizationMode.MEAN_STD, 'STATE': NormalizationMode(mode),
+        'ACTION': NormalizationMode(mode)})
+    loaded = load_checkpoint(ckpt)
+    ours = NumpyProcessors.load(ckpt, read_checkpoint_info(ckpt, CONTRACT))
+    arrays = {CONTRACT.state_feature: rng.uniform(-2, 2, CONTRACT.num_joints).astype(np.float32)}
+    for key, (h, w) in loaded.image_shapes.items():
+        arrays[key] = rng.uniform(0, 1, (3, h, w)).astype(np.float32)
+    expected = loaded.preprocessor({k: torch.from_numpy(v.copy()) for k, v in arrays.items()})
+    got = ours.preprocess(arrays)
+    for key in arrays:
+        np.testing.assert_array_equal(got[key], expected[key].numpy())
+    actions = rng.uniform(-1.5, 1.5, (1, 30, CONTRACT.num_joints)).astype(np.float32)
+    np.testing.assert_array_equal(ours.postprocess(actions),
+                                  loaded.postprocessor(torch.from_numpy(actions.copy())).numpy())
+
+
+@pytest.mark.skipif('openvino' not in ONNX_BACKENDS, reason='openvino not installed')
+@pytest.mark.slow
+def test_openvino_compiled_model_is_cached_per_export_content(exported):
+    from act_ros.core.backends import OPENVINO_CACHE_DIR, OpenVINOBackend
+    from act_ros.core.export import EXPORT_DIR, OnnxExport, read_metadata
+
+    path = exported / EXPORT_DIR / 'model_48x64.onnx'
+    meta = read_metadata(path)
+    cache = exported / EXPORT_DIR / OPENVINO_CACHE_DIR / meta['onnx_sha256'][:16]
+    shutil.rmtree(cache, ignore_errors=True)
+    export = OnnxExport(path=path, metadata=meta, exported=False, seconds=0.0)
+    first = OpenVINOBackend(export, threads=1)
+    assert first.compiled_cache == 'miss' and any(cache.glob('*.blob'))
+    second = OpenVINOBackend(export, threads=1)
+    assert second.compiled_cache == 'hit' and second.cache_note == 'export hit, compiled hit'
+    feed = {name: np.zeros(spec['shape'], np.float32)
+            for name, spec in zip(export.input_names, meta['inputs'])}
+    np.testing.assert_array_equal(first.run(feed), second.run(feed))
+    assert OpenVINOBackend(export, threads=1, cache=False).compiled_cache == 'off'
+
+
+def test_onnx_predictor_module_needs_no_torch():
+    import subprocess
+
+    code = ('import sys; import act_ros.core.onnx_predictor, act_ros.core.backends, '
+            'act_ros.core.export, act_ros.core.runtime; '
+            "print(sorted(m for m in ('torch', 'lerobot') if m in sys.modules))")
+    out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == '[]'
