@@ -48,6 +48,7 @@ class DemoPlan:
     image_size: str = '96x128'
     train_steps: int = 0  # 0: the preset's own (the CPU recipe)
     workers: int = 2
+    exploration_noise: float = 0.06  # rad, as the CPU recipe's dataset was collected
 
     def __post_init__(self) -> None:
         for name in ('eval_episodes', 'workers'):
@@ -161,7 +162,9 @@ def _train(stages: Stages, plan: DemoPlan, out: Path, args: argparse.Namespace) 
     else:
         stages.run('collect', [py, '-m', 'act_ros.cli', 'collect', '--output', str(dataset),
                                '--episodes', str(plan.episodes), '--image-size', plan.image_size,
-                               '--workers', str(plan.workers), '--seed', '0', '--overwrite'])
+                               '--workers', str(plan.workers), '--seed', '0',
+                               '--exploration-noise', str(plan.exploration_noise),
+                               '--overwrite'])
     train_dir = out / 'train'
     checkpoint = train_dir / 'best'
     if args.retrain and train_dir.exists():
