@@ -33,9 +33,8 @@ def _observations(count, seed=0, size=(48, 64)):
 
 @pytest.fixture(scope='module')
 def exported(tmp_path_factory, tiny_checkpoint):
-    """A copy of the tiny checkpoint with its ONNX export."""
-    if not ONNX_BACKENDS:
-        pytest.skip('no ONNX backend installed')
+    """A copy of the tiny checkpoint with its ONNX export (only tests marked to need an
+    ONNX backend use it)."""
     from act_ros.core.export import main
     ckpt = tmp_path_factory.mktemp('lean') / 'tiny'
     shutil.copytree(tiny_checkpoint, ckpt)
@@ -156,7 +155,9 @@ def test_numpy_normalization_equals_lerobots(tmp_path, mode):
                                   loaded.postprocessor(torch.from_numpy(actions.copy())).numpy())
 
 
-@pytest.mark.skipif('openvino' not in ONNX_BACKENDS, reason='openvino not installed')
+@pytest.mark.skipif('openvino' not in ONNX_BACKENDS,
+                    reason="the compiled-model cache is OpenVINO's; openvino is not installed "
+                    "(pip install -e '.[openvino]'; make setup installs it)")
 @pytest.mark.slow
 def test_openvino_compiled_model_is_cached_per_export_content(exported):
     from act_ros.core.backends import OPENVINO_CACHE_DIR, OpenVINOBackend
