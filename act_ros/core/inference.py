@@ -12,7 +12,6 @@ export instead (:mod:`act_ros.core.backends`); the processors stay the same.
 from __future__ import annotations
 
 import contextlib
-import time
 from typing import Any
 
 import numpy as np
@@ -24,7 +23,8 @@ from act_ros.core.checkpoint import LoadedCheckpoint
 from act_ros.core.contract import Contract
 from act_ros.core.errors import DeviceUnavailableError
 from act_ros.core.inference_model import ACTInferenceModel
-from act_ros.core.observation import Observation, image_to_tensor, state_to_tensor
+from act_ros.core.observation import (Observation, image_to_tensor, state_to_tensor,
+                                      timed_dummy_calls)
 # Torch-free (act_ros.core.options); re-exported here, where they were first defined.
 from act_ros.core.options import COMPILE_MODES, PRECISIONS, PredictorOptions  # noqa: F401
 
@@ -148,13 +148,8 @@ class ChunkPredictor:
 
     def warmup(self, iterations: int = 2) -> float:
         """Run the model on a dummy observation (compiles when asked); returns seconds."""
-        start = time.perf_counter()
-        obs = Observation(
-            images={name: np.zeros((h, w, 3), np.uint8) for name, _, (h, w) in self.cameras},
-            state=(self.contract.lower + self.contract.upper) / 2.0)
-        for _ in range(max(1, iterations)):
-            self.predict(obs)
-        elapsed = time.perf_counter() - start
+        elapsed = timed_dummy_calls(self.predict, self.cameras, self.contract.lower,
+                                    self.contract.upper, iterations)
         if self.options.compile_model:
             self.compile_seconds = elapsed
         return elapsed

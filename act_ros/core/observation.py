@@ -6,8 +6,9 @@ torch is imported by the conversions only: a process that just schedules observa
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import cv2
 import numpy as np
@@ -77,3 +78,19 @@ def state_to_tensor(state: np.ndarray, num_joints: int) -> torch.Tensor:
     import torch
 
     return torch.from_numpy(state_to_array(state, num_joints))
+
+
+def timed_dummy_calls(predict: Callable[[Observation], Any],
+                      cameras: Sequence[tuple[str, str, tuple[int, int]]], lower: np.ndarray,
+                      upper: np.ndarray, iterations: int) -> float:
+    """Call ``predict`` ``iterations`` times (at least once) on black images of each
+    camera's (name, feature, (H, W)) and the joint range's middle; returns seconds (the
+    predictors' warm-up)."""
+    import time
+
+    start = time.perf_counter()
+    obs = Observation(images={name: np.zeros((h, w, 3), np.uint8) for name, _, (h, w) in cameras},
+                      state=(lower + upper) / 2.0)
+    for _ in range(max(1, iterations)):
+        predict(obs)
+    return time.perf_counter() - start

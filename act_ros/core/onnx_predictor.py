@@ -31,7 +31,8 @@ from act_ros.core.checkpoint_info import (POSTPROCESSOR_FILE, PREPROCESSOR_FILE,
                                           read_json)
 from act_ros.core.contract import Contract
 from act_ros.core.errors import CheckpointError, ObservationError
-from act_ros.core.observation import Observation, image_to_array, state_to_array
+from act_ros.core.observation import (Observation, image_to_array, state_to_array,
+                                      timed_dummy_calls)
 from act_ros.core.options import PredictorOptions
 
 # LeRobot's key for the action in its postprocessor (whatever the contract calls it).
@@ -211,13 +212,8 @@ class LeanOnnxPredictor:
 
     def warmup(self, iterations: int = 1) -> float:
         """Run the model on a dummy observation; returns seconds."""
-        start = time.perf_counter()
-        obs = Observation(
-            images={name: np.zeros((h, w, 3), np.uint8) for name, _, (h, w) in self.cameras},
-            state=(self.contract.lower + self.contract.upper) / 2.0)
-        for _ in range(max(1, iterations)):
-            self.predict(obs)
-        return time.perf_counter() - start
+        return timed_dummy_calls(self.predict, self.cameras, self.contract.lower,
+                                 self.contract.upper, iterations)
 
 
 def lean_onnx_predictor(path: str | Path, contract: Contract, options: PredictorOptions,
