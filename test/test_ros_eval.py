@@ -23,7 +23,7 @@ pytest.importorskip('rclpy')
 pytest.importorskip('mujoco')
 
 from act_ros.ros.evaluation import ros_eval  # noqa: E402
-from act_ros.core.processes import wait_gone  # noqa: E402
+from act_ros.core.processes import child_setup, wait_gone  # noqa: E402
 
 PID_LINE = re.compile(r'started (sim_bridge|act_node) \(pid (\d+)')
 
@@ -117,7 +117,9 @@ def test_stopping_the_driver_leaves_no_orphans(tiny_checkpoint, ros_domain_id, t
          '--episodes', '5', '--mode', 'both', '--domain-id', str(ros_domain_id),
          '--log-dir', str(tmp_path)],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-        start_new_session=True)  # like a terminal's foreground job, apart from pytest
+        # Like a terminal's foreground job, apart from pytest: its own session, SIGINT at
+        # its default even when the suite runs in the background (`make test &`).
+        start_new_session=True, preexec_fn=child_setup)
     lines: queue.Queue = queue.Queue()
     threading.Thread(target=_reader, args=(driver.stdout, lines), daemon=True).start()
     seen = ''

@@ -32,23 +32,35 @@ class ChildExitedError(RuntimeError):
     """A child process exited when it should be running."""
 
 
-def _load_prctl():  # noqa: ANN202 - a ctypes function or None
+def _load_libc():  # noqa: ANN202 - a ctypes library or None
     if not sys.platform.startswith('linux'):
         return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True)
+        return ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True)
     except OSError:
         return None
-    return libc.prctl
 
 
-_PRCTL = _load_prctl()
+_LIBC = _load_libc()
 _PR_SET_PDEATHSIG = 1
+if _LIBC is not None:
+    _LIBC.signal.argtypes = (ctypes.c_int, ctypes.c_void_p)
+    _LIBC.signal.restype = ctypes.c_void_p
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec: syscalls only
-    if _PRCTL is not None:
-        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+def child_setup() -> None:  # runs in the child between fork and exec: syscalls only
+    """The child gets SIGTERM when this process dies, and SIGINT back at its default.
+
+    A shell without job control starts background commands (``make test &``, ``nohup``)
+    with SIGINT ignored, and an ignored disposition survives ``exec``: Python then
+    installs no KeyboardInterrupt handler, and the child would sit through the SIGINT
+    that :meth:`ProcessSet.stop_all` sends first (seen: an evaluation driver that kept
+    running episodes after Ctrl-C). Every child here is stopped with SIGINT, so each one
+    starts with SIGINT at its default, as a foreground job does.
+    """
+    if _LIBC is not None:
+        _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+        _LIBC.signal(int(signal.SIGINT), 0)  # SIG_DFL
 
 
 @dataclass
@@ -98,7 +110,7 @@ class ProcessSet:
             log_file = open(os.devnull, 'wb')  # noqa: SIM115 - closed with the child
             out = {}
         popen = subprocess.Popen(list(command), stdin=subprocess.DEVNULL, env=self.env,
-                                 process_group=0, preexec_fn=_die_with_parent, **out)
+                                 process_group=0, preexec_fn=child_setup, **out)
         child = Child(name, list(command), log_path, popen, log_file)
         self.children.append(child)
         return child
