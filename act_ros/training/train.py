@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from act_ros.core.errors import ActRosError
+from act_ros.core.processes import signals_deferred
 from act_ros.training.config import TrainConfig, build_parser, config_from_args
 from act_ros.training.distributed import LocalProcess, check_launch_env, from_environment
 from act_ros.training.metrics import METRICS_FILE, finite_or_none, write_json_atomic, write_plots
@@ -177,10 +178,16 @@ def _run(config: TrainConfig, on_step: Any, start: float,
                          dist.world_size, trainer.step, type(exc).__name__, exc)
         raise
     finally:
-        metrics = build_metrics(trainer, status, trainer.wall_seconds)
-        if main:
-            metrics['plots'] = write_plots(config.output_dir, trainer.history)
-            write_json_atomic(config.output_dir / METRICS_FILE, metrics)
+        # The record first, plots after, with SIGINT/SIGTERM held back meanwhile: when a
+        # peer process fails, the launcher stops this one within a second (seen: the
+        # failure was logged, then SIGTERM came while the plots were drawn, and no
+        # training_metrics.json was left).
+        with signals_deferred():
+            metrics = build_metrics(trainer, status, trainer.wall_seconds)
+            if main:
+                write_json_atomic(config.output_dir / METRICS_FILE, metrics)
+                metrics['plots'] = write_plots(config.output_dir, trainer.history)
+                write_json_atomic(config.output_dir / METRICS_FILE, metrics)
     code = 0
     if main and not config.skip_infer and status != 'interrupted':
         code = _infer(config, inputs, metrics)
