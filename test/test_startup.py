@@ -203,3 +203,30 @@ def test_bench_reads_the_start_up_from_diagnostics():
     assert startup_values(done) == {'startup.time_to_first_command_s': 3.25,
                                     'startup.import_s': 0.5,
                                     'startup.backend_cache': 'export hit, compiled hit'}
+
+
+def test_bench_node_describes_the_created_checkpoint_and_checks_its_options(capsys):
+    from act_ros.bench.node import parse_args, summarize
+
+    args = parse_args(['--model-size', '240x320', '--chunk-size', '100'])
+    assert args.model_size == (240, 320) and args.chunk_size == 100
+    for bad, message in [(['--model-size', '240'], 'expected HxW'),
+                         (['--model-size', '8x8'], 'at least 16x16'),
+                         (['--model-path', 'x', '--chunk-size', '100'], 'cannot be combined'),
+                         (['--chunk-size', '0'], '--chunk-size must be >= 1')]:
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+        assert message in capsys.readouterr().err
+
+    class Received:  # 31 commands at 30 Hz with one gap of three periods
+        commands = [type('C', (), {'received': t})() for t in
+                    [k / 30 for k in range(20)] + [(k + 2) / 30 for k in range(20, 31)]]
+
+    before = (0, 'ok', {'chunks_late': '1'})
+    after = (0, 'ok', {'chunks_late': '3', 'realtime.feasible': 'False',
+                       'realtime.feasibility': '2 x (32 + 2 margin) = 68 > 30',
+                       'realtime.latency_worst_ms': '1050.0'})
+    result = summarize(Received, 0.0, 2.0, 30.0, after, before=before)
+    assert result['commands'] == 31 and result['missed_periods'] == 2
+    assert result['chunks_late'] == 3 and result['chunks_late_in_window'] == 2
+    assert result['realtime_feasible'] == 'False' and result['realtime_latency_worst_ms'] == 1050

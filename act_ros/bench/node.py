@@ -65,8 +65,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    "('default' = LeRobot ACT, 'cpu', 'tiny')")
     p.add_argument('--duration', type=float, default=30.0, help='measured seconds (>= 20)')
     p.add_argument('--rate', type=float, default=30.0, help='camera/joint rate = control rate')
-    p.add_argument('--height', type=int, default=480)
-    p.add_argument('--width', type=int, default=640)
+    p.add_argument('--height', type=int, default=480, help='camera image height (published)')
+    p.add_argument('--width', type=int, default=640, help='camera image width (published)')
+    p.add_argument('--model-size', type=_size, default=None, metavar='HxW',
+                   help='input size of the created checkpoint (default: the camera size); '
+                   'the runtime resizes the cameras to it')
+    p.add_argument('--chunk-size', type=int, default=None,
+                   help="chunk size of the created checkpoint (default: the contract's)")
+    p.add_argument('--n-action-steps', type=int, default=None,
+                   help='actions played per chunk in chunk mode (default: the chunk size)')
     p.add_argument('--device', default='auto')
     p.add_argument('--mode', default='chunk', choices=('chunk', 'ensemble'))
     p.add_argument('--execution', default='async', choices=('async', 'process', 'sync'))
@@ -78,7 +85,24 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--startup-only', action='store_true',
                    help='measure the time to the first command (and its phases) only')
     p.add_argument('--json', help='also write the results to this JSON file')
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.model_path and (args.model_size or args.chunk_size):
+        p.error('--model-size and --chunk-size describe the created checkpoint; '
+                'they cannot be combined with --model-path')
+    for name in ('chunk_size', 'n_action_steps'):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
+    return args
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.lower().split('x'))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected HxW (e.g. 240x320), got '{text}'") from None
+    if h < 16 or w < 16:
+        raise argparse.ArgumentTypeError(f'expected at least 16x16, got {h}x{w}')
+    return h, w
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,10 +126,13 @@ def main(argv: list[str] | None = None) -> int:
         model_path = args.model_path
         if not model_path:
             from act_ros.core.checkpoint import create_checkpoint
+            size = args.model_size or (args.height, args.width)
+            overrides = {'chunk_size': args.chunk_size} if args.chunk_size else {}
             print(f'[bench node] creating an untrained {args.preset} ACT checkpoint '
-                  f'({args.height}x{args.width} cameras)', flush=True)
+                  f'({size[0]}x{size[1]} input, chunk {args.chunk_size or contract.chunk_size}; '
+                  f'{args.height}x{args.width} cameras)', flush=True)
             model_path = str(create_checkpoint(Path(tmp) / 'model', preset=args.preset,
-                                               image_size=(args.height, args.width)))
+                                               image_size=size, **overrides))
         cmd = [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args',
                '--params-file', str(config_path('act.yaml')),
                '-p', f'model_path:={model_path}', '-p', f'device:={args.device}',
@@ -115,6 +142,9 @@ def main(argv: list[str] | None = None) -> int:
                '-p', f'executor:={args.executor}',
                '-p', f'backend:={args.backend}',
                '-p', 'diagnostics_period_s:=1.0']
+        n_action_steps = args.n_action_steps or args.chunk_size
+        if n_action_steps:
+            cmd[-2:-2] = ['-p', f'n_action_steps:={n_action_steps}']
         print(f"[bench node] starting act_node (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})",
               flush=True)
         # The robot is up before the node starts, as on a real robot: the time to the
@@ -146,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
                 if not args.startup_only:
                     results.update(measure_load(harness, node_proc.pid, args))
             results.update(camera_size=f'{args.height}x{args.width}',
+                           model_input_size=('x'.join(map(str, args.model_size))
+                                             if args.model_size else 'camera size'),
+                           chunk_size=args.chunk_size or ('given' if args.model_path
+                                                          else contract.chunk_size),
+                           n_action_steps=n_action_steps or 'config/act.yaml',
                            mode=f'{args.mode}/{args.execution}', executor=args.executor,
                            backend=args.backend,
                            preset=args.preset if not args.model_path else 'given',
@@ -163,13 +198,15 @@ def measure_load(harness, node_pid: int, args: argparse.Namespace) -> dict:
     """Commands, latency and CPU over ``args.duration`` seconds, after 2 s of settling."""
     time.sleep(2.0)  # settle past start-up
     t0 = time.monotonic()
+    before = harness.latest_diagnostics()
     node_cpu0, own_cpu0 = _proc_cpu_s(node_pid), time.process_time()
     main_cpu0 = _proc_cpu_s(node_pid, descendants=False)
     time.sleep(args.duration)
     t1 = time.monotonic()
     node_cpu1, own_cpu1 = _proc_cpu_s(node_pid), time.process_time()
     main_cpu1 = _proc_cpu_s(node_pid, descendants=False)
-    results = summarize(harness, t0, t1, args.rate, harness.latest_diagnostics(since=t1 - 1.5))
+    results = summarize(harness, t0, t1, args.rate, harness.latest_diagnostics(since=t1 - 1.5),
+                        before=before)
     wall = t1 - t0
     if node_cpu0 is not None and node_cpu1 is not None:
         results['node_cpu_percent'] = 100.0 * (node_cpu1 - node_cpu0) / wall
@@ -196,8 +233,10 @@ def startup_values(diag: tuple | None) -> dict[str, float | str]:
     return out
 
 
-def summarize(harness, t0: float, t1: float, rate_hz: float, diag) -> dict:
-    """Rates, gaps and latencies of the commands received in [t0, t1]."""
+def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) -> dict:
+    """Rates, gaps and latencies of the commands received in [t0, t1]; with ``before`` (the
+    diagnostics at t0), the chunks that came late within the window; the node's real-time
+    verdict from its configure-time measurement."""
     times = np.array([c.received for c in harness.commands if t0 <= c.received <= t1])
     period = 1.0 / rate_hz
     gaps = np.diff(times) if times.size > 1 else np.zeros(0)
@@ -209,7 +248,18 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag) -> dict:
             return float(values[key])
         except (KeyError, ValueError):
             return None
+    late_before = None
+    if before:
+        try:
+            late_before = float(before[2]['chunks_late'])
+        except (KeyError, ValueError):
+            pass
+    late = number('chunks_late')
     return {
+        'realtime_feasible': values.get('realtime.feasible'),
+        'realtime_verdict': values.get('realtime.feasibility'),
+        'realtime_latency_median_ms': number('realtime.latency_median_ms'),
+        'realtime_latency_worst_ms': number('realtime.latency_worst_ms'),
         'commands': int(times.size),
         'command_rate_hz': float(times.size / (t1 - t0)),
         'target_rate_hz': rate_hz,
@@ -219,6 +269,9 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag) -> dict:
         'latency_p99_ms': number('obs_to_command_p99_ms'),
         'inference_mean_ms': number('inference_mean_ms'),
         'chunks_computed': number('chunks_computed'),
+        'chunks_late': late,
+        'chunks_late_in_window': (late - late_before if late is not None and
+                                  late_before is not None else None),
         'stale_ticks': number('stale_ticks'),
         'device': values.get('device'),
     }
