@@ -169,16 +169,10 @@ def _workers(launcher: subprocess.Popen) -> dict[int, psutil.Process]:
 @pytest.fixture(scope='module')
 def dataset(tmp_path_factory) -> Path:
     """4 episodes x 40 frames, PNG cameras: 3 training episodes, 1 held out."""
-    from act_ros.data.episode import DatasetLayout
-    from act_ros.data.synthetic import synthetic_episode
-    from act_ros.data.writer import AtomicDatasetWriter
+    from act_ros.data.synthetic import write_synthetic_dataset
 
-    layout = DatasetLayout(contract=load_contract(), image_height=H, image_width=W,
-                           use_video=False, robot_type='synthetic')
     root = tmp_path_factory.mktemp('data') / 'syn'
-    with AtomicDatasetWriter(layout, root) as writer:
-        for k in range(4):
-            writer.add_episode(synthetic_episode(layout, 40, 3 + k))
+    write_synthetic_dataset(root, episodes=4, frames=40, image_size=(H, W), video=False, seed=3)
     return root
 
 

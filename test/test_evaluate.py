@@ -31,17 +31,10 @@ def one_torch_thread():
 
 @pytest.fixture(scope='module')
 def dataset(tmp_path_factory) -> Path:
-    from act_ros.core.contract import load_contract
-    from act_ros.data.episode import DatasetLayout
-    from act_ros.data.synthetic import synthetic_episode
-    from act_ros.data.writer import AtomicDatasetWriter
+    from act_ros.data.synthetic import write_synthetic_dataset
 
-    layout = DatasetLayout(contract=load_contract(), image_height=H, image_width=W,
-                           use_video=False, robot_type='synthetic')
     root = tmp_path_factory.mktemp('data') / 'syn'
-    with AtomicDatasetWriter(layout, root) as writer:
-        for k in range(3):
-            writer.add_episode(synthetic_episode(layout, 30, k))
+    write_synthetic_dataset(root, episodes=3, frames=30, image_size=(H, W), video=False)
     return root
 
 

@@ -144,15 +144,10 @@ def test_cache_holds_the_frozen_maps_of_the_chosen_frames_only():
 def _synthetic_dataset(root, frames):
     """Three synthetic episodes of ``frames`` frames, 48x64 PNG cameras."""
     pytest.importorskip('lerobot.datasets.lerobot_dataset')
-    from act_ros.data.episode import DatasetLayout
-    from act_ros.data.synthetic import synthetic_episode
-    from act_ros.data.writer import AtomicDatasetWriter
+    from act_ros.data.synthetic import write_synthetic_dataset
 
-    layout = DatasetLayout(contract=CONTRACT, image_height=48, image_width=64, use_video=False,
-                           robot_type='synthetic')
-    with AtomicDatasetWriter(layout, root) as writer:
-        for k in range(3):
-            writer.add_episode(synthetic_episode(layout, frames, 5 + k))
+    write_synthetic_dataset(root, episodes=3, frames=frames, image_size=(48, 64), video=False,
+                            seed=5, contract=CONTRACT)
     return root
 
 

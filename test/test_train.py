@@ -26,15 +26,10 @@ MH, MW = 32, 48  # model input: the trainer downscales once, when it decodes the
 
 
 def _write_dataset(root: Path, *, episodes: int, frames: int, video: bool, seed: int = 3) -> Path:
-    from act_ros.data.episode import DatasetLayout
-    from act_ros.data.synthetic import synthetic_episode
-    from act_ros.data.writer import AtomicDatasetWriter
+    from act_ros.data.synthetic import write_synthetic_dataset
 
-    layout = DatasetLayout(contract=load_contract(), image_height=H, image_width=W,
-                           use_video=video, robot_type='synthetic')
-    with AtomicDatasetWriter(layout, root) as writer:
-        for k in range(episodes):
-            writer.add_episode(synthetic_episode(layout, frames, seed + k))
+    write_synthetic_dataset(root, episodes=episodes, frames=frames, image_size=(H, W),
+                            video=video, seed=seed)
     return root
 
 

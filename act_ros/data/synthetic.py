@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -101,6 +102,23 @@ def synthetic_episode(layout: DatasetLayout, frames: int, seed: int) -> Episode:
                    action=action.astype(np.float32), seed=seed)
 
 
+def write_synthetic_dataset(root: str | Path, *, episodes: int, frames: int,
+                            image_size: tuple[int, int], video: bool = True, seed: int = 0,
+                            contract: Contract | None = None, overwrite: bool = False) -> Any:
+    """Write ``episodes`` synthetic episodes (episode ``k`` from seed ``seed + k``) as a
+    LeRobot v3 dataset at ``root``, all or nothing; returns the writer's result."""
+    from act_ros.data.writer import AtomicDatasetWriter
+
+    contract = contract or load_contract()
+    height, width = image_size
+    layout = DatasetLayout(contract=contract, image_height=height, image_width=width,
+                           use_video=video, robot_type='synthetic')
+    with AtomicDatasetWriter(layout, Path(root), overwrite=overwrite) as writer:
+        for k in range(episodes):
+            writer.add_episode(synthetic_episode(layout, frames, seed + k))
+    return writer.result
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``act-ros generate-synthetic``."""
     parser = argparse.ArgumentParser(
@@ -127,7 +145,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``act-ros generate-synthetic``."""
-    from act_ros.data.writer import AtomicDatasetWriter, check_output, quiet_library_output
+    from act_ros.data.writer import check_output, quiet_library_output
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -137,17 +155,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         contract = load_contract(args.contract)
         height, width = args.image_size
-        layout = DatasetLayout(contract=contract, image_height=height, image_width=width,
-                               use_video=args.video, robot_type='synthetic')
+        DatasetLayout(contract=contract, image_height=height, image_width=width,
+                      use_video=args.video, robot_type='synthetic')  # checks the size
         check_output(args.output, args.overwrite)
     except (ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f'act-ros generate-synthetic: {exc}', file=sys.stderr)
         return 2
     quiet_library_output()
-    with AtomicDatasetWriter(layout, args.output, overwrite=args.overwrite) as writer:
-        for k in range(args.episodes):
-            writer.add_episode(synthetic_episode(layout, args.frames_per_episode, args.seed + k))
-    result = writer.result
+    result = write_synthetic_dataset(args.output, episodes=args.episodes,
+                                     frames=args.frames_per_episode, image_size=(height, width),
+                                     video=args.video, seed=args.seed, contract=contract,
+                                     overwrite=args.overwrite)
     print(f'wrote {result.episodes} episodes, {result.frames} frames '
           f'({height}x{width}, {"video" if args.video else "images"}, {contract.fps} fps) '
           f'to {result.path} (repo_id {result.repo_id})')

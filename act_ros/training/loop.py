@@ -658,7 +658,9 @@ class Trainer:
     @staticmethod
     def _restore_signal_handlers(previous: dict[int, Any]) -> None:
         for sig, old in previous.items():
-            signal.signal(sig, old)
+            # None: the handler before was not set from Python (a C library's, e.g. one
+            # that rclpy installs); it cannot be put back, so the default takes its place.
+            signal.signal(sig, signal.SIG_DFL if old is None else old)
 
     @property
     def wall_seconds(self) -> float:
