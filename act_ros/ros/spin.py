@@ -1,5 +1,6 @@
-"""The console-script life of a simple node: init, build, spin until Ctrl-C or shutdown,
-then clean up in order (shared by ``record_node`` and ``expert_driver``)."""
+"""The console-script life of a node: init, build, spin until Ctrl-C or shutdown, then
+clean up in order (shared by ``act_node``, ``sim_bridge``, ``record_node`` and
+``expert_driver``)."""
 
 from __future__ import annotations
 
@@ -8,39 +9,66 @@ import sys
 from typing import Any
 
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
+from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
 
 def run_node(make_node: Callable[[], Any], *, name: str, args: list[str] | None = None,
-             num_threads: int = 2, before_shutdown: Callable[[Any], None] | None = None,
+             num_threads: int = 2, executor: Callable[[Any], Executor] | None = None,
+             start: Callable[[Any, Executor], int | None] | None = None,
+             spin: Callable[[Executor, Any], int | None] | None = None,
+             shutdown_timeout_s: float | None = 120.0,
+             before_shutdown: Callable[[Any], None] | None = None,
              on_exit: Callable[[Any], None] | None = None,
-             errors: tuple[type[BaseException], ...] = ()) -> int:
-    """Run the node ``make_node()`` builds on a multi-threaded executor.
+             errors: tuple[type[BaseException], ...] = (),
+             on_error: Callable[[BaseException], int] | None = None) -> int:
+    """Run the node ``make_node()`` builds; return the process's exit status.
 
     ``args``: ROS arguments (``['--ros-args', ...]``), ``None`` for ``sys.argv``.
-    ``before_shutdown(node)`` runs once spinning stops, before the executor is shut down
-    (which lets running callbacks finish); ``on_exit(node)`` last, before the node is
-    destroyed. An exception of ``errors`` raised while building ends with one line and
-    exit status 2.
+    ``executor(node)`` builds the executor (default: multi-threaded, ``num_threads``).
+    ``start(node, executor)`` runs once the node is in the executor; a code it returns ends
+    the run with that status. ``spin(executor, node)`` spins (default: until shutdown) and
+    may return the status. ``before_shutdown(node)`` runs once spinning stops, before the
+    executor is shut down (``shutdown_timeout_s``: how long running callbacks may take to
+    finish; ``None``: not shut down, the node's own ``destroy_node`` stops its work);
+    ``on_exit(node)`` last, before the node is destroyed. An exception of ``errors`` raised
+    while building or starting ends with ``on_error(exc)``'s status (default: one line on
+    stderr, status 2).
+
+    Ctrl-C shuts the context down from rclpy's signal handler; an executor that is just
+    building its wait set then raises ``RCLError`` ("the given context is not valid")
+    rather than ``ExternalShutdownException``. That is a shutdown too, not a crash.
     """
     rclpy.init(args=None if args is None else [name, *args])
     node = None
     code = 0
     try:
-        node = make_node()
-        executor = MultiThreadedExecutor(num_threads=num_threads)
-        executor.add_node(node)
+        runner = None
         try:
-            executor.spin()
+            node = make_node()
+            runner = executor(node) if executor is not None else MultiThreadedExecutor(
+                num_threads=num_threads)
+            runner.add_node(node)
+            early = start(node, runner) if start is not None else None
+        except errors as exc:
+            early = on_error(exc) if on_error is not None else _one_line(name, exc)
+        try:
+            if early is not None:
+                code = early
+            elif spin is not None:
+                code = spin(runner, node) or 0
+            else:
+                runner.spin()
         finally:
-            if before_shutdown is not None:
+            if node is not None and before_shutdown is not None:
                 before_shutdown(node)
-            executor.shutdown(timeout_sec=120.0)
+            if runner is not None and shutdown_timeout_s is not None:
+                runner.shutdown(timeout_sec=shutdown_timeout_s)
     except (KeyboardInterrupt, ExternalShutdownException):
         pass
-    except errors as exc:
-        print(f'{name}: {exc}', file=sys.stderr)
-        code = 2
+    except _rclpy.RCLError:
+        if rclpy.ok():
+            raise  # a real middleware error, not the shutdown race
     finally:
         if node is not None:
             if on_exit is not None:
@@ -48,3 +76,8 @@ def run_node(make_node: Callable[[], Any], *, name: str, args: list[str] | None 
             node.destroy_node()
         rclpy.try_shutdown()
     return code
+
+
+def _one_line(name: str, exc: BaseException) -> int:
+    print(f'{name}: {exc}', file=sys.stderr)
+    return 2

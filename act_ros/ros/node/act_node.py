@@ -33,9 +33,8 @@ import time
 from typing import Any
 
 import numpy as np
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import (Executor, ExternalShutdownException, MultiThreadedExecutor,
+from rclpy.executors import (Executor, MultiThreadedExecutor,
                              SingleThreadedExecutor)
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from std_srvs.srv import Trigger
@@ -330,28 +329,23 @@ def make_executor(kind: str, context: Any = None) -> Executor:
 
 def main(args: list[str] | None = None) -> int:
     """Console script ``act_node``: run the node until interrupted."""
-    rclpy.init(args=args)
-    node = None
-    code = 0
-    try:
-        node = ActNode()
+    from act_ros.ros.spin import run_node
+
+    def executor(node: ActNode) -> Executor:
         kind = executor_kind(node.get_parameter('executor').value,
                              node.get_parameter('execution').value)
-        executor = make_executor(kind)
-        executor.add_node(node)
         node.get_logger().info(f'spinning on a {kind} executor')
+        return make_executor(kind)
+
+    def start(node: ActNode, _executor: Executor) -> int | None:
         if node.autostart and not node.start():
             node.get_logger().fatal('autostart failed; exiting (see the error above)')
-            code = 1
-        else:
-            executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
-    return code
+            return 1
+        return None
+
+    # No executor shutdown: destroy_node stops the runtime, which a running tick may wait on.
+    return run_node(ActNode, name='act_node', args=args, executor=executor, start=start,
+                    shutdown_timeout_s=None)
 
 
 # The node module and everything it needs are imported: the end of the 'import' phase.

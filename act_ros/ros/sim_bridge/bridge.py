@@ -44,7 +44,6 @@ import mujoco  # noqa: E402
 import numpy as np
 import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -149,8 +148,10 @@ class SimBridge(Node):
         try:
             self.loop.run()
         except Exception as exc:  # noqa: BLE001 - reported, and ends the process (main)
-            self.get_logger().fatal(f'simulation loop failed: {type(exc).__name__}: {exc}')
-            error = exc
+            if self.context.ok():
+                self.get_logger().fatal(f'simulation loop failed: {type(exc).__name__}: {exc}')
+                error = exc
+            # else: Ctrl-C shut the context down while the loop was publishing; a stop.
         finally:
             self.env.close()  # the GL context belongs to this thread
         self.loop_finished.set_result(error)
@@ -264,27 +265,22 @@ class SimBridge(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Console script ``sim_bridge``: run the bridge until interrupted."""
-    rclpy.init(args=args)
-    bridge = None
-    code = 0
-    try:
-        try:
-            bridge = SimBridge()
-        except (ValueError, OSError) as exc:
-            rclpy.logging.get_logger('sim_bridge').fatal(f'cannot start: {exc}')
-            return 1
-        executor = MultiThreadedExecutor(num_threads=4)
-        executor.add_node(bridge)
+    from act_ros.ros.spin import run_node
+
+    def start(bridge: SimBridge, _executor: Any) -> None:
         bridge.start()
+
+    def spin(executor: Any, bridge: SimBridge) -> int:
         executor.spin_until_future_complete(bridge.loop_finished)
-        code = 1 if bridge.loop_finished.result() is not None else 0
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if bridge is not None:
-            bridge.destroy_node()
-        rclpy.try_shutdown()
-    return code
+        return 1 if bridge.loop_finished.result() is not None else 0
+
+    def cannot_start(exc: BaseException) -> int:
+        rclpy.logging.get_logger('sim_bridge').fatal(f'cannot start: {exc}')
+        return 1
+
+    return run_node(SimBridge, name='sim_bridge', args=args, num_threads=4, start=start,
+                    spin=spin, shutdown_timeout_s=None, errors=(ValueError, OSError),
+                    on_error=cannot_start)
 
 
 if __name__ == '__main__':
