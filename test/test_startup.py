@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from act_ros.core.errors import CheckpointError, ContractMismatchError
@@ -218,15 +219,23 @@ def test_bench_node_describes_the_created_checkpoint_and_checks_its_options(caps
             parse_args(bad)
         assert message in capsys.readouterr().err
 
-    class Received:  # 31 commands at 30 Hz with one gap of three periods
-        commands = [type('C', (), {'received': t})() for t in
-                    [k / 30 for k in range(20)] + [(k + 2) / 30 for k in range(20, 31)]]
+    from act_ros.ros.harness import ReceivedCommand
 
-    before = (0, 'ok', {'chunks_late': '1'})
-    after = (0, 'ok', {'chunks_late': '3', 'realtime.feasible': 'False',
+    # 31 commands at 30 Hz with one gap of three periods at the middleware; this process's
+    # callbacks ran late, in bunches of five, which must not count as the node's gaps.
+    sent = [k / 30 for k in range(20)] + [(k + 2) / 30 for k in range(20, 31)]
+
+    class Received:
+        commands = [ReceivedCommand(sent[k - k % 5 + 4] if k - k % 5 + 4 < 31 else sent[-1],
+                                    np.zeros(6), (), 1e9 + t) for k, t in enumerate(sent)]
+
+    before = (0, 'ok', {'chunks_late': '1', 'missed_periods': '4'})
+    after = (0, 'ok', {'chunks_late': '3', 'missed_periods': '6', 'realtime.feasible': 'False',
                        'realtime.feasibility': '2 x (32 + 2 margin) = 68 > 30',
                        'realtime.latency_worst_ms': '1050.0'})
     result = summarize(Received, 0.0, 2.0, 30.0, after, before=before)
     assert result['commands'] == 31 and result['missed_periods'] == 2
+    assert result['missed_periods_at_callback'] > 2
     assert result['chunks_late'] == 3 and result['chunks_late_in_window'] == 2
+    assert result['node_missed_periods_in_window'] == 2
     assert result['realtime_feasible'] == 'False' and result['realtime_latency_worst_ms'] == 1050

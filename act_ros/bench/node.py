@@ -6,7 +6,8 @@ ACT checkpoint in async chunk mode unless told otherwise. After start-up the ben
 measures for ``--duration`` seconds and prints:
 
 - command rate (Hz) and missed periods (gaps between commands longer than 1.5 periods,
-  counted in periods);
+  counted in periods), as received here and as the node counts its own publishes
+  (``node_missed_periods_in_window``: a late subscriber does not count there);
 - observation-stamp-to-command latency, median and p99, as the node measures it
   (diagnostics: header stamp of the observation used by the tick -> publish);
 - CPU use of the node (with its inference child process, if any), of the node's main
@@ -79,8 +80,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--execution', default='async', choices=('async', 'process', 'sync'))
     p.add_argument('--torch-threads', type=int, default=0)
     p.add_argument('--backend', default='torch', choices=('torch', 'openvino', 'onnxruntime'))
-    p.add_argument('--executor', default='multi_threaded',
-                   choices=('multi_threaded', 'single_threaded'))
+    p.add_argument('--executor', default='auto',
+                   choices=('auto', 'multi_threaded', 'single_threaded'),
+                   help="act_node's executor (default: the node's own default, 'auto')")
     p.add_argument('--startup-timeout', type=float, default=300.0)
     p.add_argument('--startup-only', action='store_true',
                    help='measure the time to the first command (and its phases) only')
@@ -233,14 +235,30 @@ def startup_values(diag: tuple | None) -> dict[str, float | str]:
     return out
 
 
+def _missed(times: np.ndarray, period: float) -> tuple[int, np.ndarray]:
+    """Periods without a command (gaps over 1.5 periods, counted in periods), and the gaps."""
+    gaps = np.diff(times) if times.size > 1 else np.zeros(0)
+    return int(np.sum(np.maximum(np.round(gaps / period) - 1, 0)[gaps > 1.5 * period])), gaps
+
+
 def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) -> dict:
     """Rates, gaps and latencies of the commands received in [t0, t1]; with ``before`` (the
     diagnostics at t0), the chunks that came late within the window; the node's real-time
-    verdict from its configure-time measurement."""
-    times = np.array([c.received for c in harness.commands if t0 <= c.received <= t1])
+    verdict from its configure-time measurement.
+
+    Gaps are counted twice: at the middleware's reception time of each command (what a
+    controller subscribed to the topic would see) and at this process's callback, which
+    runs late whenever the harness itself (publishing two full-size cameras from Python)
+    is busy."""
+    window = [c for c in harness.commands if t0 <= c.received <= t1]
+    times = np.array([c.received for c in window])
     period = 1.0 / rate_hz
-    gaps = np.diff(times) if times.size > 1 else np.zeros(0)
-    missed = int(np.sum(np.maximum(np.round(gaps / period) - 1, 0)[gaps > 1.5 * period]))
+    missed_callback, _ = _missed(times, period)
+    stamps = [c.middleware_received_s for c in window]
+    if window and all(s is not None for s in stamps):
+        missed, gaps = _missed(np.sort(np.array(stamps)), period)
+    else:
+        missed, gaps = missed_callback, np.diff(times) if times.size > 1 else np.zeros(0)
     values = diag[2] if diag else {}
 
     def number(key):
@@ -248,13 +266,15 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
             return float(values[key])
         except (KeyError, ValueError):
             return None
-    late_before = None
-    if before:
+    def before_number(key):
         try:
-            late_before = float(before[2]['chunks_late'])
+            return float(before[2][key]) if before else None
         except (KeyError, ValueError):
-            pass
-    late = number('chunks_late')
+            return None
+
+    def in_window(key):
+        now, then = number(key), before_number(key)
+        return now - then if now is not None and then is not None else None
     return {
         'realtime_feasible': values.get('realtime.feasible'),
         'realtime_verdict': values.get('realtime.feasibility'),
@@ -264,14 +284,16 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
         'command_rate_hz': float(times.size / (t1 - t0)),
         'target_rate_hz': rate_hz,
         'missed_periods': missed,
+        'missed_periods_at_callback': missed_callback,
         'max_gap_ms': float(gaps.max() * 1e3) if gaps.size else None,
         'latency_p50_ms': number('obs_to_command_p50_ms'),
         'latency_p99_ms': number('obs_to_command_p99_ms'),
         'inference_mean_ms': number('inference_mean_ms'),
         'chunks_computed': number('chunks_computed'),
-        'chunks_late': late,
-        'chunks_late_in_window': (late - late_before if late is not None and
-                                  late_before is not None else None),
+        'chunks_late': number('chunks_late'),
+        'chunks_late_in_window': in_window('chunks_late'),
+        # The node's own count (its publish times): tells its lateness from the harness's.
+        'node_missed_periods_in_window': in_window('missed_periods'),
         'stale_ticks': number('stale_ticks'),
         'device': values.get('device'),
     }

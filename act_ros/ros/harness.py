@@ -21,6 +21,7 @@ import numpy as np
 from rclpy.executors import MultiThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.subscription import MessageInfo
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
@@ -31,11 +32,15 @@ from act_ros.ros.diagnostics import status_values
 
 @dataclass(frozen=True)
 class ReceivedCommand:
-    """One command as it arrived: monotonic receive time, positions, joint names (if any)."""
+    """One command as it arrived: monotonic time of the callback, positions, joint names
+    (if any), and when the middleware received it (seconds, system clock; ``None`` where
+    the middleware does not say): a callback can run late when this process is busy, the
+    middleware's reception time does not."""
 
     received: float
     positions: np.ndarray
     joint_names: tuple[str, ...]
+    middleware_received_s: float | None = None
 
 
 class RobotHarness(Node):
@@ -136,15 +141,16 @@ class RobotHarness(Node):
         return not (p and self._rng.random() < p)
 
     # -- recording -------------------------------------------------------------------------
-    def _on_trajectory(self, msg: JointTrajectory) -> None:
+    def _on_trajectory(self, msg: JointTrajectory, info: MessageInfo) -> None:
         positions = np.array(msg.points[0].positions) if msg.points else np.zeros(0)
         with self._lock:
             self.commands.append(ReceivedCommand(time.monotonic(), positions,
-                                                 tuple(msg.joint_names)))
+                                                 tuple(msg.joint_names), _received_s(info)))
 
-    def _on_array(self, msg: Float64MultiArray) -> None:
+    def _on_array(self, msg: Float64MultiArray, info: MessageInfo) -> None:
         with self._lock:
-            self.commands.append(ReceivedCommand(time.monotonic(), np.array(msg.data), ()))
+            self.commands.append(ReceivedCommand(time.monotonic(), np.array(msg.data), (),
+                                                 _received_s(info)))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         if not msg.status:
@@ -162,6 +168,11 @@ class RobotHarness(Node):
         with self._lock:
             recent = [d for d in self.diagnostics if d[0] >= since]
         return recent[-1][1:] if recent else None
+
+
+def _received_s(info: MessageInfo) -> float | None:
+    stamp = info.get('received_timestamp', 0) if info else 0
+    return stamp * 1e-9 if stamp else None
 
 
 def _same(msg: Any) -> Any:

@@ -32,6 +32,11 @@ class NodeStatus:
         self._latency_count = 0
         self._recent_latency_ms: deque[float] = deque(maxlen=1000)
         self._last_report: dict[str, int] = {}
+        # Command timing at the node itself (a subscriber's own delays do not count):
+        # periods without a command (gaps over 1.5 periods) and the longest gap.
+        self._last_command_s: float | None = None
+        self.missed_periods = 0
+        self._gap_max_ms = 0.0
 
     def reset_rates(self) -> None:
         self.command_rate.reset()
@@ -39,11 +44,22 @@ class NodeStatus:
             self.last_latency_ms = None
             self._latency_sum_ms, self._latency_count = 0.0, 0
             self._recent_latency_ms.clear()
+            self._last_command_s = None
+            self.missed_periods = 0
+            self._gap_max_ms = 0.0
 
     def on_command(self, obs_stamp_s: float | None) -> None:
         """Record one published command; latency is from the observation's header stamp."""
         now = self.node.now_s()
         self.command_rate.tick(now)
+        period = self.node.settings.period_s
+        with self._lock:
+            if self._last_command_s is not None:
+                gap = now - self._last_command_s
+                self._gap_max_ms = max(self._gap_max_ms, gap * 1e3)
+                if gap > 1.5 * period:
+                    self.missed_periods += max(round(gap / period) - 1, 0)
+            self._last_command_s = now
         if obs_stamp_s is not None and obs_stamp_s > 0.0:
             latency = (now - obs_stamp_s) * 1e3
             with self._lock:
@@ -66,6 +82,8 @@ class NodeStatus:
                             if self._latency_count else None)
             last_latency = self.last_latency_ms
             recent = np.array(self._recent_latency_ms)
+            gap_max_ms, self._gap_max_ms = self._gap_max_ms, 0.0
+            missed = self.missed_periods
         values: dict[str, Any] = {
             'active': node.is_active,
             'command_rate_hz': rate,
@@ -86,6 +104,8 @@ class NodeStatus:
             # Over the last (up to) 1000 commands.
             'obs_to_command_p50_ms': float(np.percentile(recent, 50)) if recent.size else 'n/a',
             'obs_to_command_p99_ms': float(np.percentile(recent, 99)) if recent.size else 'n/a',
+            'missed_periods': missed,  # since activation: periods the node sent nothing in
+            'command_gap_max_ms': gap_max_ms,  # since the previous report
             'gate_state': loop.gate_state.value,
             'gate_distance_m': loop.last_distance_m if loop.last_distance_m is not None else 'n/a',
             'input_problems': snap.describe_problems() or 'none',
