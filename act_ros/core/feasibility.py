@@ -135,7 +135,9 @@ def verdict(*, mode: str, execution: str, rate_hz: float, chunk_size: int,
         reason = (f'2 x ({ticks} + {margin_ticks} margin) = {need} <= {chunk_size}: the next '
                   'chunk lands before the queue runs dry' if feasible else
                   f'2 x ({ticks} + {margin_ticks} margin) = {need} > {chunk_size}: chunks '
-                  'arrive after their actions ran out (counted as chunks_late, nothing is sent)')
+                  'come too late: the queue runs dry before each next chunk lands and nothing is '
+                  'sent meanwhile (missed periods; a chunk with no action left for its ticks '
+                  'counts as chunks_late)')
     else:
         reason = (f'2 x {ticks} = {need} <= {chunk_size}: every tick is covered by a chunk'
                   if feasible else
