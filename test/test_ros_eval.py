@@ -64,6 +64,8 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
         for episode in metrics['episodes']:
             assert episode['steps'] == 15
             assert episode['commands']['applied'] == 15 and episode['commands']['rejected'] == 0
+            # One command per observation: a second one would have advanced the chunk.
+            assert episode['commands']['received'] == 15, episode['commands']
         assert re.search(rf'{mode}\s+align_rate \d\.\d\d \(\d/2\), mean position error', printed)
     assert json.loads(output.read_text()) == json.loads(json.dumps(results))
     # Both processes really ran, and neither is left.

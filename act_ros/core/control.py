@@ -53,6 +53,7 @@ class ControlCounters:
     nonfinite_chunk_steps: int = 0
     suppressed_releases: int = 0
     runtime_resets: int = 0
+    spurious_triggers: int = 0  # node, observation trigger: a tick with no new input set
     inference_failures: int = 0
     inference_failing: bool = False  # the last request failed; cleared by the next action
     last_inference_error: str = ''
