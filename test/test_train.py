@@ -9,7 +9,6 @@ import json
 import logging
 from pathlib import Path
 import shutil
-import signal
 
 import numpy as np
 import pytest
@@ -182,9 +181,13 @@ def test_resume_after_sigint_equals_uninterrupted_run(dataset, tmp_path):
     kw = dict(steps=6, val_interval=2, checkpoint_interval=100, max_val_batches=1)
     full = run(_config(dataset, tmp_path / 'full', **kw))
 
-    def interrupt(_trainer, step):
+    def interrupt(trainer, step):
+        # What the trainer's SIGINT/SIGTERM handler does (a real signal reaches it in
+        # test_distributed_training's SIGTERM test). Not raised here: a SIGINT inside this
+        # long-lived test process, after the ROS and simulation tests, twice ended the suite
+        # with a segmentation fault (undiagnosed; a C library's signal handler is suspected).
         if step == 3:
-            signal.raise_signal(signal.SIGINT)  # handled by the trainer: finish, save, return
+            trainer.request_stop('SIGINT')
 
     first = run(_config(dataset, tmp_path / 'resumed', **kw), on_step=interrupt)
     assert first['status'] == 'interrupted' and first['steps_completed'] == 3
