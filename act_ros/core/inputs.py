@@ -128,12 +128,12 @@ class InputStore:
                                   f'max {self.max_age_s:.3f} s)')
         return Snapshot(samples, problems, now_s)
 
-    def take_synchronized(self, tolerance_s: float) -> bool:
+    def take_synchronized(self, tolerance_s: float, *, consume: bool = True) -> bool:
         """Whether every required stream has a new sample and their stamps agree.
 
         Used by the observation trigger (lock-step simulation): returns ``True`` once per
         set of new messages whose header stamps lie within ``tolerance_s`` of each other,
-        and marks them consumed.
+        and marks them consumed (``consume=False``: only says whether such a set is there).
         """
         with self._lock:
             samples = [self._samples.get(name) for name in self.required]
@@ -143,6 +143,7 @@ class InputStore:
             stamps = [s.stamp_s for s in samples]
             if max(stamps) - min(stamps) > tolerance_s:
                 return False
-            for name, sample in zip(self.required, samples):
-                self._consumed[name] = sample.seq
+            if consume:
+                for name, sample in zip(self.required, samples):
+                    self._consumed[name] = sample.seq
             return True

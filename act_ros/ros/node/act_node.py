@@ -67,9 +67,6 @@ class ActNode(LifecycleNode):
         self.control_group = MutuallyExclusiveCallbackGroup()
         self.status_group = MutuallyExclusiveCallbackGroup()
         self.lock = threading.RLock()
-        # Observation trigger: synchronized input sets not yet ticked on (see tick()).
-        self._observation_lock = threading.Lock()
-        self._observations_pending = 0
         self._active = False
         self.settings: NodeSettings | None = None
         self.inputs: InputStore | None = None
@@ -247,10 +244,8 @@ class ActNode(LifecycleNode):
                 self.startup.notes['inputs_complete_at_s'] = round(
                     time.monotonic() - self.startup.origin, 3)
         if self.settings.trigger == 'observation' and self.io is not None \
-                and inputs.take_synchronized(self.settings.sync_tolerance_s):
-            with self._observation_lock:
-                self._observations_pending += 1
-            self.io.observation_ready.trigger()
+                and inputs.take_synchronized(self.settings.sync_tolerance_s, consume=False):
+            self.io.observation_ready.trigger()  # the tick takes the set (see tick())
 
     # --------------------------------------------------------------- control tick
 
@@ -260,16 +255,14 @@ class ActNode(LifecycleNode):
         With the observation trigger, exactly one tick per synchronized set of inputs: an
         executor may run a guard condition's callback more than once for one trigger (seen
         in lock-step: a second command for the same observation advanced the chunk by one
-        action), so each call consumes one pending set or does nothing.
+        action), so each call takes the new synchronized set or does nothing.
         """
-        if self.settings.trigger == 'observation':
-            with self._observation_lock:
-                if self._observations_pending == 0:
-                    self.counters.spurious_triggers += 1
-                    return
-                self._observations_pending -= 1
         with self.lock:
             if not self._active or self.loop is None:
+                return
+            if self.settings.trigger == 'observation' and not self.inputs.take_synchronized(
+                    self.settings.sync_tolerance_s):
+                self.counters.spurious_triggers += 1
                 return
             snap = self.inputs.snapshot(self.now_s())
             was_stale = self.loop.stale
