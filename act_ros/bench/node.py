@@ -98,8 +98,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def _size(text: str) -> tuple[int, int]:
+    from act_ros.core.contract import parse_image_size
+
     try:
-        h, w = (int(v) for v in text.lower().split('x'))
+        h, w = parse_image_size(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected HxW (e.g. 240x320), got '{text}'") from None
     if h < 16 or w < 16:
@@ -236,9 +238,11 @@ def startup_values(diag: tuple | None) -> dict[str, float | str]:
 
 
 def _missed(times: np.ndarray, period: float) -> tuple[int, np.ndarray]:
-    """Periods without a command (gaps over 1.5 periods, counted in periods), and the gaps."""
+    """Periods without a command between the times ``times``, and the gaps."""
+    from act_ros.ros.diagnostics import missed_periods
+
     gaps = np.diff(times) if times.size > 1 else np.zeros(0)
-    return int(np.sum(np.maximum(np.round(gaps / period) - 1, 0)[gaps > 1.5 * period])), gaps
+    return missed_periods(gaps, period), gaps
 
 
 def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) -> dict:
@@ -253,27 +257,21 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
     window = [c for c in harness.commands if t0 <= c.received <= t1]
     times = np.array([c.received for c in window])
     period = 1.0 / rate_hz
-    missed_callback, _ = _missed(times, period)
+    missed_callback, gaps = _missed(times, period)
+    missed = missed_callback
     stamps = [c.middleware_received_s for c in window]
     if window and all(s is not None for s in stamps):
         missed, gaps = _missed(np.sort(np.array(stamps)), period)
-    else:
-        missed, gaps = missed_callback, np.diff(times) if times.size > 1 else np.zeros(0)
     values = diag[2] if diag else {}
 
-    def number(key):
+    def number(key, report=diag):
         try:
-            return float(values[key])
-        except (KeyError, ValueError):
-            return None
-    def before_number(key):
-        try:
-            return float(before[2][key]) if before else None
+            return float(report[2][key]) if report else None
         except (KeyError, ValueError):
             return None
 
     def in_window(key):
-        now, then = number(key), before_number(key)
+        now, then = number(key), number(key, before)
         return now - then if now is not None and then is not None else None
     return {
         'realtime_feasible': values.get('realtime.feasible'),

@@ -13,6 +13,15 @@ from typing import Any
 
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+
+
+def missed_periods(gaps_s: Any, period_s: float) -> int:
+    """Control periods without a command in gaps between commands: a gap longer than 1.5
+    periods counts as its length in periods, less the one the next command fills."""
+    gaps = np.atleast_1d(np.asarray(gaps_s, dtype=np.float64))
+    late = gaps[gaps > 1.5 * period_s]
+    return int(np.sum(np.maximum(np.round(late / period_s) - 1, 0)))
 
 
 class RateMeter:

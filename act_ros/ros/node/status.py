@@ -16,7 +16,7 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticStatus
 import numpy as np
 
-from act_ros.ros.diagnostics import RateMeter, diagnostic_array
+from act_ros.ros.diagnostics import RateMeter, diagnostic_array, missed_periods
 
 
 
@@ -57,8 +57,7 @@ class NodeStatus:
             if self._last_command_s is not None:
                 gap = now - self._last_command_s
                 self._gap_max_ms = max(self._gap_max_ms, gap * 1e3)
-                if gap > 1.5 * period:
-                    self.missed_periods += max(round(gap / period) - 1, 0)
+                self.missed_periods += missed_periods(gap, period)
             self._last_command_s = now
         if obs_stamp_s is not None and obs_stamp_s > 0.0:
             latency = (now - obs_stamp_s) * 1e3
