@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+import time
 from typing import TYPE_CHECKING, Any
 
 import cv2
@@ -86,8 +87,6 @@ def timed_dummy_calls(predict: Callable[[Observation], Any],
     """Call ``predict`` ``iterations`` times (at least once) on black images of each
     camera's (name, feature, (H, W)) and the joint range's middle; returns seconds (the
     predictors' warm-up)."""
-    import time
-
     start = time.perf_counter()
     obs = Observation(images={name: np.zeros((h, w, 3), np.uint8) for name, _, (h, w) in cameras},
                       state=(lower + upper) / 2.0)
