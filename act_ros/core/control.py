@@ -131,6 +131,10 @@ class ControlLoop:
         self.counters = counters if counters is not None else ControlCounters()
         self.stale = False
         self.last_distance_m: float | None = None
+        # The command sent on the previous tick: the gripper is rate-limited against it
+        # (core.safety). None at an episode start, after a tick without a command and
+        # after stale inputs: the measured position is the reference then.
+        self.last_command: np.ndarray | None = None
 
     def reset(self) -> None:
         """New episode: empty queue/ensembler, gate back to FREE."""
@@ -138,6 +142,7 @@ class ControlLoop:
         self.gate.reset()
         self.stale = False
         self.last_distance_m = None
+        self.last_command = None
 
     @property
     def gate_state(self) -> GateState:
@@ -145,6 +150,11 @@ class ControlLoop:
 
     def tick(self, snap: Snapshot) -> TickResult:
         """Return this tick's command (or why there is none) for the inputs in ``snap``."""
+        result = self._tick(snap)
+        self.last_command = result.command
+        return result
+
+    def _tick(self, snap: Snapshot) -> TickResult:
         c = self.counters
         if not snap.ok:
             # Stale or invalid inputs: send nothing; the runtime restarts when data returns,
@@ -186,7 +196,8 @@ class ControlLoop:
         pad = self._pad_position(snap)
         suppressed_before = self.gate.suppressed_releases
         result = limit_command(action, state, self.limits, gripper_index=self.gripper_index,
-                               gate=self.gate, ee_position=ee, pad_position=pad)
+                               gate=self.gate, ee_position=ee, pad_position=pad,
+                               previous_command=self.last_command)
         c.suppressed_releases += self.gate.suppressed_releases - suppressed_before
         if result.gate is not None:
             self.last_distance_m = result.gate.distance_m

@@ -8,7 +8,10 @@ State machine per episode (docs/architecture.md section 6):
   ``closed_command``, except an open request (``>= release_threshold``) while the end
   effector is within ``release_radius_m`` of the pad (XY and Z distance, Euclidean),
   which passes and moves the gate to ``RELEASED``. Intermediate values never loosen the
-  grip in transit.
+  grip in transit. If the *measured* gripper stays at or below ``empty_opening`` for
+  ``empty_ticks`` ticks while commanded closed, the fingers have closed on nothing (the
+  object slipped out or was never grasped): there is nothing to release, and the gate
+  goes back to ``FREE`` so that the policy can open the gripper and grasp again.
 - ``RELEASED``: commands pass unchanged until :meth:`ReleaseGate.reset`.
 """
 
@@ -36,6 +39,10 @@ class ReleaseGateConfig:
     hold_threshold: float = 0.90
     hold_ticks: int = 3
     closed_command: float = 0.0
+    # Measured gripper opening at or below which the fingers hold nothing (normalized;
+    # far below the opening on the smallest object the arm picks), and for how many ticks.
+    empty_opening: float = 0.05
+    empty_ticks: int = 5
     enabled: bool = True
 
     def __post_init__(self) -> None:
@@ -50,6 +57,10 @@ class ReleaseGateConfig:
             raise ValueError(f'hold_ticks must be >= 1, got {self.hold_ticks}')
         if not 0.0 <= self.closed_command < self.hold_threshold:
             raise ValueError(f'closed_command must be in [0, hold_threshold), got {self.closed_command}')
+        if not 0.0 <= self.empty_opening < self.hold_threshold:
+            raise ValueError(f'empty_opening must be in [0, hold_threshold), got {self.empty_opening}')
+        if self.empty_ticks < 1:
+            raise ValueError(f'empty_ticks must be >= 1, got {self.empty_ticks}')
 
 
 @dataclass(frozen=True)
@@ -73,12 +84,14 @@ class ReleaseGate:
     def __init__(self, config: ReleaseGateConfig | None = None) -> None:
         self.config = config or ReleaseGateConfig()
         self.suppressed_releases = 0
+        self.objects_lost = 0  # HOLDING -> FREE transitions on an empty gripper, ever
         self.reset()
 
     def reset(self) -> None:
-        """Start a new episode: FREE, no closed-tick count. The suppression counter is kept."""
+        """Start a new episode: FREE, no closed-tick count. The counters are kept."""
         self.state = GateState.FREE
         self._closed_ticks = 0
+        self._empty_ticks = 0
 
     def distance(self, ee_position: np.ndarray | None, pad_position: np.ndarray | None) -> float | None:
         if ee_position is None or pad_position is None:
@@ -89,21 +102,34 @@ class ReleaseGate:
         return d if math.isfinite(d) else None
 
     def apply(self, gripper_command: float, ee_position: np.ndarray | None,
-              pad_position: np.ndarray | None) -> GateDecision:
+              pad_position: np.ndarray | None,
+              measured_gripper: float | None = None) -> GateDecision:
         """Return the gripper command to send this tick, updating the state machine.
 
         An unknown end-effector or pad position (``None``) counts as "not near the pad".
+        ``measured_gripper`` (normalized opening) lets the gate notice an empty gripper
+        while HOLDING; ``None`` (unknown) never does.
         """
         cfg = self.config
         requested = float(gripper_command)
         dist = self.distance(ee_position, pad_position)
         if not cfg.enabled or self.state is GateState.RELEASED:
             return GateDecision(requested, requested, self.state, False, dist)
+        if self.state is GateState.HOLDING:
+            empty = (measured_gripper is not None and math.isfinite(measured_gripper)
+                     and measured_gripper <= cfg.empty_opening)
+            self._empty_ticks = self._empty_ticks + 1 if empty else 0
+            if self._empty_ticks >= cfg.empty_ticks:
+                self.state = GateState.FREE
+                self.objects_lost += 1
+                self._closed_ticks = 0
+                self._empty_ticks = 0
 
         if self.state is GateState.FREE:
             self._closed_ticks = self._closed_ticks + 1 if requested < cfg.hold_threshold else 0
             if self._closed_ticks >= cfg.hold_ticks:
                 self.state = GateState.HOLDING
+                self._empty_ticks = 0
             return GateDecision(requested, requested, self.state, False, dist)
 
         # HOLDING

@@ -1,7 +1,13 @@
 """Safety chain for joint commands, as pure functions.
 
-Every command passes, in order: finite check -> joint limits -> max step per tick
-relative to the measured position -> release gate (:mod:`act_ros.core.release_gate`).
+Every command passes, in order: finite check -> joint limits -> max step per tick -> release
+gate (:mod:`act_ros.core.release_gate`). The step limit protects the arm: each arm joint
+moves at most ``max_step`` from its *measured* position. The gripper is rate-limited
+against its *previous command* instead: fingers blocked by a grasped object stay open
+however hard they are commanded, so a limit relative to where they are would cap the
+command at ``measured - max_step`` and, under position control, the grip force with it
+(the force follows the command error). Against the previous command, a closing gripper
+reaches the full closed command within ``1 / max_step`` ticks and holds it.
 Each step reports what it changed, so the node can count and publish it. Whole chunks
 are also checked against the limits when they arrive (:func:`check_chunk`).
 """
@@ -107,12 +113,17 @@ def check_chunk(chunk: np.ndarray, limits: SafetyLimits) -> ChunkReport:
 def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: SafetyLimits,
                   *, gripper_index: int | None = None, gate: ReleaseGate | None = None,
                   ee_position: np.ndarray | None = None,
-                  pad_position: np.ndarray | None = None) -> SafetyResult:
+                  pad_position: np.ndarray | None = None,
+                  previous_command: np.ndarray | None = None) -> SafetyResult:
     """Run one command through the whole chain and return what may be sent.
 
     ``measured`` is the latest measured joint position (contract order); when it is
     ``None`` or not finite the step limit cannot be applied and the command is rejected.
-    The gate is applied last, to the gripper entry, and only to commands that passed.
+    ``previous_command`` is the command sent on the previous tick (``None`` at the start
+    of an episode or after a gap): the gripper's step is limited against it, every other
+    joint's against ``measured``; without it the gripper too is limited against
+    ``measured``. The gate is applied last, to the gripper entry, and only to commands
+    that passed.
     """
     requested = np.asarray(command, dtype=np.float64).reshape(-1)
     n = limits.num_joints
@@ -133,8 +144,13 @@ def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: Safe
 
     clamped = np.clip(requested, limits.lower, limits.upper)
     limited = clamped != requested
-    lo = measured - limits.max_step
-    hi = measured + limits.max_step
+    reference = measured.copy()
+    if gripper_index is not None and previous_command is not None:
+        previous = np.asarray(previous_command, dtype=np.float64).reshape(-1)
+        if previous.size == n and np.isfinite(previous[gripper_index]):
+            reference[gripper_index] = previous[gripper_index]
+    lo = reference - limits.max_step
+    hi = reference + limits.max_step
     stepped = np.clip(clamped, lo, hi)
     step_limited = stepped != clamped
     reasons = []
@@ -149,7 +165,8 @@ def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: Safe
         # an open request that the step limit spreads over several ticks is still an open
         # request. A passed command keeps its step limit; the gate's closed command is a
         # grip and is sent as is (a held object must never loosen).
-        decision = gate.apply(clamped[gripper_index], ee_position, pad_position)
+        decision = gate.apply(clamped[gripper_index], ee_position, pad_position,
+                              measured_gripper=float(measured[gripper_index]))
         if decision.changed:
             stepped[gripper_index] = np.clip(decision.command, limits.lower[gripper_index],
                                              limits.upper[gripper_index])

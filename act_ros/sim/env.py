@@ -10,6 +10,7 @@ import mujoco
 import numpy as np
 
 from act_ros.core.contract import Contract, load_contract
+from act_ros.core.object_state import environment_state, symmetric_yaw, tilt_deg
 from act_ros.sim.config import SimConfig
 from act_ros.sim.metrics import EpisodeResult, failure_phase, symmetric_yaw_error_deg
 from act_ros.sim.scene import (BOX_BODY, CAMERAS, EE_SITE, FINGER_JOINTS, FINGER_LINKS,
@@ -22,9 +23,11 @@ class SimObservation:
 
     ``joint_positions``: contract order, radians, gripper normalized (0 closed, 1 open).
     ``ee_position``: tool centre point between the fingers (URDF ``ee_link``).
-    ``box_pose``: box centre ``(x, y, z, yaw)``; ``pad_pose``: pad centre on its top face
-    ``(x, y, z_top, yaw)``, yaw along the pad's stripe. ``images``: camera name to an
-    ``HxWx3`` uint8 RGB array (empty when rendering is off).
+    ``box_pose``: box centre ``(x, y, z, yaw)``, the yaw of the cube on whichever face it
+    rests (:func:`~act_ros.core.object_state.symmetric_yaw`, meaningful modulo 90
+    degrees); ``pad_pose``: pad centre on its top face ``(x, y, z_top, yaw)``, yaw along
+    the pad's stripe. ``images``: camera name to an ``HxWx3`` uint8 RGB array (empty when
+    rendering is off).
     """
 
     images: dict[str, np.ndarray]
@@ -34,6 +37,12 @@ class SimObservation:
     pad_pose: np.ndarray
     step_index: int
     time_s: float
+
+    @property
+    def environment_state(self) -> np.ndarray:
+        """The object poses as the policy feature ``observation.environment_state``."""
+        return environment_state(self.box_pose[:3], self.box_pose[3], self.pad_pose[:3],
+                                 self.pad_pose[3])
 
 
 @dataclass(frozen=True)
@@ -48,10 +57,6 @@ class EpisodeLayout:
 
 def yaw_quat(yaw: float) -> np.ndarray:
     return np.array([math.cos(yaw / 2), 0.0, 0.0, math.sin(yaw / 2)])
-
-
-def _yaw_of_xmat(xmat: np.ndarray) -> float:
-    return math.atan2(xmat[3], xmat[0])
 
 
 def sample_layout(config: SimConfig, seed: int, lower: np.ndarray,
@@ -85,6 +90,9 @@ def sample_layout(config: SimConfig, seed: int, lower: np.ndarray,
     start[:5] += rng.uniform(-config.home_noise_rad, config.home_noise_rad, 5)
     start = np.clip(start, lower, upper)
     return EpisodeLayout(seed, np.array([*box_xy, box_yaw]), np.array([*pad_xy, pad_yaw]), start)
+
+
+FLAT_TOLERANCE_DEG = 10.0  # a box resting on the pad: one face within this of level
 
 
 class PortPickAlignEnv:
@@ -193,7 +201,7 @@ class PortPickAlignEnv:
 
     def box_pose(self) -> np.ndarray:
         pos = self.data.xpos[self._box_body]
-        return np.array([*pos, _yaw_of_xmat(self.data.xmat[self._box_body])])
+        return np.array([*pos, symmetric_yaw(self.data.xmat[self._box_body].reshape(3, 3))])
 
     def pad_pose(self) -> np.ndarray:
         px, py, _ = self.data.mocap_pos[self._pad_mocap]
@@ -256,9 +264,10 @@ class PortPickAlignEnv:
         offset = box[:2] - pad[:2]
         c, s = math.cos(pad[3]), math.sin(pad[3])
         local = np.array([c * offset[0] + s * offset[1], -s * offset[0] + c * offset[1]])
-        upright = self.data.xmat[self._box_body][8] > math.cos(math.radians(10.0))
+        # A cube may rest on any of its faces: flat = some face within 10 degrees of level.
+        flat = tilt_deg(self.data.xmat[self._box_body].reshape(3, 3)) <= FLAT_TOLERANCE_DEG
         bottom = box[2] - cfg.box_size_m / 2
-        on_pad = bool(np.all(np.abs(local) <= cfg.pad_size_m / 2) and upright
+        on_pad = bool(np.all(np.abs(local) <= cfg.pad_size_m / 2) and flat
                       and abs(bottom - pad[2]) <= 0.003)
         speed = float(np.linalg.norm(self.data.qvel[self._box_vadr:self._box_vadr + 3]))
         still = speed <= cfg.box_still_speed_m_s

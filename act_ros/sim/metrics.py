@@ -58,8 +58,8 @@ def failure_phase(*, success: bool, max_box_height_m: float, released: bool, box
 class EpisodeResult:
     """How one episode ended; ``success`` is the "aligned" criterion of the task.
 
-    ``success`` needs all of: ``box_on_pad`` (footprint on the pad, bottom on its top face,
-    upright), ``box_still`` (speed below the threshold), ``released`` (gripper open and no
+    ``success`` needs all of: ``box_on_pad`` (centre over the pad, bottom on its top face,
+    resting flat on any of its faces: a cube is the same cube on each), ``box_still`` (speed below the threshold), ``released`` (gripper open and no
     finger touching the box), ``position_error_m`` (box centre to pad centre, XY) and
     ``yaw_error_deg`` (modulo 90 degrees) within their tolerances.
     """

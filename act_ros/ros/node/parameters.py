@@ -150,8 +150,9 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'Default: the contract.', type_=Parameter.Type.DOUBLE_ARRAY),
         P('joint_upper', upper, 'Upper position limits per joint. Default: the contract.',
           type_=Parameter.Type.DOUBLE_ARRAY),
-        P('max_joint_step', [0.1], 'Largest change per tick relative to the measured position '
-          '(rad; gripper normalized): one value for all joints or one per joint.'),
+        P('max_joint_step', [0.1], 'Largest change per tick (rad; gripper normalized): arm joints '
+          'relative to their measured position, the gripper relative to its previous command; '
+          'one value for all joints or one per joint.'),
         # Release gate.
         P('release_gate.enabled', True, 'Gate the gripper: open only near the pad once holding.'),
         P('release_gate.release_radius_m', 0.10, 'End effector to pad distance under which a '
@@ -164,6 +165,11 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           low=1, high=1000),
         P('release_gate.closed_command', 0.0, 'Gripper command sent while HOLDING.',
           low=0.0, high=1.0),
+        P('release_gate.empty_opening', 0.05, 'Measured gripper opening at or below which the '
+          'closed fingers hold nothing (the object was lost): HOLDING returns to FREE.',
+          low=0.0, high=1.0),
+        P('release_gate.empty_ticks', 5, 'Consecutive ticks of an empty gripper before HOLDING '
+          'returns to FREE.', low=1, high=1000),
         P('pad_source', 'parameter', 'Pad position from pad_position_m or from pad_pose_topic.',
           choices=('parameter', 'topic'), read_only=True),
         P('pad_position_m', [0.25, 0.0, 0.0], 'Pad position (x, y, z) in the robot base frame.'),
