@@ -1,4 +1,6 @@
-"""Sync mode reproduces LeRobot's ``select_action`` + postprocessor exactly."""
+"""Sync mode reproduces LeRobot's ``select_action`` + postprocessor exactly: cameras only,
+cameras with the object poses (``observation.environment_state``), and joints with object
+poses and no camera."""
 
 import numpy as np
 import pytest
@@ -11,17 +13,26 @@ from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 TICKS = 90
 
 
-@pytest.fixture(scope='module')
-def lerobot_checkpoint(tmp_path_factory):
+ENV = 'observation.environment_state'
+# Inputs of each checkpoint variant: cameras, and whether the object poses are one.
+VARIANTS = {'cameras': (('top', 'wrist'), False), 'cameras_and_poses': (('top', 'wrist'), True),
+            'poses_no_camera': ((), True)}
+
+
+@pytest.fixture(scope='module', params=list(VARIANTS))
+def lerobot_checkpoint(request, tmp_path_factory):
     """Saved with LeRobot's own API, with non-trivial normalization statistics."""
-    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.act.configuration_act import ACTConfig
     from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.policies.act.processor_act import make_act_pre_post_processors
 
+    cameras, poses = VARIANTS[request.param]
     contract = load_contract()
     inputs = {'observation.state': PolicyFeature(type=FeatureType.STATE, shape=(6,))}
-    for cam in ('top', 'wrist'):
+    if poses:
+        inputs[ENV] = PolicyFeature(type=FeatureType.ENV, shape=(10,))
+    for cam in cameras:
         inputs[f'observation.images.{cam}'] = PolicyFeature(type=FeatureType.VISUAL,
                                                             shape=(3, 40, 56))
     config = ACTConfig(
@@ -29,7 +40,11 @@ def lerobot_checkpoint(tmp_path_factory):
         output_features={'action': PolicyFeature(type=FeatureType.ACTION, shape=(6,))},
         chunk_size=30, n_action_steps=30, pretrained_backbone_weights=None, dim_model=64,
         n_heads=4, dim_feedforward=128, n_encoder_layers=1, n_decoder_layers=1,
-        n_vae_encoder_layers=1, latent_dim=8, device='cpu')
+        n_vae_encoder_layers=1, latent_dim=8, device='cpu',
+        normalization_mapping={'VISUAL': NormalizationMode.MEAN_STD,
+                               'STATE': NormalizationMode.MEAN_STD,
+                               'ENV': NormalizationMode.MEAN_STD,
+                               'ACTION': NormalizationMode.MEAN_STD})
     torch.manual_seed(3)
     policy = ACTPolicy(config)
     gen = torch.Generator().manual_seed(4)
@@ -37,8 +52,12 @@ def lerobot_checkpoint(tmp_path_factory):
              'std': torch.rand(6, generator=gen) * 0.5 + 0.2}
     image = {'mean': torch.rand(3, 1, 1, generator=gen) * 0.2 + 0.4,
              'std': torch.rand(3, 1, 1, generator=gen) * 0.1 + 0.2}
-    stats = {'observation.state': joint, 'action': dict(joint),
-             'observation.images.top': image, 'observation.images.wrist': dict(image)}
+    stats = {'observation.state': joint, 'action': dict(joint)}
+    for cam in cameras:
+        stats[f'observation.images.{cam}'] = dict(image)
+    if poses:
+        stats[ENV] = {'mean': torch.randn(10, generator=gen) * 0.1,
+                      'std': torch.rand(10, generator=gen) * 0.3 + 0.1}
     pre, post = make_act_pre_post_processors(config, stats)
     path = tmp_path_factory.mktemp('lerobot') / 'pretrained_model'
     policy.save_pretrained(path)
@@ -49,11 +68,17 @@ def lerobot_checkpoint(tmp_path_factory):
 
 
 def _observations(seed: int):
+    """Both cameras and object poses every tick: each checkpoint takes what it uses."""
+    from act_ros.core.object_state import environment_state
+
     rng = np.random.default_rng(seed)
     for _ in range(TICKS):
         yield Observation(
             images={cam: rng.integers(0, 256, (40, 56, 3), dtype=np.uint8) for cam in ('top', 'wrist')},
-            state=rng.uniform(-1.0, 1.0, 6))
+            state=rng.uniform(-1.0, 1.0, 6),
+            environment_state=environment_state(
+                rng.uniform(-0.3, 0.3, 3), rng.uniform(-np.pi, np.pi),
+                rng.uniform(-0.3, 0.3, 3), rng.uniform(-np.pi, np.pi)))
 
 
 def _lerobot_reference(path, *, n_action_steps, ensemble_coeff, observations):
@@ -70,8 +95,12 @@ def _lerobot_reference(path, *, n_action_steps, ensemble_coeff, observations):
     actions = []
     for obs in observations:
         batch = {'observation.state': torch.tensor(obs.state, dtype=torch.float32)}
+        if config.env_state_feature is not None:
+            batch[ENV] = torch.tensor(obs.environment_state, dtype=torch.float32)
         for cam, img in obs.images.items():
-            batch[f'observation.images.{cam}'] = torch.from_numpy(img).permute(2, 0, 1).float() / 255
+            key = f'observation.images.{cam}'
+            if key in config.image_features:
+                batch[key] = torch.from_numpy(img).permute(2, 0, 1).float() / 255
         actions.append(post(policy.select_action(pre(batch)))[0].double().numpy())
     return np.stack(actions)
 

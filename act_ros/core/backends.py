@@ -11,7 +11,9 @@
 
 The non-torch backends run on the CPU, are optional pip extras (``act_ros[openvino]``,
 ``act_ros[onnxruntime]``), and have the interface of the torch module they replace in
-:class:`~act_ros.core.inference.ChunkPredictor`: ``backend(state, *images) -> tensor``.
+:class:`~act_ros.core.inference.ChunkPredictor`: ``backend(state, *inputs) -> tensor``
+(the environment state, when the checkpoint takes it, then the cameras: the graph's
+inputs in order, :func:`~act_ros.core.export.graph_signature`).
 Pre- and post-processing (normalization) stay in the predictor, shared by all backends.
 """
 
@@ -85,8 +87,9 @@ class OnnxBackend:
     def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         raise NotImplementedError
 
-    def __call__(self, state: torch.Tensor, *images: torch.Tensor) -> torch.Tensor:
-        tensors = (state, *images)
+    def __call__(self, state: torch.Tensor, *inputs: torch.Tensor) -> torch.Tensor:
+        """Normalized ``state`` and the further graph inputs in order -> normalized chunk."""
+        tensors = (state, *inputs)
         if len(tensors) != len(self.input_names):
             raise ValueError(f'{self.name}: expected {len(self.input_names)} inputs '
                              f'{self.input_names}, got {len(tensors)}')

@@ -24,10 +24,13 @@ from act_ros.core.atomic import replace_dir
 # The JSON-only checks are shared with read_checkpoint_info (no torch, no LeRobot there).
 from act_ros.core.checkpoint_info import (CONFIG_FILE, POSTPROCESSOR_FILE,  # noqa: F401
                                           PREPROCESSOR_FILE, WEIGHTS_FILE, CheckpointInfo,
-                                          check_files, check_policy_type, checkpoint_hash,
-                                          read_checkpoint_info, read_json, validate_features)
+                                          check_environment_state_normalization, check_files,
+                                          check_policy_type, checkpoint_hash,
+                                          environment_state_key, read_checkpoint_info,
+                                          read_json, validate_features)
 from act_ros.core.contract import Contract, load_contract, parse_image_size
 from act_ros.core.errors import CheckpointError
+from act_ros.core.object_state import ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE
 
 
 # Model sizes. 'default' is LeRobot's ACT; 'cpu' trains at a useful speed on 2 cores;
@@ -55,27 +58,55 @@ class LoadedCheckpoint:
     state_dim: int
     action_dim: int
     chunk_size: int
+    env_state_key: str | None = None  # observation.environment_state when it is an input
+    env_state_dim: int = 0
 
     @property
     def config(self) -> Any:
         return self.policy.config
 
+    def info(self) -> CheckpointInfo:
+        """What was validated, as :func:`read_checkpoint_info` describes a checkpoint."""
+        return CheckpointInfo(path=self.path, image_shapes=self.image_shapes,
+                              image_features=tuple(self.image_shapes), state_dim=self.state_dim,
+                              action_dim=self.action_dim, chunk_size=self.chunk_size,
+                              env_state_key=self.env_state_key, env_state_dim=self.env_state_dim)
+
 
 def make_act_config(contract: Contract, *, image_size: tuple[int, int] | None = None,
-                    preset: str = 'default', device: str = 'cpu', **overrides: Any) -> Any:
+                    preset: str = 'default', device: str = 'cpu',
+                    cameras: tuple[str, ...] | list[str] | None = None,
+                    environment_state: bool = False, **overrides: Any) -> Any:
     """Build a LeRobot ``ACTConfig`` whose features follow the contract.
 
     ``image_size`` (H, W) applies to every camera; by default each camera's contract size.
-    Overrides are ``ACTConfig`` fields (``chunk_size``, ``n_action_steps``, ``dropout``...).
+    ``cameras``: the contract cameras the policy sees (default: all; none only with
+    ``environment_state``). ``environment_state``: the object poses
+    (``observation.environment_state``, ``ENV``) are an input too, normalized with
+    ``MEAN_STD`` like the joint state. Overrides are ``ACTConfig`` fields (``chunk_size``,
+    ``n_action_steps``, ``dropout``...).
     """
-    from lerobot.configs.types import FeatureType, PolicyFeature
+    from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.act.configuration_act import ACTConfig
 
     if preset not in PRESETS:
         raise ValueError(f"unknown model preset '{preset}', expected one of {sorted(PRESETS)}")
+    names = contract.camera_names if cameras is None else tuple(cameras)
+    unknown = [name for name in names if name not in contract.camera_names]
+    if unknown:
+        raise ValueError(f'cameras {unknown} are not in the contract (it has '
+                         f'{list(contract.camera_names)})')
+    if not names and not environment_state:
+        raise ValueError('an ACT policy needs a camera or the environment state '
+                         f'({ENVIRONMENT_STATE_FEATURE}): none of them was chosen')
     inputs = {contract.state_feature: PolicyFeature(type=FeatureType.STATE,
                                                     shape=(contract.num_joints,))}
+    if environment_state:
+        inputs[ENVIRONMENT_STATE_FEATURE] = PolicyFeature(type=FeatureType.ENV,
+                                                          shape=(ENVIRONMENT_STATE_DIM,))
     for cam in contract.cameras:
+        if cam.name not in names:
+            continue
         h, w = image_size if image_size else (cam.height, cam.width)
         inputs[cam.feature] = PolicyFeature(type=FeatureType.VISUAL, shape=(3, int(h), int(w)))
     outputs = {contract.action_feature: PolicyFeature(type=FeatureType.ACTION,
@@ -85,6 +116,12 @@ def make_act_config(contract: Contract, *, image_size: tuple[int, int] | None = 
     params.update(PRESETS[preset])
     params.update(overrides)
     params['pretrained_backbone_weights'] = overrides.get('pretrained_backbone_weights')
+    if environment_state:  # LeRobot's ACT default leaves ENV unnormalized (IDENTITY)
+        mapping = dict(params.get('normalization_mapping') or {
+            'VISUAL': NormalizationMode.MEAN_STD, 'STATE': NormalizationMode.MEAN_STD,
+            'ACTION': NormalizationMode.MEAN_STD})
+        mapping.setdefault('ENV', NormalizationMode.MEAN_STD)
+        params['normalization_mapping'] = mapping
     return ACTConfig(input_features=inputs, output_features=outputs, device=device, **params)
 
 
@@ -92,7 +129,8 @@ def default_stats(contract: Contract, config: Any) -> dict[str, dict[str, torch.
     """Normalization statistics for an untrained checkpoint.
 
     Joint features use the contract's limits (mean = centre, std = quarter range);
-    cameras use the ImageNet statistics, as LeRobot does for pretrained backbones.
+    cameras use the ImageNet statistics, as LeRobot does for pretrained backbones; the
+    environment state (object poses) a workspace of about +-0.5 m and unit yaw harmonics.
     """
     centre = torch.tensor((contract.lower + contract.upper) / 2.0, dtype=torch.float32)
     spread = torch.tensor((contract.upper - contract.lower) / 4.0, dtype=torch.float32)
@@ -103,6 +141,14 @@ def default_stats(contract: Contract, config: Any) -> dict[str, dict[str, torch.
         stats[key] = {'mean': torch.tensor(IMAGENET_MEAN).reshape(3, 1, 1),
                       'std': torch.tensor(IMAGENET_STD).reshape(3, 1, 1),
                       'min': torch.zeros(3, 1, 1), 'max': torch.ones(3, 1, 1)}
+    if getattr(config, 'env_state_feature', None) is not None:
+        per_object_mean = [0.25, 0.0, 0.02, 0.0, 0.0]
+        per_object_std = [0.15, 0.15, 0.02, 0.7, 0.7]
+        objects = ENVIRONMENT_STATE_DIM // len(per_object_mean)
+        mean = torch.tensor(per_object_mean * objects, dtype=torch.float32)
+        std = torch.tensor(per_object_std * objects, dtype=torch.float32)
+        stats[ENVIRONMENT_STATE_FEATURE] = {'mean': mean, 'std': std, 'min': mean - 2 * std,
+                                            'max': mean + 2 * std}
     return stats
 
 
@@ -132,16 +178,19 @@ def save_checkpoint(path: str | Path, policy: Any, preprocessor: Any, postproces
 def create_checkpoint(path: str | Path, *, contract: Contract | None = None,
                       image_size: tuple[int, int] | None = (48, 64), preset: str = 'tiny',
                       seed: int = 0, stats: dict[str, dict[str, torch.Tensor]] | None = None,
-                      **overrides: Any) -> Path:
+                      cameras: tuple[str, ...] | list[str] | None = None,
+                      environment_state: bool = False, **overrides: Any) -> Path:
     """Write an untrained ACT checkpoint with LeRobot's own ``save_pretrained`` calls.
 
     Used by tests and benchmarks (the weights are random but the files are real).
+    ``cameras`` and ``environment_state`` choose the inputs (:func:`make_act_config`).
     """
     from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.policies.act.processor_act import make_act_pre_post_processors
 
     contract = contract or load_contract()
-    config = make_act_config(contract, image_size=image_size, preset=preset, **overrides)
+    config = make_act_config(contract, image_size=image_size, preset=preset, cameras=cameras,
+                             environment_state=environment_state, **overrides)
     torch.manual_seed(seed)
     policy = ACTPolicy(config)
     pre, post = make_act_pre_post_processors(config, stats or default_stats(contract, config))
@@ -163,8 +212,12 @@ def _load_config(path: Path, device: str) -> Any:
     return config
 
 
-def _check_stats(pipeline: Any, keys: list[str], source: Path, file: str) -> None:
-    """Refuse normalizers that would silently pass a feature through (missing stats)."""
+def _check_stats(pipeline: Any, keys: list[str], source: Path, file: str,
+                 required: tuple[str, ...] = ()) -> None:
+    """Refuse normalizers that would silently pass a feature through (missing stats).
+
+    ``required``: keys that must be normalized (listed, and not in ``IDENTITY`` mode).
+    """
     from lerobot.configs.types import NormalizationMode
     from lerobot.processor.normalize_processor import _NormalizationMixin
 
@@ -172,11 +225,17 @@ def _check_stats(pipeline: Any, keys: list[str], source: Path, file: str) -> Non
     if not steps:
         raise CheckpointError(f'{source / file}: no normalizer step')
     for step in steps:
-        for key in keys:
+        for key in (*keys, *required):
             feature = step.features.get(key)
+            if feature is None and key in required:
+                raise CheckpointError(f"{source / file}: the normalizer does not list '{key}': "
+                                      'it would reach the model unnormalized')
             if feature is None:
                 continue
             mode = step.norm_map.get(feature.type, NormalizationMode.IDENTITY)
+            if mode == NormalizationMode.IDENTITY and key in required:
+                raise CheckpointError(f"{source / file}: '{key}' has normalization mode "
+                                      'IDENTITY: it would reach the model unnormalized')
             if mode == NormalizationMode.IDENTITY:
                 continue
             stats = step._tensor_stats.get(key)
@@ -217,6 +276,8 @@ def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
     check_files(path)
     config = _load_config(path, device)
     shapes = validate_features(config, contract, path)
+    env_key = environment_state_key(dict(config.input_features or {}), path / CONFIG_FILE)
+    check_environment_state_normalization(path, env_key)
 
     policy = ACTPolicy(config)
     try:
@@ -244,11 +305,14 @@ def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
     for step in pre.steps:
         if hasattr(step, 'to') and hasattr(step, '_tensor_stats'):
             step.to(device)
-    _check_stats(pre, [contract.state_feature, *shapes], path, PREPROCESSOR_FILE)
+    _check_stats(pre, [contract.state_feature, *shapes], path, PREPROCESSOR_FILE,
+                 required=(env_key,) if env_key else ())
     _check_stats(post, [contract.action_feature], path, POSTPROCESSOR_FILE)
     return LoadedCheckpoint(path=path, policy=policy, preprocessor=pre, postprocessor=post,
                             image_shapes=shapes, state_dim=contract.num_joints,
-                            action_dim=contract.num_joints, chunk_size=int(config.chunk_size))
+                            action_dim=contract.num_joints, chunk_size=int(config.chunk_size),
+                            env_state_key=env_key,
+                            env_state_dim=ENVIRONMENT_STATE_DIM if env_key else 0)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,8 @@ from typing import Any
 
 from act_ros.core.contract import Contract
 from act_ros.core.errors import CheckpointError, ContractMismatchError
+from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
+                                       ENVIRONMENT_STATE_NAMES)
 
 CONFIG_FILE = 'config.json'
 WEIGHTS_FILE = 'model.safetensors'
@@ -26,7 +28,7 @@ PREPROCESSOR_FILE = 'policy_preprocessor.json'
 POSTPROCESSOR_FILE = 'policy_postprocessor.json'
 
 # LeRobot's FeatureType values (a str enum there: its members compare equal to these).
-STATE, VISUAL, ACTION = 'STATE', 'VISUAL', 'ACTION'
+STATE, VISUAL, ENV, ACTION = 'STATE', 'VISUAL', 'ENV', 'ACTION'
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,15 @@ class CheckpointInfo:
     chunk_size: int
     state_key: str = 'observation.state'  # the first STATE input (the graph's first input)
     action_key: str = 'action'  # the first ACTION output
+    # The ENV input (object poses, act_ros.core.object_state), or None: the checkpoint
+    # then takes no environment state.
+    env_state_key: str | None = None
+    env_state_dim: int = 0
+
+    @property
+    def uses_environment_state(self) -> bool:
+        """Whether every observation must carry ``environment_state`` (object poses)."""
+        return self.env_state_key is not None
 
 
 @dataclass(frozen=True)
@@ -97,8 +108,11 @@ def validate_features(config: Any, contract: Contract, source: Path) -> dict[str
     """Check the checkpoint's input/output features against the contract.
 
     ``config`` is a LeRobot ``ACTConfig`` or anything with ``input_features`` and
-    ``output_features`` mappings of objects with ``type`` and ``shape``. Returns the
-    (H, W) each camera feature expects, in the model's camera order.
+    ``output_features`` mappings of objects with ``type`` and ``shape``. The cameras may
+    be any subset of the contract's (none at all only beside an environment state); an
+    ``ENV`` input must be ``observation.environment_state`` with the shape of
+    :data:`~act_ros.core.object_state.ENVIRONMENT_STATE_NAMES`. Returns the (H, W) each
+    camera feature expects, in the model's camera order.
     """
     where = source / CONFIG_FILE
     inputs = dict(config.input_features or {})
@@ -120,12 +134,18 @@ def validate_features(config: Any, contract: Contract, source: Path) -> dict[str
             f"{where}: '{contract.action_feature}' has shape {tuple(action.shape)}, expected "
             f'({contract.num_joints},)')
     visual = {k: f for k, f in inputs.items() if f.type == VISUAL}
-    expected = set(contract.image_features)
-    if set(visual) != expected:
+    unknown = sorted(set(visual) - set(contract.image_features))
+    if unknown:
         raise ContractMismatchError(
-            f'{where}: camera features {sorted(visual)} do not match the contract cameras '
-            f'{sorted(expected)}')
-    other = sorted(k for k, f in inputs.items() if f.type not in (VISUAL, STATE))
+            f'{where}: camera features {unknown} are not cameras of the contract '
+            f'({contract.source}: {sorted(contract.image_features)})')
+    env_key = environment_state_key(inputs, where)
+    if not visual and env_key is None:
+        raise ContractMismatchError(
+            f'{where}: no camera and no environment state among the inputs '
+            f'{sorted(inputs)}: ACT needs one of them (cameras of the contract: '
+            f'{sorted(contract.image_features)}, or {ENVIRONMENT_STATE_FEATURE})')
+    other = sorted(k for k, f in inputs.items() if f.type not in (VISUAL, STATE, ENV))
     if other:
         raise ContractMismatchError(f'{where}: inputs {other} are not provided by the contract')
     shapes = {}
@@ -135,6 +155,49 @@ def validate_features(config: Any, contract: Contract, source: Path) -> dict[str
                                         'expected (3, H, W)')
         shapes[key] = (int(feat.shape[1]), int(feat.shape[2]))
     return shapes
+
+
+def environment_state_key(inputs: dict[str, Any], where: Path) -> str | None:
+    """The checkpoint's ``ENV`` input (``observation.environment_state``, object poses),
+    checked; ``None`` when it has none."""
+    env = {k: f for k, f in inputs.items() if f.type == ENV}
+    if not env:
+        return None
+    if set(env) != {ENVIRONMENT_STATE_FEATURE}:
+        raise ContractMismatchError(
+            f'{where}: ENV inputs {sorted(env)}: the only environment state act_ros provides '
+            f"is '{ENVIRONMENT_STATE_FEATURE}' (object poses, act_ros.core.object_state)")
+    shape = tuple(env[ENVIRONMENT_STATE_FEATURE].shape)
+    if shape != (ENVIRONMENT_STATE_DIM,):
+        raise ContractMismatchError(
+            f"{where}: '{ENVIRONMENT_STATE_FEATURE}' has shape {shape}, expected "
+            f'({ENVIRONMENT_STATE_DIM},): {list(ENVIRONMENT_STATE_NAMES)}')
+    return ENVIRONMENT_STATE_FEATURE
+
+
+def check_environment_state_normalization(path: Path, key: str | None) -> None:
+    """The preprocessor normalizes the environment state (``MEAN_STD`` or ``MIN_MAX``): an
+    identity mode, or a normalizer that does not list the feature, would hand positions
+    in metres to a model trained on normalized values. JSON only (the statistics
+    themselves are checked by the loaders)."""
+    if key is None:
+        return
+    where = path / PREPROCESSOR_FILE
+    steps = [s for s in read_json(where).get('steps') or []
+             if s.get('registry_name') == 'normalizer_processor']
+    if not steps:
+        raise CheckpointError(f"{where}: no normalizer step, so '{key}' would reach the model "
+                              'unnormalized')
+    for step in steps:
+        config = step.get('config') or {}
+        features = config.get('features') or {}
+        mode = (config.get('norm_map') or {}).get(ENV, 'IDENTITY')
+        if key not in features or mode not in ('MEAN_STD', 'MIN_MAX'):
+            found = 'not listed' if key not in features else f'normalization mode {mode}'
+            raise CheckpointError(
+                f"{where}: '{key}' is {found}: it must be normalized (MEAN_STD or MIN_MAX; "
+                "the act_ros trainer writes MEAN_STD with the dataset's statistics), not "
+                'passed through in metres')
 
 
 def _features(raw: dict[str, Any], key: str, where: Path) -> dict[str, _Feature]:
@@ -173,6 +236,8 @@ def read_checkpoint_info(path: str | Path, contract: Contract) -> CheckpointInfo
     features = _RawFeatures(_features(raw, 'input_features', where),
                             _features(raw, 'output_features', where))
     shapes = validate_features(features, contract, path)
+    env_key = environment_state_key(features.input_features, where)
+    check_environment_state_normalization(path, env_key)
     chunk_size = raw.get('chunk_size')
     if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
         raise CheckpointError(f'{where}: chunk_size must be a positive integer, got '
@@ -182,7 +247,9 @@ def read_checkpoint_info(path: str | Path, contract: Contract) -> CheckpointInfo
                       contract.action_feature)
     return CheckpointInfo(path=path, image_shapes=shapes, image_features=tuple(shapes),
                           state_dim=contract.num_joints, action_dim=contract.num_joints,
-                          chunk_size=chunk_size, state_key=state_key, action_key=action_key)
+                          chunk_size=chunk_size, state_key=state_key, action_key=action_key,
+                          env_state_key=env_key,
+                          env_state_dim=ENVIRONMENT_STATE_DIM if env_key else 0)
 
 
 def checkpoint_hash(path: str | Path) -> str:

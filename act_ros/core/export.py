@@ -1,8 +1,9 @@
 """ONNX export of the inference model, kept next to the checkpoint and never used stale.
 
 What is exported is :class:`~act_ros.core.inference_model.ACTInferenceModel`: normalized
-observation tensors in (``observation.state`` (1, J), then one (1, 3, H, W) tensor per
-camera in the checkpoint's ``image_features`` order), the normalized action chunk
+observation tensors in (``observation.state`` (1, J), then ``observation.environment_state``
+(1, 10) when the checkpoint takes object poses, then one (1, 3, H, W) tensor per camera
+in the checkpoint's ``image_features`` order), the normalized action chunk
 (1, chunk_size, J) out. Normalization stays in the runtime
 (:class:`~act_ros.core.inference.ChunkPredictor`), shared by every backend.
 
@@ -13,7 +14,8 @@ Layout, inside the checkpoint directory (``export/`` is ignored by
     export/model_<H>x<W>.onnx.json   metadata: input/output names and shapes, checkpoint
                                      hash, opset, torch/onnx/lerobot versions, ONNX sha256
 
-(cameras of different sizes: every ``<H>x<W>``, joined with ``-``.) Both files are
+(cameras of different sizes: every ``<H>x<W>``, joined with ``-``; no camera at all:
+``model_nocam.onnx``.) Both files are
 written to temporary siblings and renamed into place, the metadata last: an export is
 valid only when its metadata matches the checkpoint (hash, input shapes) and the ONNX
 file (sha256). Anything else is stale and is exported again, with a log line saying why.
@@ -89,7 +91,8 @@ class OnnxExport:
 
 def graph_signature(checkpoint: LoadedCheckpoint,
                     image_size: tuple[int, int] | None = None) -> tuple[list[TensorSpec], TensorSpec]:
-    """Inputs (state, then cameras in the model's order) and output of the exported graph.
+    """Inputs (state, the environment state when the checkpoint takes it, then cameras in
+    the model's order) and output of the exported graph.
 
     ``image_size`` (H, W) overrides every camera's size; by default the checkpoint's.
     """
@@ -100,24 +103,30 @@ def graph_signature(checkpoint: LoadedCheckpoint,
                      if feat.type == FeatureType.STATE)
     action_key = next(key for key, feat in config.output_features.items()
                       if feat.type == FeatureType.ACTION)
+    env = ((checkpoint.env_state_key, checkpoint.env_state_dim)
+           if checkpoint.env_state_key is not None else None)
     return _signature(state_key, action_key, [(key, checkpoint.image_shapes[key])
                                               for key in config.image_features],
                       checkpoint.state_dim, checkpoint.chunk_size, checkpoint.action_dim,
-                      image_size)
+                      image_size, env)
 
 
 def info_signature(info: CheckpointInfo, image_size: tuple[int, int] | None = None
                    ) -> tuple[list[TensorSpec], TensorSpec]:
     """:func:`graph_signature` from the checkpoint's JSON alone (no LeRobot, no torch)."""
+    env = (info.env_state_key, info.env_state_dim) if info.env_state_key is not None else None
     return _signature(info.state_key, info.action_key,
                       [(key, info.image_shapes[key]) for key in info.image_features],
-                      info.state_dim, info.chunk_size, info.action_dim, image_size)
+                      info.state_dim, info.chunk_size, info.action_dim, image_size, env)
 
 
 def _signature(state_key: str, action_key: str, cameras: list[tuple[str, tuple[int, int]]],
                state_dim: int, chunk_size: int, action_dim: int,
-               image_size: tuple[int, int] | None) -> tuple[list[TensorSpec], TensorSpec]:
+               image_size: tuple[int, int] | None, env: tuple[str, int] | None = None
+               ) -> tuple[list[TensorSpec], TensorSpec]:
     inputs = [TensorSpec(state_key, (1, state_dim))]
+    if env is not None:
+        inputs.append(TensorSpec(env[0], (1, int(env[1]))))
     for key, shape in cameras:
         h, w = image_size or shape
         inputs.append(TensorSpec(key, (1, 3, int(h), int(w))))
@@ -125,8 +134,11 @@ def _signature(state_key: str, action_key: str, cameras: list[tuple[str, tuple[i
 
 
 def export_name(inputs: list[TensorSpec]) -> str:
-    """``model_<H>x<W>.onnx``; cameras of different sizes: every ``HxW``, ``-``-joined."""
-    sizes = [f'{spec.shape[2]}x{spec.shape[3]}' for spec in inputs[1:]]
+    """``model_<H>x<W>.onnx``; cameras of different sizes: every ``HxW``, ``-``-joined; no
+    camera: ``model_nocam.onnx``."""
+    sizes = [f'{spec.shape[2]}x{spec.shape[3]}' for spec in inputs if len(spec.shape) == 4]
+    if not sizes:
+        return 'model_nocam.onnx'
     return f"model_{sizes[0] if len(set(sizes)) == 1 else '-'.join(sizes)}.onnx"
 
 

@@ -21,10 +21,10 @@ from torch import nn
 from act_ros.core.backends import create_backend
 from act_ros.core.checkpoint import LoadedCheckpoint
 from act_ros.core.contract import Contract
-from act_ros.core.errors import DeviceUnavailableError
+from act_ros.core.errors import DeviceUnavailableError, ObservationError
 from act_ros.core.inference_model import ACTInferenceModel
-from act_ros.core.observation import (Observation, image_to_tensor, state_to_tensor,
-                                      timed_dummy_calls)
+from act_ros.core.observation import (Observation, environment_state_to_array, image_to_tensor,
+                                      state_to_tensor, timed_dummy_calls)
 # Torch-free (act_ros.core.options); re-exported here, where they were first defined.
 from act_ros.core.options import COMPILE_MODES, PRECISIONS, PredictorOptions  # noqa: F401
 
@@ -88,10 +88,13 @@ class ChunkPredictor:
         self.contract = contract
         self.device = device
         self.options = options or PredictorOptions()
-        # Contract camera name -> (feature key, (H, W)), in the model's camera order.
-        features = list(checkpoint.config.image_features)
-        self.cameras = [(cam.name, cam.feature, checkpoint.image_shapes[cam.feature])
-                        for cam in sorted(contract.cameras, key=lambda c: features.index(c.feature))]
+        # (contract camera name, feature key, (H, W)), in the model's camera order: the
+        # cameras the checkpoint takes (any subset of the contract's, possibly none).
+        by_feature = {cam.feature: cam.name for cam in contract.cameras}
+        self.cameras = [(by_feature[key], key, checkpoint.image_shapes[key])
+                        for key in checkpoint.config.image_features]
+        self.env_state_key = checkpoint.env_state_key  # None: no environment state input
+        self.env_state_dim = checkpoint.env_state_dim
         self.model = ACTInferenceModel(checkpoint.policy.model).to(device).eval()
         self.compile_seconds = 0.0
         self.backend = None
@@ -117,9 +120,11 @@ class ChunkPredictor:
         """Unbatched float tensors keyed by policy feature (what LeRobot's processors take)."""
         missing = [name for name, _, _ in self.cameras if name not in obs.images]
         if missing:
-            from act_ros.core.errors import ObservationError
             raise ObservationError(f'observation lacks cameras {missing} (has {sorted(obs.images)})')
         out = {self.contract.state_feature: state_to_tensor(obs.state, self.contract.num_joints)}
+        if self.env_state_key is not None:
+            out[self.env_state_key] = torch.from_numpy(
+                environment_state_to_array(obs.environment_state, self.env_state_dim))
         for name, feature, size in self.cameras:
             out[feature] = image_to_tensor(obs.images[name], size, name)
         return out
@@ -129,10 +134,11 @@ class ChunkPredictor:
     def normalized_chunk(self, batch: dict[str, Any]) -> torch.Tensor:
         """Preprocessed batch -> normalized (1, T, J) chunk."""
         state = batch[self.contract.state_feature]
-        images = [batch[feature] for _, feature, _ in self.cameras]
+        inputs = [batch[self.env_state_key]] if self.env_state_key is not None else []
+        inputs += [batch[feature] for _, feature, _ in self.cameras]
         precision = self.options.precision if self.backend is None else 'fp32'  # set at compile
         with autocast_context(self.device, precision):
-            actions = self.forward(state, *images)
+            actions = self.forward(state, *inputs)
         return actions.float()
 
     @torch.no_grad()
@@ -149,7 +155,7 @@ class ChunkPredictor:
     def warmup(self, iterations: int = 2) -> float:
         """Run the model on a dummy observation (compiles when asked); returns seconds."""
         elapsed = timed_dummy_calls(self.predict, self.cameras, self.contract.lower,
-                                    self.contract.upper, iterations)
+                                    self.contract.upper, iterations, self.env_state_dim)
         if self.options.compile_model:
             self.compile_seconds = elapsed
         return elapsed

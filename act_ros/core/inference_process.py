@@ -5,9 +5,10 @@ timers) and an inference thread share one interpreter lock: every one of the tho
 of small PyTorch operator calls in an ACT forward pass waits for the lock while a
 callback holds it. On a small CPU that made inference about 3x slower inside the node
 than alone. :class:`RemotePredictor` moves the :class:`~act_ros.core.inference.ChunkPredictor`
-into a child process and talks to it over a socket pair: the observation (uint8 images +
-joint state) goes in, the postprocessed ``(T, J)`` chunk comes back. The parent keeps
-scheduling, queueing and ensembling, so the results are identical to in-process execution.
+into a child process and talks to it over a socket pair: the observation (uint8 images,
+joint state and, for a checkpoint that takes them, the object poses) goes in, the
+postprocessed ``(T, J)`` chunk comes back. The parent keeps scheduling, queueing and
+ensembling, so the results are identical to in-process execution.
 
 The child is a fresh interpreter (no forked threads or middleware state) that runs
 :func:`child_main` and imports only what the model needs: unlike multiprocessing's
@@ -157,7 +158,7 @@ class RemotePredictor:
             self._restart_if_due()
         self.wait_ready()  # a child started without waiting: its first request waits here
         try:
-            self._conn.send(('predict', obs.images, obs.state))
+            self._conn.send(('predict', obs.images, obs.state, obs.environment_state))
         except (BrokenPipeError, OSError) as exc:
             raise self._failed(self._death_message()) from exc
         reply = self._receive(self.predict_timeout_s, 'a chunk')
@@ -342,9 +343,10 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
             return  # parent gone
         if message[0] == 'stop':
             return
-        _, images, state = message
+        _, images, state, environment_state = message
         try:
-            chunk = predictor.predict(Observation(images=images, state=state))
+            chunk = predictor.predict(Observation(images=images, state=state,
+                                                  environment_state=environment_state))
             conn.send(('chunk', chunk))
         except Exception as exc:  # noqa: BLE001 - reported per request, the process lives on
             conn.send(('error', _describe(exc)))

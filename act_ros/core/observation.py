@@ -15,6 +15,7 @@ import cv2
 import numpy as np
 
 from act_ros.core.errors import ObservationError
+from act_ros.core.object_state import ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES
 
 if TYPE_CHECKING:
     import torch
@@ -27,12 +28,17 @@ class Observation:
     ``images`` maps contract camera names (``top``, ``wrist``) to RGB images, HxWx3 uint8
     (HxW or HxWx1 grayscale is expanded to 3 channels), any size: they are resized to the
     checkpoint's input shape. ``state`` holds the joint positions in contract order.
+    ``environment_state``: the object poses as
+    :func:`~act_ros.core.object_state.environment_state` encodes them (10 values, robot
+    base frame); required by a checkpoint that takes ``observation.environment_state``,
+    ignored by one that does not. Cameras the checkpoint does not use are ignored too.
     """
 
     images: dict[str, np.ndarray]
     state: np.ndarray
     stamp_s: float | None = None
     extras: dict = field(default_factory=dict)
+    environment_state: np.ndarray | None = None
 
 
 def image_to_array(image: np.ndarray, size: tuple[int, int], name: str = 'image') -> np.ndarray:
@@ -74,6 +80,26 @@ def state_to_array(state: np.ndarray, num_joints: int) -> np.ndarray:
     return arr.astype(np.float32)
 
 
+def environment_state_to_array(value: np.ndarray | None, dim: int) -> np.ndarray:
+    """Object poses (:data:`~act_ros.core.object_state.ENVIRONMENT_STATE_NAMES`) -> float32
+    ``(dim,)``, checked for presence, count and finiteness (:class:`ObservationError`)."""
+    if value is None:
+        raise ObservationError(
+            f'environment_state: the checkpoint takes {ENVIRONMENT_STATE_FEATURE} (object '
+            'poses) but the observation has none (give Observation(environment_state=...), '
+            'e.g. from act_ros.core.object_state.environment_state_from_poses)')
+    arr = np.asarray(value, dtype=np.float64).reshape(-1)
+    if arr.size != dim:
+        raise ObservationError(f'environment_state: expected {dim} values '
+                               f'{list(ENVIRONMENT_STATE_NAMES)}, got {arr.size} '
+                               f'(shape {np.shape(value)})')
+    if not np.all(np.isfinite(arr)):
+        bad = [ENVIRONMENT_STATE_NAMES[i] if i < len(ENVIRONMENT_STATE_NAMES) else str(i)
+               for i in np.flatnonzero(~np.isfinite(arr))]
+        raise ObservationError(f'environment_state: non-finite values for {bad}')
+    return arr.astype(np.float32)
+
+
 def state_to_tensor(state: np.ndarray, num_joints: int) -> torch.Tensor:
     """:func:`state_to_array` as a torch tensor."""
     import torch
@@ -81,15 +107,25 @@ def state_to_tensor(state: np.ndarray, num_joints: int) -> torch.Tensor:
     return torch.from_numpy(state_to_array(state, num_joints))
 
 
+def dummy_observation(cameras: Sequence[tuple[str, str, tuple[int, int]]], lower: np.ndarray,
+                      upper: np.ndarray, environment_state_dim: int = 0) -> Observation:
+    """Black images of each camera's (name, feature, (H, W)), the joint range's middle and,
+    when ``environment_state_dim``, zero object features: an observation any checkpoint
+    with these inputs accepts (warm-up, latency measurement)."""
+    return Observation(
+        images={name: np.zeros((h, w, 3), np.uint8) for name, _, (h, w) in cameras},
+        state=(lower + upper) / 2.0,
+        environment_state=(np.zeros(environment_state_dim, np.float32)
+                           if environment_state_dim else None))
+
+
 def timed_dummy_calls(predict: Callable[[Observation], Any],
                       cameras: Sequence[tuple[str, str, tuple[int, int]]], lower: np.ndarray,
-                      upper: np.ndarray, iterations: int) -> float:
-    """Call ``predict`` ``iterations`` times (at least once) on black images of each
-    camera's (name, feature, (H, W)) and the joint range's middle; returns seconds (the
-    predictors' warm-up)."""
+                      upper: np.ndarray, iterations: int, environment_state_dim: int = 0) -> float:
+    """Call ``predict`` ``iterations`` times (at least once) on :func:`dummy_observation`;
+    returns seconds (the predictors' warm-up)."""
     start = time.perf_counter()
-    obs = Observation(images={name: np.zeros((h, w, 3), np.uint8) for name, _, (h, w) in cameras},
-                      state=(lower + upper) / 2.0)
+    obs = dummy_observation(cameras, lower, upper, environment_state_dim)
     for _ in range(max(1, iterations)):
         predict(obs)
     return time.perf_counter() - start

@@ -31,8 +31,8 @@ from act_ros.core.checkpoint_info import (POSTPROCESSOR_FILE, PREPROCESSOR_FILE,
                                           read_json)
 from act_ros.core.contract import Contract
 from act_ros.core.errors import CheckpointError, ObservationError
-from act_ros.core.observation import (Observation, image_to_array, state_to_array,
-                                      timed_dummy_calls)
+from act_ros.core.observation import (Observation, environment_state_to_array, image_to_array,
+                                      state_to_array, timed_dummy_calls)
 from act_ros.core.options import PredictorOptions
 
 # LeRobot's key for the action in its postprocessor (whatever the contract calls it).
@@ -94,7 +94,8 @@ class NumpyProcessors:
         :class:`CheckpointError` for missing or non-finite statistics (as the full load)."""
         pre = _load_normalizer(path, PREPROCESSOR_FILE, PRE_STEPS, 'normalizer_processor')
         post = _load_normalizer(path, POSTPROCESSOR_FILE, POST_STEPS, 'unnormalizer_processor')
-        _check_stats(pre, [info.state_key, *info.image_features], path / PREPROCESSOR_FILE)
+        _check_stats(pre, [info.state_key, *info.image_features], path / PREPROCESSOR_FILE,
+                     required=(info.env_state_key,) if info.env_state_key else ())
         _check_stats(post, [ACTION_KEY], path / POSTPROCESSOR_FILE)
         return cls(pre, post, info.state_key)
 
@@ -155,13 +156,21 @@ def _load_normalizer(path: Path, file: str, allowed: tuple[str, ...], wanted: st
     return normalizer
 
 
-def _check_stats(normalizer: _Normalizer, keys: list[str], where: Path) -> None:
-    """As :func:`act_ros.core.checkpoint._check_stats`: no feature passes unnormalized."""
-    for key in keys:
+def _check_stats(normalizer: _Normalizer, keys: list[str], where: Path,
+                 required: tuple[str, ...] = ()) -> None:
+    """As :func:`act_ros.core.checkpoint._check_stats`: no feature passes unnormalized
+    (``required`` keys must be normalized: listed, and not ``IDENTITY``)."""
+    for key in (*keys, *required):
         feature_type = normalizer.feature_types.get(key)
+        if feature_type is None and key in required:
+            raise CheckpointError(f"{where}: the normalizer does not list '{key}': it would "
+                                  'reach the model unnormalized')
         if feature_type is None:
             continue
         mode = normalizer.norm_map.get(feature_type, 'IDENTITY')
+        if mode == 'IDENTITY' and key in required:
+            raise CheckpointError(f"{where}: '{key}' has normalization mode IDENTITY: it would "
+                                  'reach the model unnormalized')
         if mode == 'IDENTITY':
             continue
         stats = normalizer.stats.get(key)
@@ -202,6 +211,9 @@ class LeanOnnxPredictor:
         if missing:
             raise ObservationError(f'observation lacks cameras {missing} (has {sorted(obs.images)})')
         arrays = {self.info.state_key: state_to_array(obs.state, self.contract.num_joints)}
+        if self.info.env_state_key is not None:
+            arrays[self.info.env_state_key] = environment_state_to_array(
+                obs.environment_state, self.info.env_state_dim)
         for name, feature, size in self.cameras:
             arrays[feature] = image_to_array(obs.images[name], size, name)
         batch = self.processors.preprocess(arrays)
@@ -213,7 +225,7 @@ class LeanOnnxPredictor:
     def warmup(self, iterations: int = 1) -> float:
         """Run the model on a dummy observation; returns seconds."""
         return timed_dummy_calls(self.predict, self.cameras, self.contract.lower,
-                                 self.contract.upper, iterations)
+                                 self.contract.upper, iterations, self.info.env_state_dim)
 
 
 def lean_onnx_predictor(path: str | Path, contract: Contract, options: PredictorOptions,

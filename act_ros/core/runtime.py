@@ -43,7 +43,8 @@ from act_ros.core.chunking import ChunkQueue, TickEnsembler, TimedChunk
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.feasibility import Latency, Verdict, verdict
 from act_ros.core.inference_process import ProcessSpec, RemotePredictor
-from act_ros.core.observation import Observation
+from act_ros.core.observation import (Observation, dummy_observation,
+                                      environment_state_to_array)
 # Torch-free: the process execution's parent never imports torch (see the docstring).
 from act_ros.core.options import (COMPILE_MODES, PRECISIONS, PredictorOptions,
                                   check_backend_options, installed_backends)
@@ -298,11 +299,7 @@ class PolicyRuntime:
             self.checkpoint = load_checkpoint(config.model_path, contract=self.contract,
                                               device=str(self.device))
             self.stats.startup['checkpoint_loaded'] = time.monotonic()
-            self.info = CheckpointInfo(
-                path=self.checkpoint.path, image_shapes=self.checkpoint.image_shapes,
-                image_features=tuple(self.checkpoint.image_shapes),
-                state_dim=self.checkpoint.state_dim, action_dim=self.checkpoint.action_dim,
-                chunk_size=self.checkpoint.chunk_size)
+            self.info = self.checkpoint.info()
             self._check_chunk_size()
             self.predictor = ChunkPredictor(self.checkpoint, self.contract, self.device, options)
             self.stats.startup['backend_built'] = time.monotonic()
@@ -355,6 +352,19 @@ class PolicyRuntime:
             self.stats.startup.setdefault(name, at)
 
     @property
+    def cameras(self) -> tuple[str, ...]:
+        """The contract cameras the checkpoint takes, in the model's order (any subset of the
+        contract's, none for a policy on joints and object poses alone)."""
+        by_feature = {cam.feature: cam.name for cam in self.contract.cameras}
+        return tuple(by_feature[key] for key in self.info.image_features)
+
+    @property
+    def environment_state_dim(self) -> int:
+        """Length of the environment state (object poses) every observation must carry; 0
+        when the checkpoint does not take ``observation.environment_state``."""
+        return self.info.env_state_dim if self.info.uses_environment_state else 0
+
+    @property
     def lean_child(self) -> bool:
         """Whether the inference child computes from the ONNX export without torch and
         LeRobot (:mod:`act_ros.core.onnx_predictor`)."""
@@ -402,7 +412,15 @@ class PolicyRuntime:
 
     # -- control tick ------------------------------------------------------------------
     def act(self, observation: Observation) -> np.ndarray | None:
-        """The action for this tick, in contract order; ``None`` until a chunk exists."""
+        """The action for this tick, in contract order; ``None`` until a chunk exists.
+
+        A checkpoint that takes ``observation.environment_state`` needs the observation's
+        ``environment_state`` (object poses): missing, of the wrong length or not finite is an
+        :class:`~act_ros.core.errors.ObservationError` here, in every execution, before
+        the tick counts (otherwise it is ignored).
+        """
+        if self.info.uses_environment_state:
+            environment_state_to_array(observation.environment_state, self.info.env_state_dim)
         with self._lock:
             tick = self._tick
             self._tick += 1
@@ -488,10 +506,10 @@ class PolicyRuntime:
         runtime will run them (in the child process for ``execution='process'``)."""
         if calls < 1:
             raise ValueError(f'measure_latency needs at least 1 call, got {calls}')
-        shape = next(iter(self.info.image_shapes.values()))
-        obs = Observation(images={cam: np.zeros((*shape, 3), np.uint8)
-                                  for cam in self.contract.camera_names},
-                          state=(self.contract.lower + self.contract.upper) / 2.0)
+        cameras = [(name, key, self.info.image_shapes[key])
+                   for name, key in zip(self.cameras, self.info.image_features)]
+        obs = dummy_observation(cameras, self.contract.lower, self.contract.upper,
+                                self.environment_state_dim)
         predict = self._remote.predict if self._remote is not None else self.predictor.predict
         seconds = []
         for _ in range(calls):
@@ -510,7 +528,7 @@ class PolicyRuntime:
                          rate_hz=rate_hz, chunk_size=self.chunk_size,
                          n_action_steps=self.config.n_action_steps, latency=latency,
                          margin_ticks=REQUEST_MARGIN_TICKS,
-                         image_size=next(iter(self.info.image_shapes.values())),
+                         image_size=next(iter(self.info.image_shapes.values()), None),
                          backends=others)
         self.stats.verdict = result
         return result
