@@ -93,11 +93,14 @@ def act_training_loss(model: torch.nn.Module, batch: dict[str, Tensor], *,
                       reduction: str = 'mean') -> ACTLossOutput:
     """Run LeRobot's ``ACT`` network (train mode) on a normalized batch and return the loss.
 
-    ``batch`` holds ``observation.state``, the camera features, ``action`` (B, T, D) and
-    ``action_is_pad`` (B, T), as LeRobot's preprocessor and dataset produce them.
+    ``batch`` holds ``observation.state``, the camera features (none for a policy without
+    cameras), ``observation.environment_state`` when the model takes the object poses,
+    ``action`` (B, T, D) and ``action_is_pad`` (B, T), as LeRobot's preprocessor and
+    dataset produce them.
     """
     inputs = dict(batch)
-    inputs['observation.images'] = [batch[key] for key in image_features]
+    if image_features:  # LeRobot's ACT reads the batch size from the first image if present
+        inputs['observation.images'] = [batch[key] for key in image_features]
     actions_hat, (mu, log_sigma_x2) = model(inputs)
     return act_loss(actions_hat, batch['action'], action_is_pad=batch.get('action_is_pad'),
                     mu=mu, log_sigma_x2=log_sigma_x2, dim_weights=dim_weights,

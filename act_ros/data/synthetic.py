@@ -6,6 +6,12 @@ be). The images are drawn from the state: the top camera shows a disk whose posi
 size and colour follow the first three joints and the gripper, the wrist camera a bar
 whose angle follows ``wrist_roll`` on a background whose brightness follows
 ``wrist_flex``. A policy can therefore learn something real from the pixels.
+
+With ``environment_state`` the dataset also holds the object poses
+(``observation.environment_state``, :mod:`act_ros.core.object_state`): a box that lies
+where the episode's trajectory closes the gripper and travels with the gripper while it
+is closed, and a pad where it opens again, so the poses say something about the
+actions too.
 """
 
 from __future__ import annotations
@@ -19,6 +25,8 @@ import numpy as np
 
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.contract import parse_image_size
+from act_ros.core.object_state import (ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES,
+                                       environment_state)
 from act_ros.data.episode import DatasetLayout, Episode
 
 ACTION_LEAD_FRAMES = 5
@@ -83,8 +91,37 @@ def render_wrist(q: np.ndarray, contract: Contract, height: int, width: int) -> 
     return image
 
 
+def _planar_position(q: np.ndarray, contract: Contract) -> np.ndarray:
+    """A made-up gripper position on the table (m) from the first two joints."""
+    lo, hi = contract.lower, contract.upper
+    return np.array([0.15 + 0.2 * _unit(q[0], lo[0], hi[0]), -0.15 + 0.3 * _unit(q[1], lo[1], hi[1]),
+                     0.015])
+
+
+def synthetic_environment_state(q: np.ndarray, contract: Contract, seed: int) -> np.ndarray:
+    """Object poses ``(T, 10)`` for the joint trajectory ``q`` (T, n): the box rests where the
+    gripper first closes and moves with it while closed; the pad lies where it reopens."""
+    rng = np.random.default_rng([seed, 10])  # not the trajectory's stream: it stays as it was
+    g = contract.gripper_index
+    closed = q[:, g] < 0.5
+    grasp = int(np.argmax(closed)) if closed.any() else 0
+    release = grasp + int(np.argmax(~closed[grasp:])) if (~closed[grasp:]).any() else len(q) - 1
+    box_yaw, pad_yaw = rng.uniform(-np.pi, np.pi, size=2)
+    rest = _planar_position(q[grasp], contract)
+    pad = _planar_position(q[release], contract) * np.array([1.0, 1.0, 0.0]) + [0.0, 0.0, 0.005]
+    out = np.empty((len(q), len(ENVIRONMENT_STATE_NAMES)), dtype=np.float32)
+    for t in range(len(q)):
+        box = _planar_position(q[t], contract) if grasp <= t < release and closed[t] else rest
+        if t >= release:
+            box = pad + [0.0, 0.0, 0.015]
+        jitter = rng.normal(0.0, 5e-4, size=3)  # a pose estimate is never exact
+        out[t] = environment_state(box + jitter, box_yaw, pad, pad_yaw)
+    return out
+
+
 def synthetic_episode(layout: DatasetLayout, frames: int, seed: int) -> Episode:
-    """One structured random episode of ``frames`` frames, fully determined by ``seed``."""
+    """One structured random episode of ``frames`` frames, fully determined by ``seed``
+    (with the object poses when the layout has ``observation.environment_state``)."""
     if frames < 1:
         raise ValueError(f'frames must be >= 1, got {frames}')
     contract = layout.contract
@@ -98,21 +135,31 @@ def synthetic_episode(layout: DatasetLayout, frames: int, seed: int) -> Episode:
     for index, name in enumerate(contract.camera_names):
         render = renderers.get(name, render_top if index == 0 else render_wrist)
         images[name] = np.stack([render(s, contract, h, w) for s in state])
+    extras = {}
+    if any(key == ENVIRONMENT_STATE_FEATURE for key, _ in layout.extra_features):
+        extras[ENVIRONMENT_STATE_FEATURE] = synthetic_environment_state(state, contract, seed)
     return Episode(images=images, state=state.astype(np.float32),
-                   action=action.astype(np.float32), seed=seed)
+                   action=action.astype(np.float32), seed=seed, extras=extras)
 
 
 def write_synthetic_dataset(root: str | Path, *, episodes: int, frames: int,
                             image_size: tuple[int, int], video: bool = True, seed: int = 0,
-                            contract: Contract | None = None, overwrite: bool = False) -> Any:
+                            contract: Contract | None = None, overwrite: bool = False,
+                            environment_state: bool = False) -> Any:
     """Write ``episodes`` synthetic episodes (episode ``k`` from seed ``seed + k``) as a
-    LeRobot v3 dataset at ``root``, all or nothing; returns the writer's result."""
+    LeRobot v3 dataset at ``root``, all or nothing; returns the writer's result.
+
+    ``environment_state``: also write the object poses, ``observation.environment_state``
+    (shape (10,), names :data:`~act_ros.core.object_state.ENVIRONMENT_STATE_NAMES`), as
+    simulator datasets hold them.
+    """
     from act_ros.data.writer import AtomicDatasetWriter
 
     contract = contract or load_contract()
     height, width = image_size
+    extra = ((ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES),) if environment_state else ()
     layout = DatasetLayout(contract=contract, image_height=height, image_width=width,
-                           use_video=video, robot_type='synthetic')
+                           use_video=video, robot_type='synthetic', extra_features=extra)
     with AtomicDatasetWriter(layout, Path(root), overwrite=overwrite) as writer:
         for k in range(episodes):
             writer.add_episode(synthetic_episode(layout, frames, seed + k))
@@ -138,6 +185,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help='store cameras as MP4 videos (default) or PNG images (--no-video)')
     parser.add_argument('--overwrite', action='store_true',
                         help='replace an existing dataset at --output')
+    parser.add_argument('--environment-state', action='store_true',
+                        help='also write object poses (observation.environment_state), for '
+                        'training with act-ros train --environment-state')
     parser.add_argument('--contract', type=Path, default=None,
                         help='contract YAML (default: the package config/contract.yaml)')
     return parser
@@ -165,7 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     result = write_synthetic_dataset(args.output, episodes=args.episodes,
                                      frames=args.frames_per_episode, image_size=(height, width),
                                      video=args.video, seed=args.seed, contract=contract,
-                                     overwrite=args.overwrite)
+                                     overwrite=args.overwrite,
+                                     environment_state=args.environment_state)
     print(f'wrote {result.episodes} episodes, {result.frames} frames '
           f'({height}x{width}, {"video" if args.video else "images"}, {contract.fps} fps) '
           f'to {result.path} (repo_id {result.repo_id})')

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass, fields
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,24 @@ CAMERA_STATS = ('imagenet', 'dataset')
 TRAIN_PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
 # A run shorter than this is a smoke test, not a result (training_metrics.json says so).
 RECOMMENDED_MIN_STEPS = 1000
+# Settings that act on camera images: without cameras (cameras=[]) they cannot apply.
+IMAGE_ONLY = {'backbone_freeze_step': None, 'early_freeze_layer': None,
+              'calibrate_backbone_norm': False, 'image_shift_px': 0,
+              'aux_object_pose_weight': 0.0}
+
+logger = logging.getLogger(__name__)
+
+
+def parse_cameras(text: str) -> tuple[str, ...]:
+    """``--cameras``: comma-separated contract camera names (``top,wrist``), or ``none``
+    (a policy on the joints and the object poses alone)."""
+    if text.strip().lower() == 'none':
+        return ()
+    names = tuple(part.strip() for part in text.split(','))
+    if not all(names):
+        raise argparse.ArgumentTypeError(f"expected camera names like 'top,wrist' or 'none', "
+                                         f"got '{text}'")
+    return names
 
 
 @dataclass
@@ -84,6 +103,12 @@ class TrainConfig:
     # episode: consecutive frames at 30 Hz are near duplicates, so more episodes fit the
     # same cache memory and build time. Action chunks still come from every frame.
     cache_frame_stride: int = 1
+    # The object poses (dataset feature observation.environment_state, act_ros.core.object_
+    # state) as a policy input, normalized with the dataset's statistics like the state.
+    environment_state: bool = False
+    # Contract cameras the policy sees (None: all of them); () trains on the joints and
+    # the object poses alone (needs environment_state).
+    cameras: tuple[str, ...] | None = None
     precision: str = 'fp32'
     compile: bool = False
     seed: int = 0
@@ -131,6 +156,7 @@ class TrainConfig:
                              f'early_freeze_step ({self.early_freeze_step})')
         if self.torch_threads is not None and self.torch_threads < 1:
             raise ValueError(f'torch_threads must be >= 1, got {self.torch_threads}')
+        self._check_cameras()
         for name in ('steps', 'batch_size', 'val_interval', 'checkpoint_interval'):
             if getattr(self, name) < 1:
                 raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
@@ -164,6 +190,26 @@ class TrainConfig:
         if self.infer_only and self.skip_infer:
             raise ValueError('--infer-only and --skip-infer contradict each other')
 
+    def _check_cameras(self) -> None:
+        if self.cameras is None:
+            return
+        if isinstance(self.cameras, str):
+            self.cameras = parse_cameras(self.cameras)
+        self.cameras = tuple(str(name) for name in self.cameras)
+        if len(set(self.cameras)) != len(self.cameras):
+            raise ValueError(f'cameras lists a camera twice: {list(self.cameras)}')
+        if self.cameras:
+            return
+        if not self.environment_state:
+            raise ValueError('cameras is empty (--cameras none) but environment_state is off: ACT '
+                             'needs cameras or the object poses; add --environment-state')
+        image_only = [name for name, off in IMAGE_ONLY.items() if getattr(self, name) != off]
+        if image_only:
+            off = ', '.join(f'{name}={IMAGE_ONLY[name]!r}' for name in image_only)
+            raise ValueError(f'cameras is empty (--cameras none), so {image_only} cannot apply '
+                             '(they act on camera images and the backbone that sees them): '
+                             f'turn them off ({off})')
+
     @property
     def closed_loop(self) -> bool:
         """Whether checkpoints are selected by closed-loop evaluation in the simulation."""
@@ -180,6 +226,7 @@ class TrainConfig:
             if isinstance(value, Path):
                 data[key] = str(value)
         data['image_size'] = list(self.image_size) if self.image_size else None
+        data['cameras'] = list(self.cameras) if self.cameras is not None else None
         return data
 
 
@@ -256,6 +303,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--early-freeze-step', type=int, help='step of --early-freeze-layer (0)')
     p.add_argument('--cache-frame-stride', type=int, help='cache and train on every k-th frame '
                    'of each episode once a backbone stage is frozen (1 = every frame)')
+    p.add_argument('--environment-state', action=argparse.BooleanOptionalAction, default=None,
+                   help='take the object poses (dataset feature observation.environment_state: '
+                   'box and pad position and yaw) as a policy input, normalized with the '
+                   "dataset's statistics (default off)")
+    p.add_argument('--cameras', type=parse_cameras, help='contract cameras the policy sees, '
+                   "comma-separated ('top,wrist'; default: all), or 'none' for a policy on the "
+                   'joints and the object poses alone (needs --environment-state)')
     p.add_argument('--precision', choices=TRAIN_PRECISIONS, help='autocast precision of the '
                    'training step; auto = bf16 where the device has native bfloat16, else fp32')
     p.add_argument('--compile', action='store_true', default=None,
@@ -273,13 +327,27 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    """Merge defaults, the preset file and the given options into a TrainConfig."""
+    """Merge defaults, the preset file and the given options into a TrainConfig.
+
+    Without cameras (``--cameras none``), the preset's image settings (backbone freeze,
+    calibration, shifts, the pose head) do not apply and are dropped (logged); the same
+    settings given on the command line are an error.
+    """
     values = load_preset(args.preset)
+    preset = dict(values)
     values['preset'] = args.preset
     for f in fields(TrainConfig):
         given = getattr(args, f.name, None)
         if given is not None:
             values[f.name] = given
+    if values.get('cameras') is not None and len(values['cameras']) == 0:
+        dropped = [name for name in IMAGE_ONLY
+                   if name in preset and getattr(args, name, None) is None]
+        for name in dropped:
+            del values[name]
+        if dropped:
+            logger.info('--cameras none: preset %s settings %s act on camera images and are '
+                        'left off', args.preset, dropped)
     if values.get('dataset_root') is None:
         raise ValueError('--dataset-root is required (a LeRobot v3 dataset directory)')
     return TrainConfig(**values)

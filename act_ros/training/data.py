@@ -21,8 +21,10 @@ import numpy as np
 import torch
 
 from act_ros.core.checkpoint import IMAGENET_MEAN, IMAGENET_STD
-from act_ros.core.contract import Contract
+from act_ros.core.contract import CameraSpec, Contract
 from act_ros.core.errors import ActRosError
+from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
+                                       ENVIRONMENT_STATE_NAMES)
 
 logger = logging.getLogger(__name__)
 STD_FLOOR = 1e-3  # normalization std floor for (near-)constant joints
@@ -41,9 +43,25 @@ def resize_uint8(image: np.ndarray, size: tuple[int, int]) -> np.ndarray:
     return cv2.resize(image, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
 
 
-def open_dataset(root: Path, contract: Contract) -> Any:
+def select_cameras(contract: Contract, names: tuple[str, ...] | list[str] | None
+                   ) -> tuple[CameraSpec, ...]:
+    """The contract cameras named (``None``: all of them), in contract order."""
+    if names is None:
+        return contract.cameras
+    unknown = [name for name in names if name not in contract.camera_names]
+    if unknown:
+        raise TrainingDataError(f'--cameras {",".join(names)}: {unknown} are not cameras of the '
+                                f'contract ({contract.source}: {list(contract.camera_names)})')
+    return tuple(cam for cam in contract.cameras if cam.name in names)
+
+
+def open_dataset(root: Path, contract: Contract, *,
+                 cameras: tuple[CameraSpec, ...] | None = None,
+                 environment_state: bool = False) -> Any:
     """Open a local LeRobot v3 dataset with an action chunk of ``contract.chunk_size``.
 
+    ``cameras``: the ones the policy takes (default: every contract camera);
+    ``environment_state``: the dataset must hold ``observation.environment_state``.
     Raises :class:`TrainingDataError` before anything is trained when the path is not a
     dataset, the dataset is empty, or its features do not match the contract.
     """
@@ -67,14 +85,19 @@ def open_dataset(root: Path, contract: Contract) -> Any:
     if meta.total_frames < 1 or meta.total_episodes < 1:
         raise TrainingDataError(f'--dataset-root {root}: the dataset is empty ({meta.total_episodes}'
                                 f' episodes, {meta.total_frames} frames); record episodes first')
-    check_features(meta.features, contract, root)
+    check_features(meta.features, contract, root, cameras=cameras,
+                   environment_state=environment_state)
     delta = {contract.action_feature: [i / meta.fps for i in range(contract.chunk_size)]}
     return LeRobotDataset(f'local/{root.name}', root=root, delta_timestamps=delta,
                           video_backend='pyav', return_uint8=True)
 
 
-def check_features(features: dict[str, dict], contract: Contract, root: Path) -> None:
-    """The dataset must hold the contract's state, action and cameras, joints in order."""
+def check_features(features: dict[str, dict], contract: Contract, root: Path, *,
+                   cameras: tuple[CameraSpec, ...] | None = None,
+                   environment_state: bool = False) -> None:
+    """The dataset must hold the contract's state, action and the ``cameras`` the policy
+    takes (default: all), joints in order, and with ``environment_state`` the object
+    poses (``observation.environment_state``, :data:`ENVIRONMENT_STATE_NAMES`)."""
     problems = []
     joints = list(contract.joint_names)
     for key in (contract.state_feature, contract.action_feature):
@@ -91,13 +114,26 @@ def check_features(features: dict[str, dict], contract: Contract, root: Path) ->
         if isinstance(names, list) and len(names) == len(joints) and names != joints:
             problems.append(f"'{key}' joints are {names}, the contract expects {joints} (order "
                             'matters)')
-    for cam in contract.cameras:
+    for cam in contract.cameras if cameras is None else cameras:
         feat = features.get(cam.feature)
         if feat is None:
             problems.append(f"camera '{cam.feature}' is missing")
         elif feat.get('dtype') not in ('video', 'image'):
             problems.append(f"camera '{cam.feature}' has dtype {feat.get('dtype')}, expected "
                             'video or image')
+    if environment_state:
+        feat = features.get(ENVIRONMENT_STATE_FEATURE)
+        names = feat.get('names') if feat is not None else None
+        if feat is None:
+            problems.append(f"'{ENVIRONMENT_STATE_FEATURE}' (object poses, needed by "
+                            '--environment-state) is missing: record the dataset with act-ros '
+                            'collect, or train without --environment-state')
+        elif tuple(feat.get('shape', ())) != (ENVIRONMENT_STATE_DIM,):
+            problems.append(f"'{ENVIRONMENT_STATE_FEATURE}' has shape "
+                            f"{tuple(feat.get('shape', ()))}, expected ({ENVIRONMENT_STATE_DIM},)")
+        elif isinstance(names, list) and names != list(ENVIRONMENT_STATE_NAMES):
+            problems.append(f"'{ENVIRONMENT_STATE_FEATURE}' holds {names}, expected "
+                            f'{list(ENVIRONMENT_STATE_NAMES)} (act_ros.core.object_state)')
     if problems:
         present = sorted(k for k in features if k not in ('timestamp', 'frame_index', 'index',
                                                              'episode_index', 'task_index'))
@@ -180,8 +216,14 @@ class FrameStore:
     def __init__(self, *, state: np.ndarray, action: np.ndarray,
                  images: dict[str, torch.Tensor], seg_start: np.ndarray, seg_end: np.ndarray,
                  chunk_size: int, state_key: str, action_key: str,
-                 extras: dict[str, np.ndarray] | None = None) -> None:
+                 extras: dict[str, np.ndarray] | None = None,
+                 env_state: np.ndarray | None = None,
+                 env_key: str = ENVIRONMENT_STATE_FEATURE) -> None:
         self.state = torch.from_numpy(np.ascontiguousarray(state, dtype=np.float32))
+        # Object poses, a policy input like the state (None: the policy does not take them).
+        self.env_state = (None if env_state is None else
+                          torch.from_numpy(np.ascontiguousarray(env_state, dtype=np.float32)))
+        self.env_key = env_key
         self.action = torch.from_numpy(np.ascontiguousarray(action, dtype=np.float32))
         self.images = images  # feature -> (N, 3, H, W) uint8
         self.seg_start = torch.from_numpy(seg_start)
@@ -198,9 +240,10 @@ class FrameStore:
 
     def batch(self, indices: np.ndarray | torch.Tensor, *,
               images: bool = True) -> dict[str, torch.Tensor]:
-        """Unnormalized batch: state (B, J), cameras float (B, 3, H, W) in [0, 1], action
-        chunk (B, T, J) and ``action_is_pad`` (B, T), as LeRobot's dataset gives them
-        (``images=False``: without the cameras)."""
+        """Unnormalized batch: state (B, J), the environment state (B, 10) when the store
+        holds it, cameras float (B, 3, H, W) in [0, 1], action chunk (B, T, J) and
+        ``action_is_pad`` (B, T), as LeRobot's dataset gives them (``images=False``:
+        without the cameras)."""
         idx = torch.as_tensor(indices, dtype=torch.long)
         query = idx[:, None] + self._offsets[None, :]
         end = self.seg_end[idx][:, None]
@@ -208,6 +251,8 @@ class FrameStore:
         query = torch.minimum(query, end - 1)
         out = {self.state_key: self.state[idx], self.action_key: self.action[query],
                f'{self.action_key}_is_pad': pad}
+        if self.env_state is not None:
+            out[self.env_key] = self.env_state[idx]
         for key, frames in (self.images.items() if images else ()):
             out[key] = frames[idx].to(torch.float32).div_(255.0)
         for key, values in self.extras.items():
@@ -237,10 +282,13 @@ def _decode_episode(dataset: Any, key: str, ep: int, timestamps: list[float]) ->
                      for img in rows])
 
 
-def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int], *,
+def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | None, *,
                 seg_start: np.ndarray, seg_end: np.ndarray, progress: bool = False,
-                extra_keys: tuple[str, ...] = ()) -> FrameStore:
-    """Decode every camera frame once, resized to ``image_size``, into a FrameStore.
+                extra_keys: tuple[str, ...] = (),
+                cameras: tuple[CameraSpec, ...] | None = None,
+                environment_state: bool = False) -> FrameStore:
+    """Decode every frame of ``cameras`` (default: all) once, resized to ``image_size``,
+    into a FrameStore; with ``environment_state`` the object poses come along as an input.
 
     ``extra_keys``: further float columns to keep per frame (a missing one is an error).
     """
@@ -252,12 +300,15 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int], *
     action = _column(hf, contract.action_feature)
     episode_index = hf.data.column('episode_index').to_numpy()
     timestamps = hf.data.column('timestamp').to_numpy()
-    h, w = image_size
-    images = {cam.feature: torch.empty((n, 3, h, w), dtype=torch.uint8) for cam in contract.cameras}
-    episodes = sorted(set(episode_index.tolist()))
+    cameras = contract.cameras if cameras is None else cameras
+    if cameras and image_size is None:
+        raise ValueError('load_frames: cameras need an image_size')
+    h, w = image_size if image_size else (0, 0)
+    images = {cam.feature: torch.empty((n, 3, h, w), dtype=torch.uint8) for cam in cameras}
+    episodes = sorted(set(episode_index.tolist())) if cameras else []
     for ep in tqdm(episodes, desc='decoding frames', unit='episode', disable=not progress):
         rows = np.flatnonzero(episode_index == ep)
-        for cam in contract.cameras:
+        for cam in cameras:
             frames = _decode_episode(dataset, cam.feature, ep, timestamps[rows].tolist())
             if frames.shape[0] != rows.size:
                 raise TrainingDataError(f"episode {ep}, camera '{cam.feature}': decoded "
@@ -270,23 +321,39 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int], *
             raise TrainingDataError(f"the dataset has no column '{key}' (it has "
                                     f'{sorted(hf.column_names)})')
         extras[key] = _column(hf, key)
-    for key, values in ((contract.state_feature, state), (contract.action_feature, action),
-                        *extras.items()):
+    env_state = None
+    if environment_state:
+        if ENVIRONMENT_STATE_FEATURE not in hf.column_names:
+            raise TrainingDataError(f"the dataset has no column '{ENVIRONMENT_STATE_FEATURE}' "
+                                    f'(it has {sorted(hf.column_names)})')
+        env_state = _column(hf, ENVIRONMENT_STATE_FEATURE)
+    columns = [(contract.state_feature, state), (contract.action_feature, action),
+               *extras.items()]
+    if env_state is not None:
+        columns.append((ENVIRONMENT_STATE_FEATURE, env_state))
+    for key, values in columns:
         if not np.all(np.isfinite(values)):
             raise TrainingDataError(f"dataset column '{key}' contains NaN or infinite values")
     return FrameStore(state=state, action=action, images=images, seg_start=seg_start,
                       seg_end=seg_end, chunk_size=contract.chunk_size,
                       state_key=contract.state_feature, action_key=contract.action_feature,
-                      extras=extras)
+                      extras=extras, env_state=env_state)
 
 
 def normalization_stats(meta_stats: dict[str, dict[str, Any]], contract: Contract, *,
-                        camera_stats: str = 'imagenet') -> dict[str, dict[str, torch.Tensor]]:
-    """Stats for LeRobot's normalizer: state and action from the dataset; cameras ImageNet
-    (LeRobot's ``use_imagenet_stats`` default) or the dataset's. Std is floored at
-    ``STD_FLOOR`` so a joint that never moved in the data does not blow up at inference."""
+                        camera_stats: str = 'imagenet',
+                        cameras: tuple[CameraSpec, ...] | None = None,
+                        environment_state: bool = False) -> dict[str, dict[str, torch.Tensor]]:
+    """Stats for LeRobot's normalizer: state, action and (``environment_state``) the object
+    poses from the dataset; cameras (default: all) ImageNet (LeRobot's
+    ``use_imagenet_stats`` default) or the dataset's. Std is floored at ``STD_FLOOR`` so
+    a joint, or an object coordinate, that never changed in the data does not blow up at
+    inference."""
     stats: dict[str, dict[str, torch.Tensor]] = {}
-    for key in (contract.state_feature, contract.action_feature):
+    keys = [contract.state_feature, contract.action_feature]
+    if environment_state:
+        keys.append(ENVIRONMENT_STATE_FEATURE)
+    for key in keys:
         if key not in meta_stats:
             raise TrainingDataError(f"meta/stats.json has no statistics for '{key}'")
         entry = {name: torch.as_tensor(np.asarray(meta_stats[key][name]), dtype=torch.float32)
@@ -296,7 +363,7 @@ def normalization_stats(meta_stats: dict[str, dict[str, Any]], contract: Contrac
                                     f'{sorted(meta_stats[key])})')
         entry['std'] = entry['std'].clamp_min(STD_FLOOR)
         stats[key] = entry
-    for cam in contract.cameras:
+    for cam in contract.cameras if cameras is None else cameras:
         if camera_stats == 'imagenet':
             stats[cam.feature] = {'mean': torch.tensor(IMAGENET_MEAN).reshape(3, 1, 1),
                                   'std': torch.tensor(IMAGENET_STD).reshape(3, 1, 1),
@@ -313,10 +380,15 @@ def normalization_stats(meta_stats: dict[str, dict[str, Any]], contract: Contrac
     return stats
 
 
-def dataset_image_size(meta: Any, contract: Contract) -> tuple[int, int]:
-    """(H, W) of the first camera as stored in the dataset."""
-    shape = meta.features[contract.cameras[0].feature]['shape']
-    names = meta.features[contract.cameras[0].feature].get('names') or []
+def dataset_image_size(meta: Any, contract: Contract,
+                       cameras: tuple[CameraSpec, ...] | None = None) -> tuple[int, int] | None:
+    """(H, W) of the first camera (of ``cameras``, default all) as stored in the dataset;
+    ``None`` without cameras."""
+    cameras = contract.cameras if cameras is None else cameras
+    if not cameras:
+        return None
+    shape = meta.features[cameras[0].feature]['shape']
+    names = meta.features[cameras[0].feature].get('names') or []
     if names and names[0] == 'channels':
         return int(shape[1]), int(shape[2])
     return int(shape[0]), int(shape[1])

@@ -39,7 +39,9 @@ def inference_check(checkpoint: Path, inputs: Any, *, frames: int = 8,
             batch = store.batch(np.array([index]))
             images = {names[key]: store.images[key][index].permute(1, 2, 0).numpy()
                       for key in store.images}
-            obs = Observation(images=images, state=store.state[index].numpy())
+            env = store.env_state[index].numpy() if store.env_state is not None else None
+            obs = Observation(images=images, state=store.state[index].numpy(),
+                              environment_state=env)
             start = time.perf_counter()
             chunk = runtime.predictor.predict(obs)
             latency.append(time.perf_counter() - start)

@@ -270,10 +270,13 @@ class Trainer:
         self._stop_requested = reason
 
     def _info_json(self, **extra: Any) -> str:
+        sizes = (self.inputs.image_size, self.inputs.stored_image_size)
+        image_size, stored = (list(size) if size else None for size in sizes)
         return json.dumps({'step': self.step, 'preset': self.config.preset,
                            'model_preset': self.config.model_preset,
-                           'image_size': list(self.inputs.image_size),
-                           'dataset_image_size': list(self.inputs.stored_image_size),
+                           'image_size': image_size, 'dataset_image_size': stored,
+                           'cameras': list(self.inputs.cameras),
+                           'environment_state': self.inputs.environment_state,
                            'dataset_root': str(self.config.dataset_root), **extra}, indent=2)
 
     def training_state(self) -> dict[str, Any]:
@@ -308,7 +311,10 @@ class Trainer:
         last = self.out / 'last'
         state = load_training_state(last)
         saved = state['config']
-        for key in ('model_preset', 'image_size', 'batch_size', 'seed'):
+        # Runs from before environment_state/cameras existed had neither: their defaults.
+        saved = {'environment_state': False, 'cameras': None, **saved}
+        for key in ('model_preset', 'image_size', 'batch_size', 'seed', 'environment_state',
+                    'cameras'):
             now = self.config.to_dict()[key]
             if saved.get(key) != now:
                 raise ValueError(f"--resume: {key} was {saved.get(key)!r} in {last}, now {now!r};"
@@ -370,7 +376,8 @@ class Trainer:
             raw = {k: v for k, v in raw.items() if k not in store.extras}
             batch = self.preprocessor(raw)
             inputs = dict(batch)
-            inputs['observation.images'] = [batch[key] for key in self.features]
+            if self.features:  # a policy without cameras: none (LeRobot's ACT then reads none)
+                inputs['observation.images'] = [batch[key] for key in self.features]
             if self.aux is not None and poses is not None:
                 with self.aux.capture():
                     actions_hat, _ = self.policy.model(inputs)
@@ -419,10 +426,14 @@ class Trainer:
             save_model(candidate, self.policy, self.preprocessor, self.postprocessor,
                        info_json=self._info_json())
         if self._env is None:
+            import dataclasses
+
             from act_ros.sim import PortPickAlignEnv
-            self._env = PortPickAlignEnv(
-                make_sim_config(candidate, episode_steps=self.config.closed_loop_episode_steps),
-                self.inputs.contract)
+            sim_config = make_sim_config(candidate,
+                                         episode_steps=self.config.closed_loop_episode_steps)
+            if not self.features:  # a policy without cameras: nothing to render
+                sim_config = dataclasses.replace(sim_config, render=False)
+            self._env = PortPickAlignEnv(sim_config, self.inputs.contract)
         results = {}
         for mode, episodes in (('chunk', self.config.closed_loop_val_episodes),
                                ('ensemble', self.config.closed_loop_te_episodes)):

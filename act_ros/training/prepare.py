@@ -19,7 +19,8 @@ from act_ros.core.contract import Contract, load_contract
 from act_ros.core.device import select_device
 from act_ros.training.config import TrainConfig
 from act_ros.training.data import (FrameStore, Split, TrainingDataError, dataset_image_size,
-                                   load_frames, make_split, normalization_stats, open_dataset)
+                                   load_frames, make_split, normalization_stats, open_dataset,
+                                   select_cameras)
 
 logger = logging.getLogger(__name__)
 
@@ -34,27 +35,33 @@ class RunInputs:
     split: Split
     store: FrameStore
     stats: dict[str, dict[str, torch.Tensor]]
-    image_size: tuple[int, int]
-    stored_image_size: tuple[int, int]
+    image_size: tuple[int, int] | None  # None: the policy takes no camera
+    stored_image_size: tuple[int, int] | None
+    cameras: tuple[str, ...] = ()  # contract cameras the policy takes
+    environment_state: bool = False  # the object poses are an input
 
     def describe(self) -> dict[str, Any]:
         meta = self.dataset.meta
         return {'root': str(self.dataset.root), 'episodes': int(meta.total_episodes),
                 'frames': int(meta.total_frames), 'fps': int(meta.fps),
-                'stored_image_size': list(self.stored_image_size),
+                'stored_image_size': (list(self.stored_image_size) if self.stored_image_size
+                                      else None),
                 'camera_storage': 'video' if meta.video_keys else 'image',
-                'robot_type': meta.robot_type}
+                'robot_type': meta.robot_type, 'cameras': list(self.cameras),
+                'environment_state': self.environment_state}
 
 
 def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -> RunInputs:
     """Open, check, split and decode the dataset; resolve the device (``device``: the one
     a data-parallel launch gave this process, instead of ``config.device``)."""
     contract = load_contract(config.contract_path)
+    cameras = select_cameras(contract, config.cameras)
     device = select_device(config.device) if device is None else device
-    dataset = open_dataset(config.dataset_root, contract)
-    stored = dataset_image_size(dataset.meta, contract)
-    size = config.image_size or stored
-    if config.image_size and (stored[0] < size[0] or stored[1] < size[1]):
+    dataset = open_dataset(config.dataset_root, contract, cameras=cameras,
+                           environment_state=config.environment_state)
+    stored = dataset_image_size(dataset.meta, contract, cameras)
+    size = (config.image_size or stored) if cameras else None
+    if cameras and config.image_size and (stored[0] < size[0] or stored[1] < size[1]):
         logger.warning('dataset images are %dx%d, smaller than the model input %dx%d: they are '
                        'upscaled', stored[0], stored[1], size[0], size[1])
     hf = dataset.hf_dataset
@@ -75,10 +82,14 @@ def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -
                 f'{sorted(dataset.meta.features)}: set --aux-object-pose-weight 0')
         extra_keys = (OBJECT_POSES_FEATURE,)
     store = load_frames(dataset, contract, size, seg_start=seg_start, seg_end=seg_end,
-                        progress=config.progress, extra_keys=extra_keys)
-    stats = normalization_stats(dataset.meta.stats, contract, camera_stats=config.camera_stats)
+                        progress=config.progress, extra_keys=extra_keys, cameras=cameras,
+                        environment_state=config.environment_state)
+    stats = normalization_stats(dataset.meta.stats, contract, camera_stats=config.camera_stats,
+                                cameras=cameras, environment_state=config.environment_state)
     return RunInputs(contract=contract, device=device, dataset=dataset, split=split, store=store,
-                     stats=stats, image_size=size, stored_image_size=stored)
+                     stats=stats, image_size=size, stored_image_size=stored,
+                     cameras=tuple(cam.name for cam in cameras),
+                     environment_state=config.environment_state)
 
 
 def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]:
@@ -89,6 +100,8 @@ def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]
     lr_backbone = config.lr if config.lr_backbone is None else config.lr_backbone
     act_config = make_act_config(inputs.contract, image_size=inputs.image_size,
                                  preset=config.model_preset, device=str(inputs.device),
+                                 cameras=inputs.cameras,
+                                 environment_state=inputs.environment_state,
                                  kl_weight=config.kl_weight, optimizer_lr=config.lr,
                                  optimizer_lr_backbone=lr_backbone,
                                  optimizer_weight_decay=config.weight_decay)
