@@ -69,3 +69,39 @@ def test_disabled_gate_passes_everything():
 def test_invalid_config(kwargs):
     with pytest.raises(ValueError):
         ReleaseGateConfig(**kwargs)
+
+
+def test_an_empty_gripper_returns_the_gate_to_free():
+    """Fingers measured closed on nothing while HOLDING: the object was lost (or never
+    grasped); there is nothing to release, so the gate frees the gripper to grasp again."""
+    gate = ReleaseGate(ReleaseGateConfig(hold_ticks=2, empty_opening=0.05, empty_ticks=3))
+    far, pad = np.array([0.0, 0.0, 0.3]), np.array([0.3, 0.0, 0.0])
+    for _ in range(2):
+        gate.apply(0.0, far, pad, measured_gripper=0.6)
+    assert gate.state is GateState.HOLDING
+    # Holding an object (opening 0.6): an open request far away is suppressed.
+    assert gate.apply(1.0, far, pad, measured_gripper=0.6).command == 0.0
+    # The object slips out: the fingers close to 0.02; two ticks are not enough ...
+    for _ in range(2):
+        assert gate.apply(1.0, far, pad, measured_gripper=0.02).suppressed_release
+    assert gate.state is GateState.HOLDING
+    # ... the third is: FREE, and the open request passes.
+    decision = gate.apply(1.0, far, pad, measured_gripper=0.02)
+    assert gate.state is GateState.FREE and decision.command == 1.0
+    assert gate.objects_lost == 1
+    # An unknown measured opening never frees the gripper.
+    gate = ReleaseGate(ReleaseGateConfig(hold_ticks=1, empty_ticks=1))
+    gate.apply(0.0, far, pad)
+    for _ in range(5):
+        assert gate.apply(1.0, far, pad, measured_gripper=None).command == 0.0
+    assert gate.state is GateState.HOLDING
+
+
+@pytest.mark.parametrize('overrides, message', [
+    ({'empty_opening': 0.95}, 'empty_opening'),
+    ({'empty_opening': -0.1}, 'empty_opening'),
+    ({'empty_ticks': 0}, 'empty_ticks'),
+])
+def test_empty_gripper_settings_are_validated(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        ReleaseGateConfig(**overrides)

@@ -82,3 +82,29 @@ def test_limits_validation_and_contract_limits():
     c = load_contract()
     lim = SafetyLimits(c.lower, c.upper, max_step=0.2)
     assert lim.num_joints == 6 and lim.max_step.shape == (6,)
+
+
+def test_blocked_gripper_gets_the_full_closed_command_within_a_few_ticks():
+    """Fingers stopped by a grasped object stay at 0.6 however hard they are commanded. The
+    gripper is rate-limited against its previous command, so the command still reaches
+    0 (full grip force under position control) and holds it; against the measured
+    position it would stay at measured - max_step = 0.5 for good (a weak grip)."""
+    limits = SafetyLimits(LOWER, UPPER, max_step=np.array([0.1, 0.1, 0.1]))
+    measured = np.array([0.0, 0.0, 0.6])            # fingers blocked by the object
+    previous = np.array([0.0, 0.0, 1.0])            # was open
+    sent = []
+    for _ in range(12):
+        r = limit_command(np.array([0.0, 0.0, -0.3]), measured, limits, gripper_index=2,
+                          previous_command=previous)
+        previous = r.command
+        sent.append(float(r.command[2]))
+    np.testing.assert_allclose(sent[:10], [0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1, 0.0],
+                               atol=1e-12)
+    assert sent[10:] == [0.0, 0.0]
+    # The reference without a previous command (an episode start): the measured position.
+    r = limit_command(np.array([0.0, 0.0, 0.0]), measured, limits, gripper_index=2)
+    assert r.command[2] == pytest.approx(0.5)
+    # The arm joints stay limited against their measured positions.
+    r = limit_command(np.array([0.5, 0.0, 0.0]), measured, limits, gripper_index=2,
+                      previous_command=np.array([0.45, 0.0, 0.0]))
+    assert r.command[0] == pytest.approx(0.1)

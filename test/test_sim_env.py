@@ -231,3 +231,81 @@ def test_urdf_outside_the_supported_subset_is_rejected(tmp_path, replace, messag
     path.write_text(text.replace(replace, bad))
     with pytest.raises(ValueError, match=message):
         parse_urdf(path)
+
+
+def _place_box(env, position, rotation):
+    """Put the box at rest at ``position`` with orientation ``rotation`` (3x3)."""
+    import mujoco
+
+    quat = np.empty(4)
+    mujoco.mju_mat2Quat(quat, np.asarray(rotation, dtype=np.float64).ravel())
+    adr = env.model.joint('box_free').qposadr[0]
+    vadr = env.model.joint('box_free').dofadr[0]
+    env.data.qpos[adr:adr + 7] = [*position, *quat]
+    env.data.qvel[vadr:vadr + 6] = 0.0
+    mujoco.mj_forward(env.model, env.data)
+
+
+def _rot_z(angle):
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+
+
+def _rot_x(angle):
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[1.0, 0.0, 0.0], [0.0, c, -s], [0.0, s, c]])
+
+
+def _rot_y(angle):
+    c, s = math.cos(angle), math.sin(angle)
+    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+
+# The six faces of the cube, each put down by one rotation of the box frame.
+FACES = {'-z (upright)': np.eye(3), '+z (upside down)': _rot_x(math.pi),
+         '-y': _rot_x(math.pi / 2), '+y': _rot_x(-math.pi / 2),
+         '-x': _rot_y(-math.pi / 2), '+x': _rot_y(math.pi / 2)}
+
+
+@pytest.mark.parametrize('face', sorted(FACES))
+@pytest.mark.parametrize('turn_deg', [0.0, 90.0, 180.0, -90.0])
+def test_a_cube_on_any_face_aligned_on_the_pad_is_a_success(env, face, turn_deg):
+    """A cube is the same cube on each of its faces: resting on the pad within the
+    tolerances, on any face and turned by any multiple of 90 degrees, it is aligned."""
+    obs = env.reset(seed=21)
+    pad = obs.pad_pose
+    half = env.config.box_size_m / 2
+    yaw = pad[3] + math.radians(turn_deg + 4.0)         # 4 degrees off: within 10
+    offset = np.array([0.008, -0.006])                  # 1.0 cm off: within 1.5
+    _place_box(env, [pad[0] + offset[0], pad[1] + offset[1], pad[2] + half],
+               _rot_z(yaw) @ FACES[face])
+    result = env.evaluate()
+    assert result.box_on_pad and result.released, result
+    assert result.yaw_error_deg == pytest.approx(4.0, abs=1e-6)
+    assert result.position_error_m == pytest.approx(0.01, abs=1e-6)
+    assert result.success, result
+    # Beyond the yaw tolerance on the same face: not aligned.
+    _place_box(env, [pad[0], pad[1], pad[2] + half],
+               _rot_z(pad[3] + math.radians(turn_deg + 20.0)) @ FACES[face])
+    result = env.evaluate()
+    assert result.box_on_pad and not result.success and result.yaw_error_deg > 10.0
+
+
+def test_a_tilted_box_is_not_resting_on_the_pad(env):
+    obs = env.reset(seed=21)
+    pad = obs.pad_pose
+    half = env.config.box_size_m / 2
+    tilt = math.radians(20.0)
+    lowest = half * (math.cos(tilt) + math.sin(tilt))     # its lowest edge on the pad
+    _place_box(env, [pad[0], pad[1], pad[2] + lowest], _rot_z(pad[3]) @ _rot_x(tilt))
+    result = env.evaluate()
+    assert not result.box_on_pad and not result.success
+
+
+def test_box_pose_reports_the_yaw_of_a_cube_on_any_face(env):
+    env.reset(seed=21)
+    for rotation in FACES.values():
+        yaw = math.radians(33.0)
+        _place_box(env, [0.2, 0.0, env.config.box_size_m / 2], _rot_z(yaw) @ rotation)
+        got = env.box_pose()[3]
+        assert symmetric_yaw_error_deg(got, yaw) == pytest.approx(0.0, abs=1e-6)

@@ -37,6 +37,19 @@ class SimObservation:
     pad_pose: np.ndarray
     step_index: int
     time_s: float
+    box_quaternion: np.ndarray | None = None  # (w, x, y, z); None where only the yaw is known
+    box_half_m: float = 0.015
+
+    @property
+    def box_lowest_z(self) -> float | None:
+        """Height of the box's lowest corner (a tilted box touches down there first), or
+        None without its orientation."""
+        if self.box_quaternion is None:
+            return None
+        from act_ros.core.object_state import quaternion_to_matrix
+
+        rotation = quaternion_to_matrix(self.box_quaternion)
+        return float(self.box_pose[2] - self.box_half_m * np.abs(rotation[2, :]).sum())
 
     @property
     def environment_state(self) -> np.ndarray:
@@ -186,6 +199,33 @@ class PortPickAlignEnv:
         self.max_box_height_m = max(self.max_box_height_m, float(box_bottom))
         return self.observe()
 
+    def move_box(self, offset_xy: np.ndarray) -> bool:
+        """Shift the box on the table by ``offset_xy`` (m), at rest: an outside push.
+
+        Refused (returns False, nothing changed) when the box would overlap the arm there.
+        """
+        if self.layout is None:
+            raise RuntimeError('call reset() before move_box()')
+        adr, vadr = self._box_qadr, self._box_vadr
+        saved_q = self.data.qpos[adr:adr + 7].copy()
+        saved_v = self.data.qvel[vadr:vadr + 6].copy()
+        self.data.qpos[adr:adr + 2] += np.asarray(offset_xy, dtype=np.float64)[:2]
+        self.data.qvel[vadr:vadr + 6] = 0.0
+        mujoco.mj_forward(self.model, self.data)
+        box_bodies = {self._box_body}
+        for i in range(self.data.ncon):
+            contact = self.data.contact[i]
+            bodies = {int(self.model.geom_bodyid[contact.geom1]),
+                      int(self.model.geom_bodyid[contact.geom2])}
+            other = bodies - box_bodies
+            if bodies & box_bodies and other and contact.dist < -1e-4 \
+                    and other != {0} and self.model.body(next(iter(other))).name != PAD_BODY:
+                self.data.qpos[adr:adr + 7] = saved_q
+                self.data.qvel[vadr:vadr + 6] = saved_v
+                mujoco.mj_forward(self.model, self.data)
+                return False
+        return True
+
     def _set_ctrl(self, target: np.ndarray) -> None:
         self.data.ctrl[self._arm_act] = target[self.arm_index]
         self.data.ctrl[self._finger_act] = target[self.gripper_index] * self.finger_open_m
@@ -222,6 +262,8 @@ class PortPickAlignEnv:
             pad_pose=self.pad_pose(),
             step_index=self.step_index,
             time_s=self.step_index / self.config.fps,
+            box_quaternion=self.data.xquat[self._box_body].copy(),
+            box_half_m=self.config.box_size_m / 2,
         )
 
     def render(self) -> dict[str, np.ndarray]:

@@ -1,22 +1,36 @@
-"""Scripted expert for port-pick-align: IK on privileged box and pad poses.
+"""Scripted expert for port-pick-align: state feedback on the measured arm and object poses.
 
-Phases (control ticks at 30 Hz, from :class:`ExpertConfig`):
+Every tick the expert decides what to do from what it measures, not from a clock: the
+tool centre point (forward kinematics of the measured joints), the gripper opening, the
+box pose relative to the fingers, the box and pad poses. It therefore acts correctly
+from any state it can recover from (a box pushed away, a box dropped in transit, an arm
+knocked off its path), and it can label the states a learned policy visits (DAgger).
 
-1. ``approach``: joint-space move from the start pose to hover above the box, fingers
-   across two opposite box faces (the 90-degree choice that keeps wrist_roll smallest).
-2. ``descend``: straight down to the grasp height.
-3. ``close``: close the gripper and wait for the grip.
-4. ``lift`` and 5. ``carry``: up to the carry height, then over the pad; meanwhile the yaw
-   turns progressively so that the box (as measured in the gripper) ends aligned with
-   the pad modulo 90 degrees.
-6. ``place``: descend over the pad until the box sits on it (longer than one action chunk).
-7. ``release``: arm still, gripper open (longer than one action chunk).
-8. ``retreat``: straight up; then hold.
+What it does, as a function of the state:
 
-Cartesian segments follow a minimum-jerk profile and each tick's joints come from damped
-least squares warm-started at the previous tick, so targets move smoothly. The gripper
-command passes through the node's :class:`~act_ros.core.release_gate.ReleaseGate`
-(default settings), which it must never trip.
+- **Not holding the box** (approach, descend, close): the fingers go to a grasp pose over
+  the box's centre, across two opposite faces (of the four equivalent yaws, the one with
+  the smallest wrist roll). The allowed height is a funnel around the box: the further
+  the fingers are from the grasp pose (position and yaw), the higher they must stay, so
+  the arm rises before it travels and descends only once aligned. At the grasp pose the
+  gripper closes.
+- **Holding it** (lift, carry, place): the target is the gripper pose that puts the box,
+  as it sits in the fingers now, on the pad's centre, aligned with the pad modulo 90
+  degrees. The same funnel keeps the box at carry height until it is over its target;
+  the descent onto the pad is slow (longer than one action chunk). Yaw turns during
+  lift and carry.
+- **Box on the pad**: the arm holds still while the gripper opens (the release), then
+  rises slowly, then holds.
+
+Targets move toward their goal at a bounded speed (proportional near the goal, so the
+arm arrives without overshoot); each tick's joints come from damped least squares
+started at the measured joints. The gripper command passes through the node's
+:class:`~act_ros.core.release_gate.ReleaseGate` (default settings), which the expert
+never trips on its own.
+
+The expert keeps two pieces of memory, both tie-breakers: which of two equally good
+yaws it chose last (so that a choice near a tie does not flip back and forth), and the
+gate's state.
 """
 
 from __future__ import annotations
@@ -33,66 +47,103 @@ from act_ros.sim.metrics import EpisodeResult, wrap_angle
 
 GRIPPER_OPEN = 1.0
 GRIPPER_CLOSED = 0.0
+QUARTER = math.pi / 2
+# Phases the expert reports (ScriptedExpert.phase), in task order.
+PHASES = ('approach', 'descend', 'close', 'lift', 'carry', 'place', 'release', 'retreat')
 
 
 @dataclass(frozen=True)
 class ExpertConfig:
-    """Heights (tool centre point above the table) and phase durations in control ticks.
+    """Geometry, speeds and tolerances of the expert (lengths in metres, per control tick
+    where the name says ``_per_tick``).
 
     Top-down poses stop being reachable above ~0.08 m at the far edge of the workspace
     (0.225 m from the base), which bounds the hover, carry and retreat heights.
     """
 
-    grasp_height_m: float = 0.018
-    hover_height_m: float = 0.063
-    carry_height_m: float = 0.07
-    place_clearance_m: float = 0.001
+    grasp_above_centre_m: float = 0.003   # tool centre point above the box centre at the grasp
+    hover_above_grasp_m: float = 0.045    # funnel top: hover height above the grasp height
+    carry_height_m: float = 0.07          # tool centre point over the table while carrying
     retreat_height_m: float = 0.075
-    approach_steps: int = 40
-    descend_steps: int = 25
-    close_steps: int = 12
-    lift_steps: int = 20
-    carry_steps: int = 45
-    place_steps: int = 42
-    release_steps: int = 36
-    retreat_steps: int = 25
-    min_chunk_phase_steps: int = 31   # place and release outlast one 30-step action chunk
+    place_clearance_m: float = 0.001      # box bottom above the pad top at the end of the descent
+    funnel_slope: float = 4.0             # metres of height per metre of position error
+    funnel_yaw_m_per_deg: float = 0.0015  # metres of height per degree of yaw error
+    funnel_margin_m: float = 0.003        # position error allowed at the bottom of the funnel
+    funnel_yaw_margin_deg: float = 2.0
+    max_speed_per_tick_m: float = 0.005   # horizontal (15 cm/s at 30 Hz)
+    descend_speed_per_tick_m: float = 0.003
+    place_speed_per_tick_m: float = 0.0012  # the descent onto the pad lasts > 30 ticks
+    retreat_speed_per_tick_m: float = 0.002
+    min_speed_per_tick_m: float = 0.0004
+    gain_per_tick: float = 0.15           # proportional approach near a goal
+    max_yaw_rate_per_tick_deg: float = 3.0
+    travel_clearance_m: float = 0.005     # below the funnel by more than this: rise before travel
+    travel_freeze_m: float = 0.02         # ... by this much: no horizontal motion at all
+    close_position_tol_m: float = 0.004   # grasp pose reached: close the gripper
+    close_height_tol_m: float = 0.003
+    close_yaw_tol_deg: float = 5.0
+    hold_distance_m: float = 0.02         # box centre within this of the tool centre point ...
+    hold_opening_margin: float = 0.06     # ... and the gripper within this of the box's width
+    land_height_m: float = 0.0015         # held box's lowest corner this close to the pad: let go
+    rest_height_m: float = 0.003          # a box's bottom this close to the pad top rests on it
+    land_position_tol_m: float = 0.004
+    open_opening: float = 0.95            # measured opening counted as open
+    release_distance_m: float = 0.03      # fingers this close to a placed box: still releasing
+    placed_position_tol_m: float = 0.012  # a released box this close to the pad centre ...
+    placed_yaw_tol_deg: float = 8.0       # ... and this well aligned stays where it is
+    tie_margin_deg: float = 10.0          # keep the previous yaw choice unless this much worse
+    over_target_m: float = 0.01           # held box within this of its target: placing
+    ik_tolerance_m: float = 0.001         # a Cartesian step solved worse than this ...
+    ik_rotation_tolerance_rad: float = 0.05
+    recovery_joint_step_rad: float = 0.05  # ... moves the arm in joint space, this fast
 
     def __post_init__(self) -> None:
-        if not 0.0 < self.grasp_height_m < self.hover_height_m:
-            raise ValueError(f'need 0 < grasp_height_m < hover_height_m, got '
-                             f'{self.grasp_height_m} and {self.hover_height_m}')
-        if not self.carry_height_m > self.grasp_height_m:
-            raise ValueError(f'carry_height_m {self.carry_height_m} must exceed grasp_height_m '
-                             f'{self.grasp_height_m}')
-        for name, steps in self.phase_steps():
-            if steps < 1:
-                raise ValueError(f'{name}_steps must be >= 1, got {steps}')
-        for name in ('place', 'release'):
-            steps = getattr(self, f'{name}_steps')
-            if steps < self.min_chunk_phase_steps:
-                raise ValueError(f'{name}_steps must be >= {self.min_chunk_phase_steps} (longer '
-                                 f'than an action chunk), got {steps}')
-
-    def phase_steps(self) -> list[tuple[str, int]]:
-        names = ('approach', 'descend', 'close', 'lift', 'carry', 'place', 'release', 'retreat')
-        return [(n, getattr(self, f'{n}_steps')) for n in names]
-
-    @property
-    def total_steps(self) -> int:
-        return sum(s for _, s in self.phase_steps())
+        for name in ('hover_above_grasp_m', 'carry_height_m', 'retreat_height_m',
+                     'funnel_slope', 'max_speed_per_tick_m', 'descend_speed_per_tick_m',
+                     'place_speed_per_tick_m', 'retreat_speed_per_tick_m',
+                     'min_speed_per_tick_m', 'gain_per_tick', 'max_yaw_rate_per_tick_deg',
+                     'close_position_tol_m', 'close_height_tol_m', 'hold_distance_m',
+                     'land_height_m', 'rest_height_m', 'placed_position_tol_m'):
+            if not getattr(self, name) > 0.0:
+                raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+        if not 0.0 < self.gain_per_tick <= 1.0:
+            raise ValueError(f'gain_per_tick must be in (0, 1], got {self.gain_per_tick}')
+        if not self.min_speed_per_tick_m <= min(self.place_speed_per_tick_m,
+                                                 self.descend_speed_per_tick_m):
+            raise ValueError('min_speed_per_tick_m must not exceed the descent speeds')
+        if not self.travel_clearance_m < self.travel_freeze_m:
+            raise ValueError('travel_clearance_m must be below travel_freeze_m')
 
 
-def min_jerk(s: float) -> float:
-    """Minimum-jerk profile on [0, 1]: zero velocity and acceleration at both ends."""
-    s = min(max(s, 0.0), 1.0)
-    return s * s * s * (10.0 - 15.0 * s + 6.0 * s * s)
+@dataclass(frozen=True)
+class Motion:
+    """What one branch of the expert wants this tick: the next tool-centre-point target
+    and gripper yaw, the goal they head for, and the gripper command."""
+
+    target: np.ndarray
+    yaw: float
+    goal: np.ndarray
+    goal_yaw: float
+    gripper: float
 
 
-def _fold_quarter(roll: float) -> float:
+def _fold_quarter(angle: float) -> float:
     """An angle modulo 90 degrees (the box symmetry), folded into [-45, 45) degrees."""
-    quarter = math.pi / 2
-    return (roll + quarter / 2) % quarter - quarter / 2
+    return (angle + QUARTER / 2) % QUARTER - QUARTER / 2
+
+
+def _speed(distance: float, max_speed: float, cfg: ExpertConfig) -> float:
+    """Speed toward a goal ``distance`` away: proportional near it, bounded far from it."""
+    return min(max_speed, max(cfg.min_speed_per_tick_m, cfg.gain_per_tick * distance))
+
+
+def _toward(value: np.ndarray, goal: np.ndarray, speed: float) -> np.ndarray:
+    """``value`` moved toward ``goal`` by at most ``speed`` (Euclidean)."""
+    delta = goal - value
+    distance = float(np.linalg.norm(delta))
+    if distance <= speed:
+        return goal.copy()
+    return value + delta * (speed / distance)
 
 
 class ScriptedExpert:
@@ -102,146 +153,247 @@ class ScriptedExpert:
                  gate_config: ReleaseGateConfig | None = None) -> None:
         self.env = env
         self.config = config or ExpertConfig()
-        if self.config.total_steps > env.config.episode_steps:
-            raise ValueError(f'the expert needs {self.config.total_steps} steps, the episode has '
-                             f'{env.config.episode_steps}')
         self.ik = ArmIK(env.model)
         self.gate = ReleaseGate(gate_config)
         self._arm_index = env.arm_index
         self._gripper_index = env.gripper_index
         self._box_half = env.config.box_size_m / 2
+        # Normalized opening of fingers closed on the box (the box's width).
+        self._box_opening = min(1.0, self._box_half / env.finger_open_m)
         self.gate_decisions: list[GateDecision] = []
-        self._schedule: list[tuple[str, int, int]] = []
-        start = 0
-        for name, steps in self.config.phase_steps():
-            self._schedule.append((name, start, start + steps))
-            start += steps
-        self._bounds = {name: (begin, end) for name, begin, end in self._schedule}
         self.tick = 0
         self.phase = 'approach'
-        self.phase_progress = 0.0     # of the phase of the last act(), in (0, 1]
-        self.max_ik_error_m = 0.0     # worst IK position residual this episode
-
-    # ------------------------------------------------------------------ helpers
-    def _arm(self, joints: np.ndarray) -> np.ndarray:
-        return np.asarray(joints, dtype=np.float64)[self._arm_index]
-
-    def _phase_at(self, tick: int) -> tuple[str, float]:
-        for name, begin, end in self._schedule:
-            if tick < end:
-                return name, (tick - begin + 1) / (end - begin)
-        return 'hold', 1.0
-
-    def _yaw_for_roll(self, xy: np.ndarray, roll: float) -> float:
-        """Gripper yaw at ``xy`` for a given wrist roll when pointing down."""
-        return math.atan2(xy[1], xy[0]) + math.pi / 2 - roll
-
-    def _closest_yaw(self, xy: np.ndarray, yaw: float) -> float:
-        """Among ``yaw + k * 90 deg``, the gripper yaw needing the smallest wrist roll."""
-        roll = math.atan2(xy[1], xy[0]) + math.pi / 2 - yaw
-        return self._yaw_for_roll(xy, _fold_quarter(wrap_angle(roll)))
+        self.noise_gain = 1.0          # how much exploration noise suits this tick, in [0, 1]
+        self.recovering = False        # this tick moved in joint space (off the usual branch)
+        self.max_ik_error_m = 0.0      # worst IK position residual this episode
+        self._grasp_yaw: float | None = None
+        self._place_yaw: float | None = None
 
     # ------------------------------------------------------------------ episode
     def reset(self, obs: SimObservation) -> None:
-        """Plan the grasp for a new episode from its first observation."""
+        """Start a new episode (clears the gate and the tie-breaking memory)."""
         self.gate.reset()
         self.gate_decisions = []
         self.tick = 0
         self.phase = 'approach'
-        self._q_start = self._arm(obs.joint_positions)
-        self._q_cmd = self._q_start.copy()
-        box = obs.box_pose
-        self._grasp_yaw = self._closest_yaw(box[:2], box[3])
-        rotation = down_rotation(self._grasp_yaw)
-        hover = np.array([box[0], box[1], self.config.hover_height_m])
-        self._q_hover, self.max_ik_error_m = self.ik.solve(hover, rotation, self._q_start)
-        self._pose = (hover, self._grasp_yaw)          # last commanded Cartesian target
-        self._segment_start = self._pose
-        self._segment_end = self._pose
-        self._entered: set[str] = set()
+        self.noise_gain = 1.0
+        self.max_ik_error_m = 0.0
+        self._grasp_yaw = None
+        self._place_yaw = None
 
-    def _enter(self, phase: str, obs: SimObservation) -> None:
-        """Fix the start and end targets of a phase from the current observation."""
+    # ------------------------------------------------------------------ geometry
+    def _roll_for_yaw(self, xy: np.ndarray, yaw: float) -> float:
+        """Wrist roll (relative to the arm's plane) that points the fingers along ``yaw``
+        at ``xy`` when the gripper points down."""
+        return wrap_angle(math.atan2(xy[1], xy[0]) + QUARTER - yaw)
+
+    def _choose_yaw(self, xy: np.ndarray, yaw: float, previous: float | None) -> float:
+        """Of ``yaw + k * 90 deg``, the gripper yaw with the smallest wrist roll at ``xy``;
+        the previous choice is kept unless it needs ``tie_margin_deg`` more roll."""
+        roll = self._roll_for_yaw(xy, yaw)
+        best = yaw + (roll - _fold_quarter(roll))  # roll folded into [-45, 45) degrees
+        if previous is not None:
+            candidate = best + QUARTER * round(wrap_angle(previous - best) / QUARTER)
+            extra = abs(self._roll_for_yaw(xy, candidate)) - abs(self._roll_for_yaw(xy, best))
+            if extra <= math.radians(self.config.tie_margin_deg):
+                return candidate
+        return best
+
+    def _funnel_height(self, bottom_z: float, position_error: float, yaw_error_deg: float,
+                       top_z: float) -> float:
+        """Lowest allowed height for the current alignment error (see module docstring)."""
         cfg = self.config
-        pos, yaw = self._pose
-        self._segment_start = (pos.copy(), yaw)
-        if phase == 'descend':
-            box = obs.box_pose
-            end = (np.array([box[0], box[1], cfg.grasp_height_m]), yaw)
-        elif phase == 'lift':
-            self._plan_place(obs, reference_yaw=None)
-            end = (np.array([pos[0], pos[1], cfg.carry_height_m]), yaw)
-        elif phase == 'carry':
-            end = (np.array([*self._place_xy, cfg.carry_height_m]), yaw)
-        elif phase == 'place':
-            self._plan_place(obs, reference_yaw=yaw)
-            end = (np.array([*self._place_xy, self._place_z]), self._place_yaw)
-        elif phase == 'retreat':
-            end = (np.array([pos[0], pos[1], max(pos[2], cfg.retreat_height_m)]), yaw)
-        else:  # close, release, hold: stay
-            end = (pos.copy(), yaw)
-        self._segment_end = end
+        rise = (cfg.funnel_slope * max(0.0, position_error - cfg.funnel_margin_m)
+                + cfg.funnel_yaw_m_per_deg * max(0.0, yaw_error_deg - cfg.funnel_yaw_margin_deg))
+        return min(top_z, bottom_z + rise) if top_z > bottom_z else bottom_z
 
-    def _plan_place(self, obs: SimObservation, reference_yaw: float | None) -> None:
-        """Where the gripper must go so that the held box lands on the pad, aligned.
+    def _step_target(self, ee: np.ndarray, goal_xy: np.ndarray, goal_z: float,
+                     floor_z: float, max_down: float) -> np.ndarray:
+        """Next tool-centre-point target toward ``goal``; horizontal travel waits while the
+        point is well below ``floor_z`` (the funnel)."""
+        cfg = self.config
+        deficit = floor_z - ee[2]
+        travel = 1.0 - (deficit - cfg.travel_clearance_m) / (cfg.travel_freeze_m
+                                                              - cfg.travel_clearance_m)
+        travel = min(1.0, max(0.0, travel))
+        xy_error = float(np.linalg.norm(goal_xy - ee[:2]))
+        xy = _toward(ee[:2], goal_xy, travel * _speed(xy_error, cfg.max_speed_per_tick_m, cfg))
+        z_goal = max(goal_z, floor_z)
+        dz = z_goal - ee[2]
+        up_speed = _speed(abs(dz), cfg.max_speed_per_tick_m, cfg)
+        down_speed = _speed(abs(dz), max_down, cfg)
+        z = ee[2] + (min(dz, up_speed) if dz > 0 else max(dz, -down_speed))
+        return np.array([xy[0], xy[1], z])
 
-        Uses the box pose measured in the gripper frame, so a grasp slightly off centre or
-        turned is compensated. Of the four equivalent yaws, the first plan (``reference_yaw``
-        None) takes the one with the smallest wrist roll; a re-plan keeps the one nearest to
-        ``reference_yaw``, so the target never flips by 90 degrees on the way.
-        """
-        ee_pos, ee_rot = self.ik.forward(self._arm(obs.joint_positions))
+    def _yaw_step(self, current: float, goal: float) -> float:
+        cfg = self.config
+        error = wrap_angle(goal - current)
+        rate = min(math.radians(cfg.max_yaw_rate_per_tick_deg),
+                   max(math.radians(0.05), cfg.gain_per_tick * abs(error)))
+        return current + math.copysign(min(abs(error), rate), error)
+
+    def _usual_posture(self, target: np.ndarray, yaw: float) -> np.ndarray:
+        """Arm joints of the start posture turned toward ``target`` with the wrist roll
+        for ``yaw``: an IK start on the usual branch (elbow up, wrist down)."""
+        q = np.asarray(self.env.config.home_joint_positions, dtype=np.float64)[self._arm_index]
+        q = q.copy()
+        q[0] = math.atan2(target[1], target[0])
+        q[-1] = self._roll_for_yaw(target[:2], yaw)
+        return q
+
+    # ------------------------------------------------------------------ decisions
+    def _holding(self, box_in_gripper: np.ndarray, opening: float) -> bool:
+        cfg = self.config
+        return (float(np.linalg.norm(box_in_gripper)) <= cfg.hold_distance_m
+                and abs(opening - self._box_opening) <= cfg.hold_opening_margin)
+
+    def _placed(self, obs: SimObservation) -> bool:
+        """The box rests on the pad near its centre, aligned: nothing left to do to it."""
+        cfg = self.config
         box, pad = obs.box_pose, obs.pad_pose
-        box_in_gripper = ee_rot.T @ (box[:3] - ee_pos)
-        relative_yaw = _fold_quarter(wrap_angle(box[3] - gripper_yaw(ee_rot)))
-        aligned_yaw = pad[3] - relative_yaw
-        if reference_yaw is None:
-            place_yaw = self._closest_yaw(pad[:2], aligned_yaw)
-        else:
-            place_yaw = reference_yaw + _fold_quarter(wrap_angle(aligned_yaw - reference_yaw))
-        rotation = down_rotation(place_yaw)
-        offset = rotation @ box_in_gripper
-        self._place_xy = pad[:2] - offset[:2]
-        self._place_yaw = place_yaw
-        self._place_z = pad[2] + self._box_half + self.config.place_clearance_m - offset[2]
-        # The yaw target of the lift and carry (progressive alignment).
-        self._carry_yaw_start = self._grasp_yaw
-        self._carry_yaw_end = place_yaw
+        bottom = box[2] - self._box_half
+        yaw_error = abs(math.degrees(_fold_quarter(box[3] - pad[3])))
+        return (abs(bottom - pad[2]) <= cfg.rest_height_m
+                and float(np.linalg.norm(box[:2] - pad[:2])) <= cfg.placed_position_tol_m
+                and yaw_error <= cfg.placed_yaw_tol_deg)
 
     def act(self, obs: SimObservation) -> np.ndarray:
-        """Joint targets (contract order, gripper normalized) for this tick."""
-        phase, s = self._phase_at(self.tick)
-        if phase not in self._entered:
-            self._entered.add(phase)
-            if phase != 'approach':
-                self._enter(phase, obs)
-        self.phase, self.phase_progress = phase, s
-        if phase == 'approach':
-            self._q_cmd = self._q_start + min_jerk(s) * (self._q_hover - self._q_start)
+        """Joint targets (contract order, gripper normalized) for this observation."""
+        q = np.asarray(obs.joint_positions, dtype=np.float64)
+        q_arm = q[self._arm_index]
+        opening = float(q[self._gripper_index])
+        ee, ee_rot = self.ik.forward(q_arm)
+        yaw_now = gripper_yaw(ee_rot)
+        box, pad = np.asarray(obs.box_pose, float), np.asarray(obs.pad_pose, float)
+        box_in_gripper = ee_rot.T @ (box[:3] - ee)
+
+        if self._holding(box_in_gripper, opening) and not self._landed(obs, ee, box_in_gripper,
+                                                                         yaw_now):
+            motion = self._carry(obs, ee, yaw_now, box_in_gripper)
+        elif self._placed(obs):
+            motion = self._release_or_retreat(obs, ee, yaw_now, opening)
         else:
-            (p0, yaw0), (p1, yaw1) = self._segment_start, self._segment_end
-            position = p0 + min_jerk(s) * (p1 - p0)
-            if phase in ('lift', 'carry'):
-                # Yaw turns over lift and carry together.
-                begin, end = self._bounds['lift'][0], self._bounds['carry'][1]
-                u = min_jerk((self.tick - begin + 1) / (end - begin))
-                yaw = self._carry_yaw_start + u * (self._carry_yaw_end - self._carry_yaw_start)
-            else:
-                yaw = yaw0 + min_jerk(s) * (yaw1 - yaw0)
-            self._pose = (position, yaw)
-            self._q_cmd, error = self.ik.solve(position, down_rotation(yaw), self._q_cmd)
-            self.max_ik_error_m = max(self.max_ik_error_m, error)
-        if phase in ('approach', 'descend', 'release', 'retreat', 'hold'):
-            gripper = GRIPPER_OPEN
-        else:
-            gripper = GRIPPER_CLOSED
-        decision = self.gate.apply(gripper, obs.ee_position, obs.pad_pose[:3])
+            motion = self._grasp(obs, ee, yaw_now, opening)
+
+        q_cmd = self._joints_for(motion, q_arm)
+        decision = self.gate.apply(motion.gripper, obs.ee_position, pad[:3],
+                                   measured_gripper=opening)
         self.gate_decisions.append(decision)
         action = np.empty(self.env.contract.num_joints)
-        action[self._arm_index] = self._q_cmd
+        action[self._arm_index] = q_cmd
         action[self._gripper_index] = decision.command
         self.tick += 1
         return action
+
+    def _joints_for(self, motion: Motion, q_arm: np.ndarray) -> np.ndarray:
+        """Arm joints for this tick's Cartesian step; where the measured arm is off the
+        usual branch (pushed against a joint limit, or to a pose it cannot reach pointing
+        down) the step has no good solution, and the arm moves in joint space toward the
+        goal's solution on the usual branch instead."""
+        cfg = self.config
+        rotation = down_rotation(motion.yaw)
+        q_cmd, error, rotation_error = self.ik.solve_checked(motion.target, rotation, q_arm)
+        if error <= cfg.ik_tolerance_m and rotation_error <= cfg.ik_rotation_tolerance_rad:
+            self.max_ik_error_m = max(self.max_ik_error_m, error)
+            self.recovering = False
+            return q_cmd
+        self.recovering = True
+        goal = motion.goal
+        q_goal, _, _ = self.ik.solve_checked(goal, down_rotation(motion.goal_yaw),
+                                             self._usual_posture(goal, motion.goal_yaw))
+        step = np.clip(q_goal - q_arm, -cfg.recovery_joint_step_rad, cfg.recovery_joint_step_rad)
+        return q_arm + step
+
+    def _place_goal(self, obs: SimObservation, ee: np.ndarray, yaw_now: float,
+                    box_in_gripper: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """Where the tool centre point must be for the held box to sit on the pad, aligned:
+        ``(xy, z, gripper yaw)``."""
+        box, pad = obs.box_pose, obs.pad_pose
+        relative_yaw = _fold_quarter(wrap_angle(box[3] - yaw_now))
+        self._place_yaw = self._choose_yaw(pad[:2], pad[3] - relative_yaw, self._place_yaw)
+        offset = down_rotation(self._place_yaw) @ box_in_gripper
+        xy = pad[:2] - offset[:2]
+        z = pad[2] + self._box_half + self.config.place_clearance_m - offset[2]
+        return xy, z, self._place_yaw
+
+    def _landed(self, obs: SimObservation, ee: np.ndarray, box_in_gripper: np.ndarray,
+                yaw_now: float) -> bool:
+        """The held box has come down on the pad at its target: time to let go."""
+        cfg = self.config
+        box, pad = obs.box_pose, obs.pad_pose
+        lowest = obs.box_lowest_z
+        if lowest is None:
+            lowest = box[2] - self._box_half
+        if lowest - pad[2] > cfg.land_height_m:
+            return False
+        xy, _, _ = self._place_goal(obs, ee, yaw_now, box_in_gripper)
+        return float(np.linalg.norm(xy - ee[:2])) <= cfg.land_position_tol_m
+
+    def _carry(self, obs, ee, yaw_now, box_in_gripper):
+        cfg = self.config
+        xy, z, yaw_goal = self._place_goal(obs, ee, yaw_now, box_in_gripper)
+        position_error = float(np.linalg.norm(xy - ee[:2]))
+        yaw_error = abs(math.degrees(wrap_angle(yaw_goal - yaw_now)))
+        floor = self._funnel_height(z, position_error, yaw_error, cfg.carry_height_m)
+        target = self._step_target(ee, xy, z, floor, cfg.place_speed_per_tick_m)
+        goal = np.array([xy[0], xy[1], max(z, floor)])
+        if position_error > cfg.over_target_m:
+            lifting = floor >= cfg.carry_height_m - 1e-6 and ee[2] < cfg.carry_height_m - 0.01
+            self.phase = 'lift' if lifting else 'carry'
+        else:
+            self.phase = 'place'  # over the target: the descent onto the pad
+        # Exploration noise: full in transit, none in the last centimetres of the descent.
+        self.noise_gain = min(1.0, max(0.0, (ee[2] - z - 0.01) / 0.03))
+        return Motion(target, self._yaw_step(yaw_now, yaw_goal), goal, yaw_goal, GRIPPER_CLOSED)
+
+    def _release_or_retreat(self, obs, ee, yaw_now, opening):
+        cfg = self.config
+        box = obs.box_pose
+        self.noise_gain = 0.0
+        near = float(np.linalg.norm(box[:3] - ee)) <= cfg.release_distance_m
+        if near and opening < cfg.open_opening:
+            self.phase = 'release'
+            return Motion(ee.copy(), yaw_now, ee.copy(), yaw_now, GRIPPER_OPEN)  # arm still
+        self.phase = 'retreat'
+        # Rise slowly while the fingers are beside the box, faster above it.
+        height = ee[2] - (box[2] + self._box_half)
+        speed = min(cfg.retreat_speed_per_tick_m, cfg.min_speed_per_tick_m + 0.1 * max(0.0, height))
+        goal_z = max(ee[2], cfg.retreat_height_m)
+        z = min(goal_z, ee[2] + speed)
+        return Motion(np.array([ee[0], ee[1], z]), yaw_now, np.array([ee[0], ee[1], goal_z]),
+                      yaw_now, GRIPPER_OPEN)
+
+    def _grasp(self, obs, ee, yaw_now, opening):
+        cfg = self.config
+        box = obs.box_pose
+        self._place_yaw = None
+        self._grasp_yaw = self._choose_yaw(box[:2], box[3], self._grasp_yaw)
+        grasp_z = box[2] + cfg.grasp_above_centre_m
+        position_error = float(np.linalg.norm(box[:2] - ee[:2]))
+        yaw_error = abs(math.degrees(_fold_quarter(wrap_angle(self._grasp_yaw - yaw_now))))
+        top = grasp_z + cfg.hover_above_grasp_m
+        floor = self._funnel_height(grasp_z, position_error, yaw_error, top)
+        at_grasp = (position_error <= cfg.close_position_tol_m
+                    and abs(ee[2] - grasp_z) <= cfg.close_height_tol_m
+                    and yaw_error <= cfg.close_yaw_tol_deg)
+        if at_grasp:
+            self.phase, self.noise_gain = 'close', 0.0
+            grasp = np.array([box[0], box[1], grasp_z])
+            return Motion(grasp, self._grasp_yaw, grasp, self._grasp_yaw, GRIPPER_CLOSED)
+        if opening < cfg.open_opening and not self._fingers_clear(box, ee, opening):
+            # Fingers closed (or closing) away from the grasp pose: open them before
+            # going near the box, and stay high meanwhile.
+            floor = top
+        target = self._step_target(ee, box[:2], grasp_z, floor, cfg.descend_speed_per_tick_m)
+        goal = np.array([box[0], box[1], max(grasp_z, floor)])
+        self.phase = 'descend' if floor < top - 1e-6 else 'approach'
+        self.noise_gain = min(1.0, max(0.0, (ee[2] - grasp_z - 0.01) / 0.03))
+        return Motion(target, self._yaw_step(yaw_now, self._grasp_yaw), goal, self._grasp_yaw,
+                      GRIPPER_OPEN)
+
+    def _fingers_clear(self, box: np.ndarray, ee: np.ndarray, opening: float) -> bool:
+        """Half-open fingers still fit around the box: opening while descending is fine."""
+        return opening > self._box_opening + 0.15
 
     @property
     def gate_tripped(self) -> bool:

@@ -66,6 +66,16 @@ class ArmIK:
         iteration. Starting from the previous tick's solution keeps the branch (elbow up,
         wrist roll near its last value), so consecutive targets give continuous joints.
         """
+        q, position_error, _ = self._solve(position, rotation, q_init)
+        return q, position_error
+
+    def solve_checked(self, position: np.ndarray, rotation: np.ndarray,
+                      q_init: np.ndarray) -> tuple[np.ndarray, float, float]:
+        """:meth:`solve` that also returns the orientation error (rad) of the solution."""
+        return self._solve(position, rotation, q_init)
+
+    def _solve(self, position: np.ndarray, rotation: np.ndarray,
+               q_init: np.ndarray) -> tuple[np.ndarray, float, float]:
         q = np.clip(np.asarray(q_init, dtype=np.float64), self.lower, self.upper)
         target_quat = np.empty(4)
         mujoco.mju_mat2Quat(target_quat, np.asarray(rotation, dtype=np.float64).ravel())
@@ -73,7 +83,7 @@ class ArmIK:
         rot_err = np.empty(3)
         pos_err = np.full(3, np.inf)
         w = self.rotation_weight
-        for _ in range(self.max_iterations):
+        for iteration in range(self.max_iterations + 1):
             self.data.qpos[self._qadr] = q
             mujoco.mj_kinematics(self.model, self.data)
             mujoco.mj_comPos(self.model, self.data)
@@ -82,12 +92,13 @@ class ArmIK:
             mujoco.mju_mat2Quat(quat, xmat)
             mujoco.mju_subQuat(rot_err, target_quat, quat)      # in the site frame
             rot_err_world = xmat.reshape(3, 3) @ rot_err
-            if (np.linalg.norm(pos_err) < self.position_tolerance_m
-                    and np.linalg.norm(rot_err) < self.rotation_tolerance_rad):
-                break
+            if ((np.linalg.norm(pos_err) < self.position_tolerance_m
+                    and np.linalg.norm(rot_err) < self.rotation_tolerance_rad)
+                    or iteration == self.max_iterations):
+                break  # the errors are those of the q returned
             mujoco.mj_jacSite(self.model, self.data, self._jacp, self._jacr, self._site)
             jac = np.vstack([self._jacp[:, self._dofs], w * self._jacr[:, self._dofs]])
             err = np.concatenate([pos_err, w * rot_err_world])
             dq = jac.T @ np.linalg.solve(jac @ jac.T + self.damping ** 2 * np.eye(6), err)
             q = np.clip(q + dq, self.lower, self.upper)
-        return q, float(np.linalg.norm(pos_err))
+        return q, float(np.linalg.norm(pos_err)), float(np.linalg.norm(rot_err))

@@ -59,9 +59,10 @@ class EpisodeResult:
     """How one episode ended; ``success`` is the "aligned" criterion of the task.
 
     ``success`` needs all of: ``box_on_pad`` (centre over the pad, bottom on its top face,
-    resting flat on any of its faces: a cube is the same cube on each), ``box_still`` (speed below the threshold), ``released`` (gripper open and no
-    finger touching the box), ``position_error_m`` (box centre to pad centre, XY) and
-    ``yaw_error_deg`` (modulo 90 degrees) within their tolerances.
+    resting flat on any of its faces: a cube is the same cube on each), ``box_still``
+    (speed below the threshold), ``released`` (gripper open and no finger touching the
+    box), ``position_error_m`` (box centre to pad centre, XY) and ``yaw_error_deg``
+    (modulo 90 degrees) within their tolerances.
     """
 
     success: bool
