@@ -47,3 +47,12 @@ def tiny_checkpoint(tmp_path_factory):
     from act_ros.core.checkpoint import create_checkpoint
     return create_checkpoint(tmp_path_factory.mktemp('ckpt') / 'tiny', preset='tiny',
                              image_size=(48, 64), seed=0)
+
+
+@pytest.fixture(scope='session')
+def tiny_pose_checkpoint(tmp_path_factory):
+    """The tiny checkpoint with the object poses (observation.environment_state) as an
+    input beside both cameras (48x64), shared by the session."""
+    from act_ros.core.checkpoint import create_checkpoint
+    return create_checkpoint(tmp_path_factory.mktemp('ckpt_poses') / 'tiny_poses',
+                             preset='tiny', image_size=(48, 64), seed=0, environment_state=True)

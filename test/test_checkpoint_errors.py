@@ -6,11 +6,13 @@ import shutil
 import pytest
 import torch
 
-from act_ros.core.checkpoint import create_checkpoint, load_checkpoint
+from act_ros.core.checkpoint import create_checkpoint, load_checkpoint, read_checkpoint_info
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.device import select_device
 from act_ros.core.errors import CheckpointError, ContractMismatchError, DeviceUnavailableError
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+ENV = 'observation.environment_state'
 
 
 @pytest.fixture
@@ -78,14 +80,97 @@ def test_feature_mismatch_joint_count(tmp_path):
         load_checkpoint(path, contract=base)
 
 
-def test_feature_mismatch_cameras(tmp_path):
+def test_feature_mismatch_cameras(tiny_checkpoint):
+    """A camera the contract does not have is refused (a subset of its cameras is fine)."""
     base = load_contract()
     one_cam = Contract(joint_names=base.joint_names, joint_lower=base.joint_lower,
                        joint_upper=base.joint_upper, gripper_joint=base.gripper_joint,
                        cameras=base.cameras[:1])
-    path = create_checkpoint(tmp_path / 'onecam', contract=one_cam)
+    with pytest.raises(ContractMismatchError,
+                       match=r"camera features \['observation.images.wrist'\] are not cameras"):
+        load_checkpoint(tiny_checkpoint, contract=one_cam)
     with pytest.raises(ContractMismatchError, match='camera features'):
-        load_checkpoint(path, contract=base)
+        read_checkpoint_info(tiny_checkpoint, one_cam)
+
+
+@pytest.mark.parametrize('cameras, poses', [(('wrist',), False), (('top',), True), ((), True)])
+def test_a_subset_of_the_cameras_loads(tmp_path, cameras, poses):
+    path = create_checkpoint(tmp_path / 'subset', cameras=cameras, environment_state=poses)
+    contract = load_contract()
+    loaded = load_checkpoint(path)
+    info = read_checkpoint_info(path, contract)
+    assert tuple(loaded.image_shapes) == info.image_features == tuple(
+        f'observation.images.{cam}' for cam in cameras)
+    assert info.uses_environment_state == poses
+    assert loaded.env_state_key == info.env_state_key == (ENV if poses else None)
+    assert info.env_state_dim == (10 if poses else 0)
+
+
+def test_no_camera_needs_the_object_poses(tmp_path):
+    with pytest.raises(ValueError, match='needs a camera or the environment state'):
+        create_checkpoint(tmp_path / 'none', cameras=())
+    path = create_checkpoint(tmp_path / 'poses', cameras=(), environment_state=True)
+    config = json.loads((path / 'config.json').read_text())
+    del config['input_features'][ENV]
+    (path / 'config.json').write_text(json.dumps(config))
+    for load in (load_checkpoint, lambda p: read_checkpoint_info(p, load_contract())):
+        with pytest.raises(ContractMismatchError, match='no camera and no environment state'):
+            load(path)
+
+
+@pytest.fixture
+def pose_ckpt(tiny_pose_checkpoint, tmp_path):
+    path = tmp_path / 'pose_ckpt'
+    shutil.copytree(tiny_pose_checkpoint, path)
+    return path
+
+
+def _edit_json(path, name, edit):
+    data = json.loads((path / name).read_text())
+    edit(data)
+    (path / name).write_text(json.dumps(data))
+
+
+def test_environment_state_of_another_shape_is_refused(pose_ckpt):
+    _edit_json(pose_ckpt, 'config.json',
+               lambda c: c['input_features'][ENV].update(shape=[8]))
+    for load in (load_checkpoint, lambda p: read_checkpoint_info(p, load_contract())):
+        with pytest.raises(ContractMismatchError, match=r"'observation.environment_state' has "
+                           r'shape \(8,\), expected \(10,\).*box_x'):
+            load(pose_ckpt)
+
+
+def test_other_env_features_are_refused(pose_ckpt):
+    def rename(config):
+        config['input_features']['observation.environment_state.mocap'] = \
+            config['input_features'].pop(ENV)
+    _edit_json(pose_ckpt, 'config.json', rename)
+    with pytest.raises(ContractMismatchError, match="ENV inputs.*mocap.*the only environment"):
+        read_checkpoint_info(pose_ckpt, load_contract())
+
+
+def _normalizer(spec):
+    return next(s for s in spec['steps'] if s['registry_name'] == 'normalizer_processor')
+
+
+def test_unnormalized_environment_state_is_refused(pose_ckpt):
+    """LeRobot's ACT default leaves ENV out of its norm_map (IDENTITY): positions in metres
+    would reach a model trained on normalized values."""
+    _edit_json(pose_ckpt, 'policy_preprocessor.json',
+               lambda spec: _normalizer(spec)['config']['norm_map'].pop('ENV'))
+    for load in (load_checkpoint, lambda p: read_checkpoint_info(p, load_contract())):
+        with pytest.raises(CheckpointError, match=r"policy_preprocessor.json: 'observation."
+                           r"environment_state' is normalization mode IDENTITY"):
+            load(pose_ckpt)
+
+
+def test_missing_environment_state_stats_are_refused(pose_ckpt):
+    from safetensors.torch import load_file, save_file
+    state_file = next(pose_ckpt.glob('policy_preprocessor_step_*normalizer*.safetensors'))
+    tensors = {k: v for k, v in load_file(state_file).items() if not k.startswith(ENV)}
+    save_file(tensors, state_file)
+    with pytest.raises(CheckpointError, match=f"stats for '{ENV}'"):
+        load_checkpoint(pose_ckpt)
 
 
 def test_missing_stats_are_refused(ckpt):

@@ -93,12 +93,13 @@ def test_shuffled_joint_states_give_commands_in_contract_order(rclpy_context, ch
         assert np.all(np.abs(cmd.positions - MEASURED) <= 0.05 + 1e-9), cmd.positions
 
 
-def expected_action(checkpoint, rgb, state):
+def expected_action(checkpoint, rgb, state, environment_state=None):
     """What the runtime computes for this observation (the node must send the same)."""
     from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
     with PolicyRuntime(RuntimeConfig(checkpoint, execution='sync', n_action_steps=1,
                                      contract=CONTRACT, warmup=False)) as runtime:
-        action = runtime.act(Observation(images={'top': rgb, 'wrist': rgb}, state=state))
+        action = runtime.act(Observation(images={'top': rgb, 'wrist': rgb}, state=state,
+                                         environment_state=environment_state))
     return np.clip(action, LOWER, UPPER)
 
 
@@ -413,3 +414,91 @@ def test_observation_trigger_sends_one_command_per_observation(rclpy_context, ch
             assert wait_until(lambda n=before: len(harness.commands) > n, 10.0)
             time.sleep(0.3)
             assert len(harness.commands) == before + 1
+
+
+# Object poses (observation.environment_state), robot base frame: position, (w, x, y, z).
+def _yaw(rad):
+    return (float(np.cos(rad / 2)), 0.0, 0.0, float(np.sin(rad / 2)))
+
+
+BOX = ((0.22, -0.06, 0.015), _yaw(0.3))
+PAD = ((0.26, 0.11, 0.005), _yaw(-0.2))
+
+
+def _environment_state(box, pad):
+    from act_ros.core.object_state import environment_state_from_poses
+    return environment_state_from_poses(box[0], box[1], pad[0], pad[1])
+
+
+def test_object_poses_reach_the_policy(rclpy_context, tiny_pose_checkpoint, image):
+    """A checkpoint that takes the object poses: the node subscribes box_pose and pad_pose
+    (one pad subscription, shared with the release gate's pad_source topic), converts them
+    as the runtime expects and sends the runtime's action; another box pose changes it."""
+    checkpoint = str(tiny_pose_checkpoint)
+    expected = expected_action(checkpoint, image, MEASURED, _environment_state(BOX, PAD))
+    moved = ((0.18, 0.04, 0.015), _yaw(0.7))
+    expected_moved = expected_action(checkpoint, image, MEASURED, _environment_state(moved, PAD))
+    assert not np.allclose(expected, expected_moved, atol=1e-4)  # the poses matter
+    node = make_node(rclpy_context, checkpoint, pad_source='topic', **EXACT)
+    harness = make_harness(rclpy_context, image)
+    harness.poses = {'box_pose': BOX, 'pad_pose': PAD}
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        assert set(node.inputs.required) >= {'object_pose/box', 'object_pose/pad'}
+        got = steady_command(harness, time.monotonic() + 0.1)
+        np.testing.assert_allclose(got, expected, atol=1e-5)
+        harness.poses['box_pose'] = moved
+        got = steady_command(harness, time.monotonic() + 0.1)
+        np.testing.assert_allclose(got, expected_moved, atol=1e-5)
+        pad_subscribers = [info for info in node.get_subscriptions_info_by_topic('/pad_pose')
+                           if info.node_name == 'act_node']
+        assert len(pad_subscribers) == 1
+        assert node.inputs.snapshot(node.now_s()).value('pad_pose') is not None  # the gate's
+        wait_diagnostics(harness, lambda level, msg, values:
+                         values.get('object_pose_topic.box') == '/box_pose'
+                         and 'object_pose/pad' in values['required_inputs']
+                         and values.get('age_s.object_pose/box', 'n/a') != 'n/a')
+
+
+@pytest.mark.parametrize('execution', ['async', 'process'])
+def test_missing_or_stale_object_pose_stops_commands(rclpy_context, tiny_pose_checkpoint,
+                                                     image, execution):
+    max_age, period = 0.2, 1.0 / 30.0
+    node = make_node(rclpy_context, str(tiny_pose_checkpoint), max_obs_age_s=max_age,
+                     execution=execution)
+    harness = make_harness(rclpy_context, image)
+    harness.poses = {'pad_pose': PAD}  # no box pose yet
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        wait_diagnostics(harness, lambda level, msg, values: level == DiagnosticStatus.ERROR
+                         and 'object_pose/box: never received' in values['input_problems'],
+                         timeout=DISCOVERY_S)
+        assert not harness.commands
+        harness.poses['box_pose'] = BOX
+        wait_commands(harness, 0.0, 5)
+        harness.enabled['box_pose'] = False
+        stopped = time.monotonic()
+        time.sleep(1.5)
+        late = harness.commands_since(stopped + max_age + period + 0.25)
+        assert not late, f'{len(late)} commands after the box pose went stale'
+        wait_diagnostics(harness, lambda level, msg, values: level == DiagnosticStatus.ERROR
+                         and 'object_pose/box: stale' in values['input_problems']
+                         and 'object_pose/pad' not in values['input_problems'])
+        harness.enabled['box_pose'] = True
+        wait_commands(harness, time.monotonic(), 3)
+
+
+def test_checkpoint_without_object_poses_subscribes_no_pose_topic(rclpy_context, checkpoint,
+                                                                  image):
+    node = make_node(rclpy_context, checkpoint)
+    harness = make_harness(rclpy_context, image)  # publishes no pose at all
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        wait_commands(harness, 0.0, 3)
+        topics = {name for name, _ in node.get_subscriber_names_and_types_by_node(
+            'act_node', '/')}
+        assert not topics & {'/box_pose', '/pad_pose'}, topics
+        assert not [name for name in node.inputs.required if name.startswith('object_pose')]
+        wait_diagnostics(harness, lambda level, msg, values:
+                         'object_pose_topic.box' not in values
+                         and values['input_problems'] == 'none')

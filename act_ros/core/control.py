@@ -14,6 +14,12 @@ End-effector and pad positions come from :func:`ee_from_kinematics`,
 (``ee_source``/``pad_source`` in ``config/act.yaml``). A position stream older than the
 inputs' maximum age counts as unknown, and an unknown position counts as "away from the
 pad": the gate never releases on stale information.
+
+A checkpoint that takes the object poses (``observation.environment_state``) gets them
+from an :class:`EnvironmentStateSource`: the node's pose subscriptions
+(:func:`environment_state_from_object_poses`) or the simulation's ready vector
+(:func:`environment_state_from_stream`). Its streams are required inputs like the cameras
+(stale or missing: no command); a checkpoint without the feature needs none.
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from act_ros.core.errors import ObservationError
-from act_ros.core.inputs import JOINT_STATES, Snapshot, image_stream
+from act_ros.core.inputs import (ENVIRONMENT_STATE, JOINT_STATES, Snapshot, image_stream,
+                                 object_pose_stream, required_streams)
+from act_ros.core.object_state import OBJECTS, environment_state_from_poses
 from act_ros.core.observation import Observation
 from act_ros.core.release_gate import GateState, ReleaseGate
 from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
@@ -101,6 +109,36 @@ def fixed_position(position: Sequence[float]) -> PadPosition:
 
 
 @dataclass(frozen=True)
+class EnvironmentStateSource:
+    """Where a tick's object poses come from: the input streams they need (required with
+    the cameras, so they are age-checked like every input) and how the snapshot's samples
+    become the ``(10,)`` vector (``ValueError`` when they cannot)."""
+
+    streams: tuple[str, ...]
+    compute: Callable[[Snapshot], np.ndarray]
+
+
+def environment_state_from_object_poses(box_stream: str = object_pose_stream('box'),
+                                        pad_stream: str = object_pose_stream('pad')
+                                        ) -> EnvironmentStateSource:
+    """From one pose stream per object (``(7,)``: position, then quaternion w, x, y, z,
+    robot base frame), as ``act_node``'s pose subscriptions store them."""
+    if OBJECTS != ('box', 'pad'):  # the order of the feature (act_ros.core.object_state)
+        raise ValueError(f'object_state.OBJECTS is {OBJECTS}, this source reads box and pad')
+
+    def compute(snap: Snapshot) -> np.ndarray:
+        box, pad = snap.value(box_stream), snap.value(pad_stream)
+        return environment_state_from_poses(box[:3], box[3:], pad[:3], pad[3:])
+    return EnvironmentStateSource((box_stream, pad_stream), compute)
+
+
+def environment_state_from_stream(stream: str = ENVIRONMENT_STATE) -> EnvironmentStateSource:
+    """From a stream that holds the ready vector (the simulation's
+    ``SimObservation.environment_state`` in the in-process evaluator)."""
+    return EnvironmentStateSource((stream,), lambda snap: np.asarray(snap.value(stream)))
+
+
+@dataclass(frozen=True)
 class TickResult:
     """What one tick produced: a command to publish, or why there is none."""
 
@@ -115,14 +153,23 @@ class ControlLoop:
     ``ee_position`` maps (snapshot, measured joints in contract order) to the end-effector
     position or ``None`` when unknown; ``pad_position`` maps a snapshot to the pad position
     or ``None``. Unknown positions count as "not near the pad" for the gate.
+    ``cameras``: the cameras the runtime's checkpoint takes (``runtime.cameras``).
+    ``environment_state``: where the object poses come from; needed (else ``ValueError``)
+    when the checkpoint takes them, unused otherwise.
     """
 
     def __init__(self, runtime: PolicyRuntime, *, cameras: tuple[str, ...],
                  limits: SafetyLimits, gate: ReleaseGate, gripper_index: int,
                  ee_position: EePosition, pad_position: PadPosition,
-                 counters: ControlCounters | None = None) -> None:
+                 counters: ControlCounters | None = None,
+                 environment_state: EnvironmentStateSource | None = None) -> None:
         self.runtime = runtime
         self.cameras = cameras
+        self.takes_environment_state = bool(getattr(runtime, 'environment_state_dim', 0))
+        if self.takes_environment_state and environment_state is None:
+            raise ValueError('the checkpoint takes observation.environment_state (object poses) '
+                             'but the control loop was given no source of them')
+        self._environment_state = environment_state if self.takes_environment_state else None
         self.limits = limits
         self.gate = gate
         self.gripper_index = gripper_index
@@ -143,6 +190,14 @@ class ControlLoop:
         self.stale = False
         self.last_distance_m = None
         self.last_command = None
+
+    @property
+    def required_inputs(self) -> list[str]:
+        """The input streams every tick needs (an :class:`~act_ros.core.inputs.InputStore`'s
+        ``required``): joint states, the checkpoint's cameras and, when it takes the
+        object poses, the streams of their source."""
+        source = self._environment_state
+        return required_streams(self.cameras, source.streams if source is not None else ())
 
     @property
     def gate_state(self) -> GateState:
@@ -169,11 +224,24 @@ class ControlLoop:
             c.runtime_resets += 1
             self.stale = False
         state = snap.value(JOINT_STATES)
-        stamps = [snap.samples[JOINT_STATES].stamp_s]
-        stamps += [snap.samples[image_stream(cam)].stamp_s for cam in self.cameras]
-        obs_stamp = min(stamps)
+        streams = [JOINT_STATES, *(image_stream(cam) for cam in self.cameras)]
+        source = self._environment_state
+        if source is not None:
+            missing = [name for name in source.streams if name not in snap.samples]
+            if missing:  # not among the store's required streams: a wiring mistake
+                c.ticks_without_command += 1
+                return TickResult(None, f'object poses: {missing} never received')
+            streams += source.streams
+        obs_stamp = min(snap.samples[name].stamp_s for name in streams)
+        environment_state = None
+        if source is not None:
+            try:
+                environment_state = source.compute(snap)
+            except ValueError as exc:  # e.g. a zero quaternion: the pose means nothing
+                c.ticks_without_command += 1
+                return TickResult(None, f'object poses unusable: {exc}', obs_stamp)
         obs = Observation(images={cam: snap.value(image_stream(cam)) for cam in self.cameras},
-                          state=state, stamp_s=obs_stamp)
+                          state=state, stamp_s=obs_stamp, environment_state=environment_state)
         try:
             action = self.runtime.act(obs)
         except ObservationError as exc:

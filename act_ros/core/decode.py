@@ -98,6 +98,25 @@ def pose_position(msg: Any) -> np.ndarray:
     return position
 
 
+def pose_components(msg: Any) -> np.ndarray:
+    """Return a ``PoseStamped`` as ``(7,)``: position x, y, z, then the orientation as a
+    quaternion w, x, y, z (normalized). Non-finite values and a zero quaternion are
+    rejected."""
+    p, q = msg.pose.position, msg.pose.orientation
+    position = np.array([p.x, p.y, p.z], dtype=np.float64)
+    quaternion = np.array([q.w, q.x, q.y, q.z], dtype=np.float64)
+    frame = msg.header.frame_id
+    if not np.all(np.isfinite(position)):
+        raise MalformedMessageError(
+            f"pose (frame '{frame}') position is not finite: {position.tolist()}")
+    norm = float(np.linalg.norm(quaternion)) if np.all(np.isfinite(quaternion)) else float('nan')
+    if not (np.isfinite(norm) and norm > 1e-6):
+        raise MalformedMessageError(
+            f"pose (frame '{frame}') orientation is not a rotation: quaternion (w, x, y, z) "
+            f'{quaternion.tolist()} (expected finite and non-zero)')
+    return np.concatenate([position, quaternion / norm])
+
+
 def named_positions(names: Sequence[str], values: Any, joint_names: Sequence[str],
                     what: str) -> np.ndarray:
     """Values of ``joint_names`` (in that order) from parallel ``names``/``values`` lists."""

@@ -20,6 +20,9 @@ from typing import Any
 JOINT_STATES = 'joint_states'
 EE_POSE = 'ee_pose'
 PAD_POSE = 'pad_pose'
+# The policy's object poses as one ready vector (the in-process evaluator, from the
+# simulation): act_ros.core.object_state.ENVIRONMENT_STATE_NAMES.
+ENVIRONMENT_STATE = 'environment_state'
 
 
 def image_stream(camera: str) -> str:
@@ -27,9 +30,16 @@ def image_stream(camera: str) -> str:
     return f'image/{camera}'
 
 
-def required_streams(camera_names: Sequence[str]) -> list[str]:
-    """Streams every control tick needs: the joint states and each camera."""
-    return [JOINT_STATES] + [image_stream(cam) for cam in camera_names]
+def object_pose_stream(obj: str) -> str:
+    """Name of an object's pose stream (position and orientation, ``(7,)``: x, y, z, then
+    the quaternion w, x, y, z; robot base frame) in the input store."""
+    return f'object_pose/{obj}'
+
+
+def required_streams(camera_names: Sequence[str], extra: Sequence[str] = ()) -> list[str]:
+    """Streams every control tick needs: the joint states, each camera and ``extra`` (the
+    object pose streams of a policy that takes them)."""
+    return [JOINT_STATES] + [image_stream(cam) for cam in camera_names] + list(extra)
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from act_ros.core.decode import (IMAGE_ENCODINGS, MalformedMessageError, compressed_to_rgb,
                                  image_to_rgb, joint_positions,
-                                 multiarray_positions, pose_position, trajectory_positions)
+                                 multiarray_positions, pose_components, pose_position,
+                                 trajectory_positions)
 
 __all__ = ['IMAGE_ENCODINGS', 'MalformedMessageError', 'compressed_to_rgb', 'image_to_rgb',
-           'joint_positions', 'multiarray_positions', 'pose_position', 'rgb_to_compressed',
-           'rgb_to_image', 'seconds_to_duration', 'to_float64_multiarray', 'to_joint_trajectory',
-           'trajectory_positions']
+           'joint_positions', 'multiarray_positions', 'pose_components', 'pose_position',
+           'rgb_to_compressed', 'rgb_to_image', 'seconds_to_duration', 'to_float64_multiarray',
+           'to_joint_trajectory', 'trajectory_positions']
 
 
 def rgb_to_image(rgb: np.ndarray, encoding: str = 'rgb8', *, row_padding: int = 0,

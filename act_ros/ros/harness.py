@@ -50,7 +50,10 @@ class RobotHarness(Node):
     ``encoding`` (raw encoding or ``'png'``/``'jpeg'`` for compressed transport),
     ``joints`` (name -> position, published in dict order), ``enabled`` (stream -> bool),
     ``mutate`` (stream -> function applied to the outgoing message, for malformed data),
-    ``drop`` (stream -> probability that a message is not sent).
+    ``drop`` (stream -> probability that a message is not sent), ``poses`` (topic ->
+    (position, quaternion w, x, y, z): a ``PoseStamped`` in ``base_link`` published with
+    every set, e.g. ``box_pose`` for a policy that takes the object poses; ``enabled``
+    and ``drop`` take the topic as the stream).
     """
 
     def __init__(self, *, context: Any = None, cameras: Sequence[str] = ('top', 'wrist'),
@@ -69,6 +72,8 @@ class RobotHarness(Node):
         self._rng = np.random.default_rng(0)
         self.ee_position: np.ndarray | None = None
         self.pad_position: np.ndarray | None = None
+        self.poses: dict[str, tuple[Sequence[float], Sequence[float]]] = {}
+        self._pose_pubs: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.commands: list[ReceivedCommand] = []
         self.diagnostics: list[tuple[float, bytes, str, dict[str, str]]] = []
@@ -84,6 +89,7 @@ class RobotHarness(Node):
         self._joint_pub = self.create_publisher(JointState, 'joint_states', qos_profile_sensor_data)
         self._ee_pub = self.create_publisher(PoseStamped, 'ee_pose', qos_profile_sensor_data)
         self._pad_pub = self.create_publisher(PoseStamped, 'pad_pose', qos_profile_sensor_data)
+        self._pose_pubs.update({'ee_pose': self._ee_pub, 'pad_pose': self._pad_pub})
         if command_type == 'JointTrajectory':
             self.create_subscription(
                 JointTrajectory, command_topic or 'joint_trajectory_controller/joint_trajectory',
@@ -132,6 +138,20 @@ class RobotHarness(Node):
                     float(v) for v in position)
                 pose.pose.orientation.w = 1.0
                 pub.publish(pose)
+        for topic, (position, quaternion) in list(self.poses.items()):
+            if not self._sends(topic):
+                continue
+            pub = self._pose_pubs.get(topic)
+            if pub is None:
+                pub = self._pose_pubs[topic] = self.create_publisher(
+                    PoseStamped, topic, qos_profile_sensor_data)
+            pose = PoseStamped()
+            pose.header.stamp = stamp
+            pose.header.frame_id = 'base_link'
+            p, q = pose.pose.position, pose.pose.orientation
+            p.x, p.y, p.z = (float(v) for v in position)
+            q.w, q.x, q.y, q.z = (float(v) for v in quaternion)
+            pub.publish(self.mutate.get(topic, _same)(pose))
         self.published += 1
 
     def _sends(self, stream: str) -> bool:

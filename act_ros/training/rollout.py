@@ -6,7 +6,9 @@ the whole-chunk check, the safety chain and the release gate, with the limits, g
 end-effector source (forward kinematics of the measured joints) of ``config/act.yaml``.
 The simulation's observations reach it through the same input store the node's
 subscriptions fill, stamped with simulated time, and the pad position arrives as a pose
-stream, as ``sim_bridge`` publishes it to the node. A tick without a command (rejected,
+stream, as ``sim_bridge`` publishes it to the node. A checkpoint that takes the object poses
+(``observation.environment_state``) gets ``SimObservation.environment_state`` through the
+store as one more required input; one without cameras gets no rendering. A tick without a command (rejected,
 or no chunk yet) sends nothing: the arm keeps the previous target, as a position
 controller does when no command arrives.
 """
@@ -144,13 +146,15 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     node's background schedule against simulated time, each chunk arriving that many ticks
     after its observation (``None``: synchronous, LeRobot's ``select_action`` semantics).
     """
+    import dataclasses
     import time
 
     from tqdm import tqdm
 
-    from act_ros.core.control import ControlLoop, ee_from_kinematics, position_from_stream
-    from act_ros.core.inputs import (JOINT_STATES, PAD_POSE, InputStore, image_stream,
-                                     required_streams)
+    from act_ros.core.control import (ControlLoop, ee_from_kinematics,
+                                      environment_state_from_stream, position_from_stream)
+    from act_ros.core.inputs import (ENVIRONMENT_STATE, JOINT_STATES, PAD_POSE, InputStore,
+                                     image_stream)
     from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
     from act_ros.sim import PortPickAlignEnv, summarize_results
 
@@ -160,22 +164,32 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
         raise ValueError(f'episodes must be >= 1, got {episodes}')
     contract = contract or load_contract()
     safety = safety or SafetySettings.from_node_config(contract)
-    own_env = env is None
-    if own_env:
-        env = PortPickAlignEnv(sim_config or make_sim_config(Path(checkpoint)), contract)
     timing = (dict(execution='sync') if latency_ticks is None else
               dict(execution='simulated', simulated_latency_ticks=latency_ticks))
     runtime = PolicyRuntime(RuntimeConfig(
         model_path=checkpoint, device=device, mode=mode, ensemble_coeff=ensemble_coeff,
         contract=contract, warmup=False, backend=backend, **timing, **MODE_SETTINGS[mode]))
-    cameras = contract.camera_names
-    loop = ControlLoop(
-        runtime, cameras=cameras, limits=safety.limits, gate=ReleaseGate(safety.gate),
-        gripper_index=contract.gripper_index,
-        ee_position=ee_from_kinematics(contract.joint_names, contract.gripper_index,
-                                       urdf_path=safety.urdf_path, ee_frame=safety.ee_frame),
-        pad_position=position_from_stream(PAD_POSE, safety.max_obs_age_s))
-    store = InputStore(required_streams(cameras), safety.max_obs_age_s)
+    cameras = runtime.cameras  # the checkpoint's (maybe none)
+    poses = environment_state_from_stream(ENVIRONMENT_STATE) if runtime.environment_state_dim \
+        else None
+    own_env = env is None
+    try:
+        loop = ControlLoop(
+            runtime, cameras=cameras, limits=safety.limits, gate=ReleaseGate(safety.gate),
+            gripper_index=contract.gripper_index,
+            ee_position=ee_from_kinematics(contract.joint_names, contract.gripper_index,
+                                           urdf_path=safety.urdf_path, ee_frame=safety.ee_frame),
+            pad_position=position_from_stream(PAD_POSE, safety.max_obs_age_s),
+            environment_state=poses)
+        if own_env:
+            config = sim_config or make_sim_config(Path(checkpoint))
+            if not cameras and frame_sink is None:  # nothing looks at the images
+                config = dataclasses.replace(config, render=False)
+            env = PortPickAlignEnv(config, contract)
+    except BaseException:
+        runtime.close()
+        raise
+    store = InputStore(loop.required_inputs, safety.max_obs_age_s)
     period_s = 1.0 / contract.fps
     results = []
     start = time.perf_counter()
@@ -197,6 +211,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
                 for cam in cameras:
                     store.put(image_stream(cam), obs.images[cam], now, now)
                 store.put(PAD_POSE, np.asarray(obs.pad_pose, dtype=np.float64)[:3], now, now)
+                if poses is not None:
+                    store.put(ENVIRONMENT_STATE, obs.environment_state, now, now)
                 result = loop.tick(store.snapshot(now))
                 if result.command is not None:
                     command = result.command

@@ -10,7 +10,9 @@ What it does, per policy mode (``chunk``, ``ensemble``):
    synchronous policy tick per simulated observation; pad position from the bridge's
    ``pad_pose``; simulated time), both once, in one ROS domain on loopback; for the next
    mode the node is reconfigured through its lifecycle services (deactivate, cleanup,
-   set ``mode``, configure, activate) instead of starting again;
+   set ``mode``, configure, activate) instead of starting again. A checkpoint that takes
+   the object poses (``observation.environment_state``) gets them through the node's
+   subscriptions to the bridge's ``box_pose`` and ``pad_pose``;
 2. for each episode: sets the bridge's ``seed`` parameter, calls ``/sim_bridge/reset``,
    waits for ``/sim_bridge/episode_status`` to report the episode done, keeps its result;
 3. prints and returns ``align_rate``, ``mean_position_error`` (m) and ``mean_yaw_error``
@@ -118,6 +120,9 @@ def node_command(args: argparse.Namespace, mode: str) -> list[str]:
     """``act_node`` for lock-step evaluation: one synchronous tick per observation."""
     params = {'model_path': str(args.checkpoint.resolve()), 'mode': mode, 'execution': 'sync',
               'trigger': 'observation', 'pad_source': 'topic', 'pad_pose_topic': 'pad_pose',
+              # Used by a checkpoint that takes the object poses (one subscription for the
+              # pad, shared with the release gate's); ignored by one that does not.
+              'object_pose_topics.box': 'box_pose', 'object_pose_topics.pad': 'pad_pose',
               'device': args.device, 'torch_threads': args.torch_threads,
               'command_type': args.command_type, 'use_sim_time': 'true', 'autostart': 'true'}
     return _ros_command('act_ros.ros.node.act_node', params)

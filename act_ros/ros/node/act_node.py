@@ -41,9 +41,10 @@ from std_srvs.srv import Trigger
 
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.errors import ActRosError
+from act_ros.core.object_state import OBJECTS
 from act_ros.ros import conversions as conv
 from act_ros.core.control import WAITING_FOR_CHUNK, ControlCounters, ControlLoop
-from act_ros.core.inputs import InputStore, required_streams
+from act_ros.core.inputs import InputStore
 from act_ros.core.startup import StartupTimeline
 from act_ros.ros.node.interfaces import Interfaces, build_control_loop, create_interfaces
 from act_ros.ros.node.status import NodeStatus
@@ -112,10 +113,16 @@ class ActNode(LifecycleNode):
             self.get_logger().warning(
                 f'control_rate_hz {s.control_rate_hz:g} differs from the contract fps '
                 f'{self.contract.fps}: the policy was trained for {self.contract.fps} Hz')
+        runtime = self.loop.runtime
+        inputs = ', '.join(runtime.cameras) or 'no camera'
+        if runtime.environment_state_dim:
+            inputs += ', object poses on ' + ', '.join(
+                self.resolve_topic_name(s.object_pose_topics[obj]) for obj in OBJECTS)
         self.get_logger().info(
-            f"configured: model '{s.model_path}' on {self.loop.runtime.device}, mode {s.mode}/"
+            f"configured: model '{s.model_path}' on {runtime.device}, mode {s.mode}/"
             f'{s.execution}, {s.trigger} trigger at {s.control_rate_hz:g} Hz, '
-            f'{s.command_type} on {self.resolve_topic_name(s.command_topic)}')
+            f'{s.command_type} on {self.resolve_topic_name(s.command_topic)}; inputs: joints, '
+            f'{inputs}')
         return super().on_configure(state)
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -176,14 +183,17 @@ class ActNode(LifecycleNode):
             raise ValueError('; '.join(self._parameter_errors))
         settings = read_settings(self, self.specs, self.contract)
         self.counters = ControlCounters()
-        self.inputs = InputStore(required_streams(self.contract.camera_names), settings.max_obs_age_s)
         self.settings = settings
         # execution 'process': this starts the inference child and returns; the model
         # loads there while the interfaces are created (and discovery with the robot runs).
         self.loop = build_control_loop(settings, self.contract, self.counters)
         runtime = self.loop.runtime
+        # The checkpoint's inputs (read from its JSON): its cameras, and the object poses
+        # when it takes observation.environment_state.
+        self.inputs = InputStore(self.loop.required_inputs, settings.max_obs_age_s)
         setup_start = time.monotonic()
-        self.io = create_interfaces(self, settings, self.contract)
+        self.io = create_interfaces(self, settings, self.contract, cameras=runtime.cameras,
+                                    object_poses=bool(runtime.environment_state_dim))
         if settings.execution == 'process':
             self.startup.add_overlapped('node_setup', time.monotonic() - setup_start)
         runtime.wait_ready()

@@ -32,8 +32,10 @@ from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
 from act_ros.core.safety import SafetyLimits
 from act_ros.ros import conversions as conv
 from act_ros.core.control import (ControlCounters, ControlLoop, EePosition, PadPosition,
-                                  ee_from_kinematics, fixed_position, position_from_stream)
-from act_ros.core.inputs import EE_POSE, JOINT_STATES, PAD_POSE, image_stream
+                                  ee_from_kinematics, environment_state_from_object_poses,
+                                  fixed_position, position_from_stream)
+from act_ros.core.inputs import EE_POSE, JOINT_STATES, PAD_POSE, image_stream, object_pose_stream
+from act_ros.core.object_state import OBJECTS
 from act_ros.ros.node.parameters import NodeSettings
 
 
@@ -51,6 +53,8 @@ class PolicyNodeHooks(Protocol):
     def tick(self) -> None: ...
 
     def handle_reset(self, request: Any, response: Any) -> Any: ...
+
+    def resolve_topic_name(self, topic: str, *, only_expand: bool = False) -> str: ...
 
 #: Commands go to ros2_control controllers, whose command topics are reliable.
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
@@ -89,7 +93,9 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
                        counters: ControlCounters) -> ControlLoop:
     """Limits, gate, end-effector source and the policy runtime: loaded and warmed up,
     except with ``execution: process``, where the inference child is started and the
-    caller waits for it with ``loop.runtime.wait_ready()``."""
+    caller waits for it with ``loop.runtime.wait_ready()``. The loop takes the cameras the
+    checkpoint takes and, when it takes ``observation.environment_state``, the object
+    poses from their pose streams (``loop.required_inputs``)."""
     step = settings.max_joint_step
     limits = SafetyLimits(lower=np.array(settings.joint_lower),
                           upper=np.array(settings.joint_upper),
@@ -111,9 +117,12 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
         warmup=settings.warmup, torch_threads=settings.torch_threads or None,
         inference_timeout_s=settings.inference_timeout_s), wait=False)
     try:
-        return ControlLoop(runtime, cameras=contract.camera_names, limits=limits, gate=gate,
+        poses = environment_state_from_object_poses(*(object_pose_stream(obj) for obj in OBJECTS)) \
+            if runtime.environment_state_dim else None
+        return ControlLoop(runtime, cameras=runtime.cameras, limits=limits, gate=gate,
                            gripper_index=gripper, ee_position=ee_position,
-                           pad_position=pad_position, counters=counters)
+                           pad_position=pad_position, counters=counters,
+                           environment_state=poses)
     except BaseException:
         runtime.close()  # its inference child must not outlive a failed configure
         raise
@@ -132,9 +141,16 @@ def _pad_source(settings: NodeSettings) -> PadPosition:
     return fixed_position(settings.pad_position_m)
 
 
-def create_interfaces(node: PolicyNodeHooks, settings: NodeSettings,
-                      contract: Contract) -> Interfaces:
-    """Subscriptions (sensor QoS), command and diagnostics publishers, ``~/reset``, timers."""
+def create_interfaces(node: PolicyNodeHooks, settings: NodeSettings, contract: Contract, *,
+                      cameras: tuple[str, ...] | None = None,
+                      object_poses: bool = False) -> Interfaces:
+    """Subscriptions (sensor QoS), command and diagnostics publishers, ``~/reset``, timers.
+
+    ``cameras``: those the checkpoint takes (default: every contract camera);
+    ``object_poses``: subscribe one ``PoseStamped`` per object
+    (``object_pose_topics.<object>``). A topic needed twice (the pad's pose, also the
+    release gate's with ``pad_source: topic``) gets one subscription feeding both.
+    """
     group = node.input_group
     subs = []
 
@@ -147,13 +163,31 @@ def create_interfaces(node: PolicyNodeHooks, settings: NodeSettings,
     subscribe(JointState, settings.joint_states_topic, JOINT_STATES,
               lambda msg: conv.joint_positions(msg, names))
     compressed = settings.image_transport == 'compressed'
-    for cam in contract.camera_names:
+    for cam in contract.camera_names if cameras is None else cameras:
         subscribe(CompressedImage if compressed else Image, settings.camera_topics[cam],
                   image_stream(cam), conv.compressed_to_rgb if compressed else conv.image_to_rgb)
+    # Pose topics: resolved name -> (stream, conversion) for every use of that topic.
+    poses: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
+
+    def use_pose(topic: str, stream: str, convert: Callable[[Any], Any]) -> None:
+        poses.setdefault(node.resolve_topic_name(topic), []).append((stream, convert))
+
     if settings.ee_source == 'topic':
-        subscribe(PoseStamped, settings.ee_pose_topic, EE_POSE, conv.pose_position)
+        use_pose(settings.ee_pose_topic, EE_POSE, conv.pose_position)
     if settings.pad_source == 'topic':
-        subscribe(PoseStamped, settings.pad_pose_topic, PAD_POSE, conv.pose_position)
+        use_pose(settings.pad_pose_topic, PAD_POSE, conv.pose_position)
+    if object_poses:
+        for obj in OBJECTS:
+            use_pose(settings.object_pose_topics[obj], object_pose_stream(obj),
+                     conv.pose_components)
+    def store_pose(msg: Any, uses: tuple[tuple[str, Callable[[Any], Any]], ...]) -> None:
+        for stream, convert in uses:
+            node.store(stream, msg, convert)
+
+    for topic, uses in poses.items():
+        subs.append(node.create_subscription(
+            PoseStamped, topic, lambda msg, uses=tuple(uses): store_pose(msg, uses),
+            qos_profile_sensor_data, callback_group=group))
 
     command_type = JointTrajectory if settings.command_type == 'JointTrajectory' \
         else Float64MultiArray

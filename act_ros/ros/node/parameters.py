@@ -25,6 +25,7 @@ from rclpy.node import Node
 from rclpy.parameter import Parameter
 
 from act_ros.core.contract import Contract
+from act_ros.core.object_state import OBJECTS
 
 COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
 EXECUTORS = ('auto', 'multi_threaded', 'single_threaded')
@@ -72,6 +73,17 @@ CONTRACT_PATH = ParamSpec(
 
 def camera_topic_param(camera: str) -> str:
     return f'cameras.{camera}.topic'
+
+
+def object_pose_topic_param(obj: str) -> str:
+    """Parameter naming an object's ``geometry_msgs/PoseStamped`` topic."""
+    return f'object_pose_topics.{obj}'
+
+
+OBJECT_POSE_DESCRIPTIONS = {
+    'box': 'geometry_msgs/PoseStamped of the box to pick (its centre)',
+    'pad': 'geometry_msgs/PoseStamped of the pad to place it on (centre of its top face)',
+}
 
 
 def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
@@ -184,7 +196,15 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
     ]
     for cam in (contract.cameras if contract else ()):
         specs.append(P(camera_topic_param(cam.name), f'camera/{cam.name}/image_raw',
-                       f"Image topic of the '{cam.name}' camera ({cam.feature}).", read_only=True))
+                       f"Image topic of the '{cam.name}' camera ({cam.feature}); subscribed "
+                       'when the checkpoint takes this camera.', read_only=True))
+    for obj in OBJECTS:
+        specs.append(P(object_pose_topic_param(obj), f'{obj}_pose',
+                       f'{OBJECT_POSE_DESCRIPTIONS.get(obj, obj)} in the robot base frame '
+                       '(the frame of the joint model; not transformed). Subscribed only when '
+                       'the checkpoint takes observation.environment_state; then a required '
+                       'input like the cameras (older than max_obs_age_s: no command).',
+                       read_only=True))
     return specs
 
 
@@ -285,6 +305,10 @@ class NodeSettings:
     urdf_path: str = ''
     ee_frame: str = 'ee_link'
     inference_timeout_s: float = 30.0
+    # Object -> PoseStamped topic (act_ros.core.object_state.OBJECTS), for a checkpoint that
+    # takes observation.environment_state.
+    object_pose_topics: dict[str, str] = field(
+        default_factory=lambda: {obj: f'{obj}_pose' for obj in OBJECTS})
 
     @property
     def period_s(self) -> float:
@@ -324,8 +348,10 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
     topics = {cam.name: v[camera_topic_param(cam.name)] for cam in contract.cameras}
     if v['image_transport'] == 'compressed':
         topics = {name: topic.rstrip('/') + '/compressed' for name, topic in topics.items()}
+    pose_topics = {obj: v[object_pose_topic_param(obj)] for obj in OBJECTS}
     for key, topic in [('joint_states_topic', v['joint_states_topic']),
-                       ('command_topic', command_topic), *topics.items()]:
+                       ('command_topic', command_topic), *topics.items(),
+                       *((object_pose_topic_param(o), t) for o, t in pose_topics.items())]:
         if not topic:
             raise ValueError(f'{key}: topic name is empty')
     gate = {key.split('.', 1)[1]: v[key] for key in v if key.startswith('release_gate.')}
@@ -343,4 +369,4 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         gate=gate, pad_source=v['pad_source'], pad_position_m=pad,
         pad_pose_topic=v['pad_pose_topic'], ee_source=v['ee_source'],
         ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'],
-        inference_timeout_s=v['inference_timeout_s'])
+        inference_timeout_s=v['inference_timeout_s'], object_pose_topics=pose_topics)

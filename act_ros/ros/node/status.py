@@ -1,10 +1,12 @@
 """Status of ``act_node`` as ``diagnostic_msgs/DiagnosticArray`` on ``/diagnostics``.
 
-Level: ERROR while inputs are stale or invalid (no commands are sent); WARN when no
-command went out since the last report, a command was rejected, or a chunk violated the
-limits; OK otherwise. The key/values carry the rates, latencies, queue depth, gate state
-and every counter of :class:`~act_ros.core.control.ControlCounters`, the real-time verdict
-(``realtime.*``) and the start-up phases up to the first command (``startup.*``).
+Level: ERROR while inputs are stale or invalid (no commands are sent; ``input_problems``
+names them, e.g. ``object_pose/box: stale (...)`` for a checkpoint that takes the object
+poses); WARN when no command went out since the last report, a command was rejected, or a
+chunk violated the limits; OK otherwise. The key/values carry the rates, latencies, queue
+depth, gate state, the required inputs and their ages, every counter of
+:class:`~act_ros.core.control.ControlCounters`, the real-time verdict (``realtime.*``) and
+the start-up phases up to the first command (``startup.*``).
 """
 
 from __future__ import annotations
@@ -115,9 +117,15 @@ class NodeStatus:
             values.update({f'realtime.{k}': v for k, v in node.verdict.as_values().items()})
         # Time from process start to the first command, by phase (act_ros.core.startup).
         values.update(node.startup.as_values())
+        # Every input a tick needs (readiness): joint states, the checkpoint's cameras and,
+        # for a checkpoint that takes them, the object poses (object_pose/<object>).
+        values['required_inputs'] = ', '.join(inputs.required)
         for name in inputs.required:
             age = snap.age_s(name)
             values[f'age_s.{name}'] = age if age is not None else 'n/a'
+        if loop.runtime.environment_state_dim:
+            for obj, topic in settings.object_pose_topics.items():
+                values[f'object_pose_topic.{obj}'] = node.resolve_topic_name(topic)
         values.update(counters)
 
         new = {k: counters[k] - self._last_report.get(k, 0) for k in
