@@ -77,6 +77,36 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
     assert len(pids) == 2 and not wait_gone(pids, 10.0)
 
 
+@pytest.mark.slow
+def test_object_poses_reach_the_policy_over_ros(tiny_pose_checkpoint, ros_domain_id, tmp_path,
+                                               capsys):
+    """A checkpoint that takes the object poses: act_node gets them from the bridge's
+    box_pose and pad_pose (otherwise it would send nothing and every step would time out)
+    and the episodes end as in process (SimObservation.environment_state)."""
+    from act_ros.training.rollout import make_sim_config, run_policy_episodes
+
+    results = ros_eval.main([
+        '--checkpoint', str(tiny_pose_checkpoint), '--episodes', '1', '--mode', 'chunk',
+        '--episode-steps', '15', '--seed', '300', '--lockstep-timeout', '30',
+        '--torch-threads', '1', '--domain-id', str(ros_domain_id),
+        '--log-dir', str(tmp_path / 'logs')])
+    metrics = results['chunk']
+    assert metrics['lockstep_timeouts'] == 0, metrics['episodes']
+    commands = metrics['episodes'][0]['commands']
+    assert commands['applied'] == commands['received'] == 15 and commands['rejected'] == 0
+    node_log = (tmp_path / 'logs' / 'act_node.log').read_text()
+    assert 'object poses on /box_pose, /pad_pose' in node_log, node_log[-2000:]
+    local = run_policy_episodes(tiny_pose_checkpoint, episodes=1, mode='chunk', seed=300,
+                                sim_config=make_sim_config(tiny_pose_checkpoint, (48, 64),
+                                                           episode_steps=15))
+    over_ros, in_process = metrics['episodes'][0], local.episodes[0]
+    assert over_ros['position_error_m'] == pytest.approx(in_process['position_error_m'],
+                                                         abs=1e-3)
+    assert over_ros['max_box_height_m'] == pytest.approx(in_process['max_box_height_m'],
+                                                         abs=1e-3)
+    capsys.readouterr()
+
+
 def test_a_child_that_fails_is_reported_and_nothing_is_left(tiny_checkpoint, ros_domain_id,
                                                             tmp_path, capsys):
     with pytest.raises(SystemExit) as exit_info:

@@ -151,3 +151,26 @@ def test_bad_loop_settings_are_refused(env):
     with pytest.raises(ValueError, match='lockstep_timeout_s must be > 0'):
         BridgeLoop(env, mode='lockstep', lockstep_timeout_s=0.0, publish=print,
                    publish_status=print)
+
+
+def test_published_object_poses_give_the_simulation_environment_state(env):
+    """``box_pose`` and ``pad_pose`` as sim_bridge builds them, decoded as act_node decodes
+    them, are ``SimObservation.environment_state`` (what the in-process evaluator feeds a
+    checkpoint that takes the object poses): the node and the evaluator see one input."""
+    from act_ros.core.decode import pose_components
+    from act_ros.core.object_state import environment_state_from_poses
+    from act_ros.ros.sim_bridge.messages import pose_stamped
+    from act_ros.sim.scene import BOX_BODY
+
+    box_body = env.model.body(BOX_BODY).id
+    for seed in range(6):  # box and pad yaws drawn anew each time
+        obs = env.reset(seed=seed)
+        for _ in range(3):  # the box settles on the table
+            obs = env.step(obs.joint_positions)
+        # As SimBridge._publish_observation builds them.
+        box = pose_components(pose_stamped(obs.box_pose[:3], env.data.xquat[box_body],
+                                           time_msg(0), 'base_link'))
+        pad = pose_components(pose_stamped(obs.pad_pose[:3], yaw_quaternion(obs.pad_pose[3]),
+                                           time_msg(0), 'base_link'))
+        np.testing.assert_allclose(environment_state_from_poses(box[:3], box[3:], pad[:3], pad[3:]),
+                                   obs.environment_state, atol=1e-5)
