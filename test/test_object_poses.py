@@ -57,11 +57,12 @@ def _config(dataset: Path, out: Path, **kw) -> TrainConfig:
 
 @pytest.fixture(scope='module')
 def pose_run(pose_dataset, tmp_path_factory):
-    """Both cameras and the object poses."""
+    """Both cameras and the object poses; the backbone frozen and cached half-way (the
+    cached steps take the poses from the store, normalized like the state)."""
     from act_ros.training.train import run
 
     out = tmp_path_factory.mktemp('run') / 'poses'
-    return out, run(_config(pose_dataset, out))
+    return out, run(_config(pose_dataset, out, backbone_freeze_step=4))
 
 
 @pytest.fixture(scope='module')
@@ -110,6 +111,7 @@ def test_pose_policy_trains_and_loads_in_lerobot_and_the_runtime(pose_run, pose_
     assert metrics['status'] == 'completed' and metrics['inference_check']['finite']
     assert metrics['model']['environment_state'] is True
     assert metrics['model']['cameras'] == ['top', 'wrist']
+    assert metrics['feature_cache']['layer4']['frozen_at_step'] == 4
     path = out / 'best'
     feature = json.loads((path / 'config.json').read_text())['input_features'][ENV]
     assert feature == {'type': 'ENV', 'shape': [10]}
@@ -248,3 +250,28 @@ def test_camera_choice_is_checked(tmp_path, caplog):
     assert config_from_args(parser.parse_args(
         [*args[:6], '--cameras', 'wrist'])).cameras == ('wrist',)
     assert config.to_dict()['cameras'] == [] and list(ENVIRONMENT_STATE_NAMES)[0] == 'box_x'
+
+
+def test_process_execution_passes_the_object_poses(tiny_pose_checkpoint):
+    """The model in a child process gets the poses with each request: the same chunks as
+    in process, and a request without them is refused in the caller, not the child."""
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+    rng = np.random.default_rng(3)
+    image = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)
+    observations = [Observation(images={'top': image, 'wrist': image},
+                                state=rng.uniform(-0.5, 0.5, 6), environment_state=_poses(rng))
+                    for _ in range(3)]
+    common = dict(model_path=tiny_pose_checkpoint, device='cpu', torch_threads=1, warmup=False)
+    with PolicyRuntime(RuntimeConfig(execution='sync', **common)) as local:
+        expected = [local.predictor.predict(obs) for obs in observations]
+    with PolicyRuntime(RuntimeConfig(execution='process', **common)) as remote:
+        assert remote.environment_state_dim == 10 and remote.cameras == ('top', 'wrist')
+        for obs, chunk in zip(observations, expected):
+            np.testing.assert_allclose(remote._remote.predict(obs), chunk, atol=1e-5)
+        with pytest.raises(ObservationError, match='observation has none'):
+            remote.act(Observation(images=observations[0].images, state=np.zeros(6)))
+        remote.reset()
+        remote.act(observations[0])
+        assert remote.wait_idle(60.0)
+        assert remote.act(observations[1]) is not None
