@@ -21,8 +21,8 @@ import time
 
 from act_ros.core.contract import load_contract
 from act_ros.core.contract import parse_image_size
-from act_ros.data.episode import OBJECT_POSE_NAMES, OBJECT_POSES_FEATURE, DatasetLayout
-from act_ros.data.rollout import RolloutResult
+from act_ros.data.episode import DatasetLayout
+from act_ros.data.rollout import SIM_EXTRA_FEATURES, RolloutResult
 
 # One expert episode takes seconds; a worker silent for this long is hung.
 EPISODE_TIMEOUT_S = 600.0
@@ -37,7 +37,7 @@ class CollectConfig:
     seed: int = 0
     image_height: int = 480
     image_width: int = 640
-    use_video: bool = True
+    use_video: bool = False
     workers: int = 1
     max_attempts: int | None = None
     episode_steps: int | None = None
@@ -171,7 +171,7 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
     contract = load_contract(config.contract_path)
     layout = DatasetLayout(contract=contract, image_height=config.image_height,
                            image_width=config.image_width, use_video=config.use_video,
-                           extra_features=((OBJECT_POSES_FEATURE, OBJECT_POSE_NAMES),))
+                           extra_features=SIM_EXTRA_FEATURES)
     check_output(config.output, config.overwrite)
     sim_config = make_sim_config(config, contract.fps)
     cameras = contract.camera_names
@@ -207,6 +207,8 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
                                 fps=f'{stats.frames / max(elapsed, 1e-9):.1f}')
                 if wanted() <= 0:
                     break
+            stats.seconds = time.perf_counter() - start
+            writer.card = dataset_card(layout, config, stats)
             if wanted() > 0:
                 raise RuntimeError(
                     f'the expert succeeded in only {len(stats.recorded_seeds)} of {limit} '
@@ -218,6 +220,49 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
         results.close()
     stats.seconds = time.perf_counter() - start
     return stats
+
+
+def frame_storage_text(layout: DatasetLayout) -> str:
+    """How the camera frames are stored, and what that means for training."""
+    if layout.use_video:
+        return ("MP4 video (LeRobot's default encoder: AV1, crf 30, yuv420p). Lossy: a decoded "
+                'frame differs from the render (about 10/255 on the box in the top camera at '
+                '96x128), so a policy trained on it sees other pixels than in closed loop.')
+    return ('PNG images, lossless: a decoded frame equals the rendered one, pixel for pixel, '
+            'so training sees exactly what the policy sees in the simulation.')
+
+
+def dataset_card(layout: DatasetLayout, config: CollectConfig, stats: CollectStats, *,
+                 title: str = 'Scripted-expert demonstrations', extra: str = '') -> str:
+    """The dataset card (README.md) of a simulated dataset."""
+    from act_ros.core.object_state import ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES
+    from act_ros.data.episode import (EPISODE_SOURCE_FEATURE, EPISODE_SOURCE_NAMES,
+                                      OBJECT_POSES_FEATURE)
+
+    seeds = stats.recorded_seeds
+    lines = [
+        f'# {title}: port pick-align (act_ros simulation)', '',
+        f'- Episodes: {len(seeds)} ({stats.frames} frames at {layout.fps} fps), seeds '
+        f'{min(seeds) if seeds else "-"}..{max(seeds) if seeds else "-"} '
+        f'(failed expert episodes are not recorded: {len(stats.failed)}).',
+        f'- Cameras: {", ".join(layout.contract.camera_names)} at '
+        f'{layout.image_height}x{layout.image_width}, rendered at that size.',
+        f'- Frame storage: {frame_storage_text(layout)}',
+        f'- Exploration noise on the executed arm targets: {config.exploration_noise_rad} rad '
+        '(the recorded action is always the expert\'s label).',
+        f'- `{ENVIRONMENT_STATE_FEATURE}`: object poses as a policy input, '
+        f'{list(ENVIRONMENT_STATE_NAMES)} (positions in metres in the robot base frame, yaw '
+        'as cos/sin of 4 x yaw: the cube and the pad repeat every 90 degrees).',
+        f'- `{OBJECT_POSES_FEATURE}`: raw box and pad poses (x, y, z, yaw), for auxiliary '
+        'losses; never a policy input.',
+        f'- `{EPISODE_SOURCE_FEATURE}`: {list(EPISODE_SOURCE_NAMES)} per frame: 0 / 1.0 for a '
+        'scripted-expert demonstration; DAgger episodes carry their iteration and the share '
+        'of ticks the expert drove.',
+        f'- Made by `act-ros collect` in {stats.seconds:.0f} s.',
+    ]
+    if extra:
+        lines += ['', extra]
+    return '\n'.join(lines) + '\n'
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -235,8 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help='attempt k is simulated with seed SEED+k (default 0)')
     parser.add_argument('--image-size', default='480x640', type=parse_image_size,
                         help='rendered and stored image size HEIGHTxWIDTH (default 480x640)')
-    parser.add_argument('--video', action=argparse.BooleanOptionalAction, default=True,
-                        help='store cameras as MP4 videos (default) or PNG images (--no-video)')
+    parser.add_argument('--video', action=argparse.BooleanOptionalAction, default=False,
+                        help='store cameras as lossless PNG images (default: a decoded frame '
+                             'equals the render) or as lossy MP4 videos (--video, smaller)')
     parser.add_argument('--workers', type=int, default=1,
                         help='simulation worker processes (default 1: simulate in-process)')
     parser.add_argument('--max-attempts', type=int, default=None,

@@ -18,6 +18,11 @@ from act_ros.core.contract import Contract
 # auxiliary target that teaches the vision backbone where the objects are.
 OBJECT_POSES_FEATURE = 'sim.object_poses'
 OBJECT_POSE_NAMES = ('box_x', 'box_y', 'box_z', 'box_yaw', 'pad_x', 'pad_y', 'pad_z', 'pad_yaw')
+# Where a simulated episode came from, constant over its frames: the DAgger iteration (0
+# for scripted-expert demonstrations) and the share of ticks the expert drove (1.0 for a
+# demonstration; the recorded action is always the expert's label).
+EPISODE_SOURCE_FEATURE = 'sim.episode_source'
+EPISODE_SOURCE_NAMES = ('dagger_iteration', 'expert_share')
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,15 @@ import signal
 
 import numpy as np
 
-from act_ros.data.episode import OBJECT_POSES_FEATURE, Episode
+from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
+                                      ENVIRONMENT_STATE_NAMES)
+from act_ros.data.episode import (EPISODE_SOURCE_FEATURE, EPISODE_SOURCE_NAMES,
+                                  OBJECT_POSE_NAMES, OBJECT_POSES_FEATURE, Episode)
+
+# The per-frame features every simulated episode carries beside state, action and cameras.
+SIM_EXTRA_FEATURES = ((OBJECT_POSES_FEATURE, OBJECT_POSE_NAMES),
+                      (ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES),
+                      (EPISODE_SOURCE_FEATURE, EPISODE_SOURCE_NAMES))
 
 
 @dataclass(frozen=True)
@@ -25,18 +33,6 @@ class RolloutResult:
     detail: str = ''
 
 
-# How much of the exploration noise each expert phase gets (progress s in (0, 1] within
-# the phase): full while approaching and carrying, fading out before the grasp and the
-# placement so that the expert still grasps and places exactly, none while the gripper
-# closes, releases and retreats.
-NOISE_SCHEDULE = {
-    'approach': lambda s: 1.0,
-    'descend': lambda s: max(0.0, 1.0 - 1.5 * s),
-    'close': lambda s: 0.0,
-    'lift': lambda s: s,
-    'carry': lambda s: 1.0,
-    'place': lambda s: max(0.0, 1.0 - 1.5 * s),
-}
 # Relative noise per arm joint (contract order without the gripper): the wrist roll sets
 # the grasp yaw, the error a learned policy makes most, so it is explored most.
 NOISE_JOINT_WEIGHTS = np.array([1.0, 1.0, 1.0, 1.0, 3.0])
@@ -51,8 +47,14 @@ class ExplorationNoise:
     a policy needs once its own small errors take it there. Without it, the joint state
     alone predicts the expert's next actions so well that a policy learns to continue the
     arm's motion instead of looking at the box and pad. An Ornstein-Uhlenbeck process per
-    joint, standard deviation ``noise_rad`` x ``NOISE_JOINT_WEIGHTS``, scaled per phase
-    by ``NOISE_SCHEDULE``.
+    joint, standard deviation ``noise_rad`` x ``NOISE_JOINT_WEIGHTS``, scaled by the
+    expert's ``noise_gain`` (full in transit, fading to none as the fingers line up over
+    the box or the target, none while the gripper closes and releases).
+
+    The expert commands each tick relative to the *measured* arm, so an offset added every
+    tick would be integrated into a drift; what is added is the offset's change since the
+    previous tick: without the expert's correction the arm would be displaced by the
+    offset itself, a bounded excursion that the expert then steers back from.
     """
 
     def __init__(self, noise_rad: float, seed: int) -> None:
@@ -62,13 +64,17 @@ class ExplorationNoise:
         self.rho = float(np.exp(-1.0 / NOISE_CORRELATION_TICKS))
         self.rng = np.random.default_rng([seed, 0xDA27])
         self.state = self.rng.standard_normal(len(self.scale))
+        self._applied = np.zeros(len(self.scale))
 
-    def offset(self, phase: str, progress: float) -> np.ndarray:
-        """The next offset (radians, arm joints) for a tick of ``phase``."""
+    def offset(self, gain: float) -> np.ndarray:
+        """What to add to this tick's arm targets (radians): the change of the displacement
+        ``gain`` x (the process), ``gain`` in [0, 1]."""
         self.state = self.rho * self.state + np.sqrt(1 - self.rho ** 2) * \
             self.rng.standard_normal(len(self.scale))
-        gain = NOISE_SCHEDULE.get(phase, lambda s: 0.0)(progress)
-        return gain * self.scale * self.state
+        displacement = float(np.clip(gain, 0.0, 1.0)) * self.scale * self.state
+        change = displacement - self._applied
+        self._applied = displacement
+        return change
 
 
 def run_expert_episode(env, seed: int, camera_names: tuple[str, ...], *,
@@ -92,7 +98,8 @@ def run_expert_episode(env, seed: int, camera_names: tuple[str, ...], *,
               for name in camera_names}
     states = np.empty((steps, len(obs.joint_positions)), dtype=np.float32)
     actions = np.empty_like(states)
-    poses = np.empty((steps, 8), dtype=np.float32)  # OBJECT_POSE_NAMES
+    poses = np.empty((steps, len(OBJECT_POSE_NAMES)), dtype=np.float32)
+    env_state = np.empty((steps, ENVIRONMENT_STATE_DIM), dtype=np.float32)
     t = 0
     while not env.done:
         if t >= steps:
@@ -103,9 +110,10 @@ def run_expert_episode(env, seed: int, camera_names: tuple[str, ...], *,
         states[t] = obs.joint_positions
         actions[t] = action
         poses[t, :4], poses[t, 4:] = obs.box_pose, obs.pad_pose
+        env_state[t] = obs.environment_state
         if noise is not None:
             action = action.copy()
-            action[env.arm_index] += noise.offset(expert.phase, expert.phase_progress)
+            action[env.arm_index] += noise.offset(expert.noise_gain)
         obs = env.step(action)
         t += 1
     result = env.evaluate()
@@ -114,9 +122,19 @@ def run_expert_episode(env, seed: int, camera_names: tuple[str, ...], *,
         return RolloutResult(seed=seed, success=False, frames=t, episode=None, detail=detail)
     episode = Episode(images={name: frames[:t] for name, frames in images.items()},
                       state=states[:t], action=actions[:t], seed=seed,
-                      extras={OBJECT_POSES_FEATURE: poses[:t]})
+                      extras=sim_extras(poses[:t], env_state[:t], dagger_iteration=0,
+                                        expert_share=1.0))
     return RolloutResult(seed=seed, success=True, frames=episode.length, episode=episode,
                          detail=detail)
+
+
+def sim_extras(poses: np.ndarray, env_state: np.ndarray, *, dagger_iteration: int,
+               expert_share: float) -> dict[str, np.ndarray]:
+    """The extras of a simulated episode (``SIM_EXTRA_FEATURES``) from its per-frame poses."""
+    source = np.tile(np.array([dagger_iteration, expert_share], dtype=np.float32),
+                     (len(poses), 1))
+    return {OBJECT_POSES_FEATURE: poses, ENVIRONMENT_STATE_FEATURE: env_state,
+            EPISODE_SOURCE_FEATURE: source}
 
 
 def _describe(result) -> str:

@@ -111,6 +111,9 @@ class AtomicDatasetWriter:
         self.streaming_encoding = streaming_encoding and layout.use_video
         self.image_writer_threads = image_writer_threads
         self.result: WriteResult | None = None
+        # Dataset card (markdown), written as README.md beside meta/ when the dataset is
+        # committed; set it any time before the with-block ends.
+        self.card: str | None = None
         self._staging: Path | None = None
         self._dataset = None  # LeRobotDataset while open
         self._episodes = 0
@@ -205,6 +208,8 @@ class AtomicDatasetWriter:
         built = self._staging / 'dataset'
         previous = self._staging / 'previous'
         _prune_empty_dirs(built / 'images')  # LeRobot's staging area for frames, now empty
+        if self.card is not None:
+            (built / 'README.md').write_text(self.card)
         if self.output.is_dir():
             if any(self.output.iterdir()):
                 check_output(self.output, self.overwrite)  # it may have appeared meanwhile

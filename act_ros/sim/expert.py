@@ -93,6 +93,7 @@ class ExpertConfig:
     placed_yaw_tol_deg: float = 8.0       # ... and this well aligned stays where it is
     tie_margin_deg: float = 10.0          # keep the previous yaw choice unless this much worse
     over_target_m: float = 0.01           # held box within this of its target: placing
+    noise_fade_m: float = 0.03            # exploration noise fades over this distance to a goal
     ik_tolerance_m: float = 0.001         # a Cartesian step solved worse than this ...
     ik_rotation_tolerance_rad: float = 0.05
     recovery_joint_step_rad: float = 0.05  # ... moves the arm in joint space, this fast
@@ -342,8 +343,7 @@ class ScriptedExpert:
             self.phase = 'lift' if lifting else 'carry'
         else:
             self.phase = 'place'  # over the target: the descent onto the pad
-        # Exploration noise: full in transit, none in the last centimetres of the descent.
-        self.noise_gain = min(1.0, max(0.0, (ee[2] - z - 0.01) / 0.03))
+        self.noise_gain = self._noise_gain(position_error, cfg.land_position_tol_m)
         return Motion(target, self._yaw_step(yaw_now, yaw_goal), goal, yaw_goal, GRIPPER_CLOSED)
 
     def _release_or_retreat(self, obs, ee, yaw_now, opening):
@@ -387,9 +387,14 @@ class ScriptedExpert:
         target = self._step_target(ee, box[:2], grasp_z, floor, cfg.descend_speed_per_tick_m)
         goal = np.array([box[0], box[1], max(grasp_z, floor)])
         self.phase = 'descend' if floor < top - 1e-6 else 'approach'
-        self.noise_gain = min(1.0, max(0.0, (ee[2] - grasp_z - 0.01) / 0.03))
+        self.noise_gain = self._noise_gain(position_error, cfg.close_position_tol_m)
         return Motion(target, self._yaw_step(yaw_now, self._grasp_yaw), goal, self._grasp_yaw,
                       GRIPPER_OPEN)
+
+    def _noise_gain(self, position_error: float, tolerance: float) -> float:
+        """Exploration noise that suits this tick: full far from the goal, fading to none
+        as the fingers line up over it (the descent must stay possible)."""
+        return min(1.0, max(0.0, (position_error - tolerance) / self.config.noise_fade_m))
 
     def _fingers_clear(self, box: np.ndarray, ee: np.ndarray, opening: float) -> bool:
         """Half-open fingers still fit around the box: opening while descending is fine."""
