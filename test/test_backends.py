@@ -31,13 +31,13 @@ def _observations(count, seed=0):
                         state=rng.uniform(-1.0, 1.0, 6)) for _ in range(count)]
 
 
-def _actions(checkpoint, mode, backend='torch', **overrides):
+def _actions(checkpoint, mode, backend='torch', observations=None, **overrides):
     """Actions of a sync runtime over TICKS observations (deterministic), and the runtime."""
     config = RuntimeConfig(model_path=checkpoint, device='cpu', mode=mode, execution='sync',
                            n_action_steps=4 if mode == 'chunk' else 1, backend=backend, **overrides)
     with PolicyRuntime(config) as rt:
         rt.reset()
-        actions = np.stack([rt.act(obs) for obs in _observations(TICKS)])
+        actions = np.stack([rt.act(obs) for obs in observations or _observations(TICKS)])
     return actions, rt
 
 
@@ -265,3 +265,73 @@ def test_node_configures_with_an_onnx_backend(rclpy_context, exported, execution
             assert runtime.predictor.backend.name == ONNX_BACKENDS[0]
     finally:
         node.destroy_node()
+
+
+# Checkpoints that take the object poses (observation.environment_state): with both
+# cameras, and with none (the graph's inputs are then the state and the poses only).
+POSE_VARIANTS = {'cameras_and_poses': dict(environment_state=True),
+                 'poses_no_camera': dict(environment_state=True, cameras=())}
+
+
+def _pose_observations(count, seed=0):
+    from act_ros.core.object_state import environment_state
+
+    rng = np.random.default_rng(seed)
+    out = []
+    for obs in _observations(count, seed):
+        obs.environment_state = environment_state(
+            rng.uniform(-0.3, 0.3, 3), rng.uniform(-np.pi, np.pi), rng.uniform(-0.3, 0.3, 3),
+            rng.uniform(-np.pi, np.pi))
+        out.append(obs)
+    return out
+
+
+@pytest.fixture(scope='module', params=list(POSE_VARIANTS))
+def exported_poses(request, tmp_path_factory):
+    """A checkpoint that takes the object poses, exported by `act-ros export`."""
+    if not ONNX_BACKENDS:
+        pytest.skip('no ONNX backend installed')
+    from act_ros.cli import main
+    ckpt = create_checkpoint(tmp_path_factory.mktemp('exported_poses') / request.param,
+                             preset='tiny', image_size=(48, 64), seed=2,
+                             **POSE_VARIANTS[request.param])
+    assert main(['export', '--checkpoint', str(ckpt), '--format', 'onnx']) == 0
+    return ckpt
+
+
+@needs_onnx
+@exporting
+@pytest.mark.parametrize('backend', ONNX_BACKENDS)
+def test_backend_matches_torch_eager_with_object_poses(exported_poses, backend):
+    from act_ros.core.contract import load_contract
+    from act_ros.core.onnx_predictor import lean_onnx_predictor
+    from act_ros.core.options import PredictorOptions
+
+    cameras = exported_poses.name == 'cameras_and_poses'
+    name = 'model_48x64.onnx' if cameras else 'model_nocam.onnx'
+    meta = read_metadata(exported_poses / EXPORT_DIR / name)
+    assert [i['name'] for i in meta['inputs']] == (
+        ['observation.state', 'observation.environment_state']
+        + (['observation.images.top', 'observation.images.wrist'] if cameras else []))
+    assert meta['inputs'][1]['shape'] == [1, 10]
+    observations = _pose_observations(TICKS)
+    expected, _ = _actions(exported_poses, 'ensemble', observations=observations)
+    actions, rt = _actions(exported_poses, 'ensemble', backend, observations=observations)
+    assert rt.predictor.backend.export.exported is False  # the CLI's export was reused
+    diff = np.abs(actions - expected).max()
+    assert diff < 1e-4, f'{backend} with object poses: max |action diff| {diff:.2e} vs torch eager'
+    # The torch-free predictor of the inference child: the same chunks from the export.
+    lean, why = lean_onnx_predictor(exported_poses, load_contract(),
+                                    PredictorOptions(backend=backend, threads=1))
+    assert lean is not None, why
+    with PolicyRuntime(RuntimeConfig(model_path=exported_poses, device='cpu',
+                                     execution='sync', warmup=False)) as full:
+        for obs in observations[:3]:
+            np.testing.assert_allclose(lean.predict(obs), full.predictor.predict(obs),
+                                       atol=1e-4)
+    # Other poses give other actions (the graph does not ignore its poses input).
+    moved = _pose_observations(TICKS, seed=1)
+    for obs, other in zip(observations, moved):
+        other.images, other.state = obs.images, obs.state
+    assert np.abs(_actions(exported_poses, 'ensemble', backend,
+                           observations=moved)[0] - actions).max() > 1e-3
