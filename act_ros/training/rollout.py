@@ -130,6 +130,95 @@ def make_sim_config(checkpoint: Path, render_size: tuple[int, int] | None = None
     return SimConfig.from_yaml(sim_config_path, **overrides)
 
 
+class SimPolicy:
+    """A checkpoint driving the simulation tick by tick through the node's control step.
+
+    :meth:`act` hands the simulation's observation to the same input store the node's
+    subscriptions fill (stamped with simulated time, so every input is fresh), runs
+    :class:`~act_ros.core.control.ControlLoop` and returns the joint targets to send: the
+    new command, or the previous one when the tick produced none (a position controller
+    keeps its last target). Used by the closed-loop evaluator and by DAgger collection.
+    """
+
+    def __init__(self, checkpoint: str | Path, *, mode: str = 'chunk', device: str = 'cpu',
+                 contract: Contract | None = None, safety: SafetySettings | None = None,
+                 ensemble_coeff: float = 0.01, backend: str = 'torch',
+                 latency_ticks: int | None = None) -> None:
+        from act_ros.core.control import (ControlLoop, ee_from_kinematics,
+                                          environment_state_from_stream, position_from_stream)
+        from act_ros.core.inputs import ENVIRONMENT_STATE, PAD_POSE, InputStore
+        from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+        if mode not in EVAL_MODES:
+            raise ValueError(f"unknown mode '{mode}', expected one of {EVAL_MODES}")
+        self.contract = contract or load_contract()
+        safety = safety or SafetySettings.from_node_config(self.contract)
+        timing = (dict(execution='sync') if latency_ticks is None else
+                  dict(execution='simulated', simulated_latency_ticks=latency_ticks))
+        self.runtime = PolicyRuntime(RuntimeConfig(
+            model_path=checkpoint, device=device, mode=mode, ensemble_coeff=ensemble_coeff,
+            contract=self.contract, warmup=False, backend=backend, **timing,
+            **MODE_SETTINGS[mode]))
+        try:
+            self.cameras = self.runtime.cameras  # the checkpoint's (maybe none)
+            poses = (environment_state_from_stream(ENVIRONMENT_STATE)
+                     if self.runtime.environment_state_dim else None)
+            self.takes_poses = poses is not None
+            self.loop = ControlLoop(
+                self.runtime, cameras=self.cameras, limits=safety.limits,
+                gate=ReleaseGate(safety.gate), gripper_index=self.contract.gripper_index,
+                ee_position=ee_from_kinematics(self.contract.joint_names,
+                                               self.contract.gripper_index,
+                                               urdf_path=safety.urdf_path,
+                                               ee_frame=safety.ee_frame),
+                pad_position=position_from_stream(PAD_POSE, safety.max_obs_age_s),
+                environment_state=poses)
+        except BaseException:
+            self.runtime.close()
+            raise
+        self.store = InputStore(self.loop.required_inputs, safety.max_obs_age_s)
+        self.period_s = 1.0 / self.contract.fps
+        self.command: np.ndarray | None = None
+        self.tick = 0
+
+    @property
+    def counters(self):
+        """The control step's :class:`~act_ros.core.control.ControlCounters`."""
+        return self.loop.counters
+
+    def reset(self, obs: Any) -> None:
+        """Start an episode at observation ``obs`` (the arm holds where it is until the
+        first command)."""
+        self.loop.reset()
+        self.store.clear()
+        self.command = np.asarray(obs.joint_positions, dtype=np.float64).copy()
+        self.tick = 0
+
+    def act(self, obs: Any) -> np.ndarray:
+        """Joint targets to send for ``obs`` (a :class:`~act_ros.sim.env.SimObservation`)."""
+        from act_ros.core.inputs import ENVIRONMENT_STATE, JOINT_STATES, PAD_POSE, image_stream
+
+        if self.command is None:
+            raise RuntimeError('SimPolicy.act() before reset()')
+        now = self.tick * self.period_s  # simulated time: every input is fresh
+        store = self.store
+        store.put(JOINT_STATES, np.asarray(obs.joint_positions, dtype=np.float64), now, now)
+        for cam in self.cameras:
+            store.put(image_stream(cam), obs.images[cam], now, now)
+        store.put(PAD_POSE, np.asarray(obs.pad_pose, dtype=np.float64)[:3], now, now)
+        if self.takes_poses:
+            store.put(ENVIRONMENT_STATE, obs.environment_state, now, now)
+        result = self.loop.tick(store.snapshot(now))
+        if result.command is not None:
+            self.command = result.command
+        self.tick += 1
+        return self.command
+
+    def close(self) -> None:
+        """End the runtime (and its inference child, if any)."""
+        self.runtime.close()
+
+
 def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'chunk',
                         seed: int = 0, device: str = 'cpu', sim_config: Any = None,
                         contract: Contract | None = None, safety: SafetySettings | None = None,
@@ -151,79 +240,41 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
 
     from tqdm import tqdm
 
-    from act_ros.core.control import (ControlLoop, ee_from_kinematics,
-                                      environment_state_from_stream, position_from_stream)
-    from act_ros.core.inputs import (ENVIRONMENT_STATE, JOINT_STATES, PAD_POSE, InputStore,
-                                     image_stream)
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
     from act_ros.sim import PortPickAlignEnv, summarize_results
 
-    if mode not in EVAL_MODES:
-        raise ValueError(f"unknown mode '{mode}', expected one of {EVAL_MODES}")
     if episodes < 1:
         raise ValueError(f'episodes must be >= 1, got {episodes}')
-    contract = contract or load_contract()
-    safety = safety or SafetySettings.from_node_config(contract)
-    timing = (dict(execution='sync') if latency_ticks is None else
-              dict(execution='simulated', simulated_latency_ticks=latency_ticks))
-    runtime = PolicyRuntime(RuntimeConfig(
-        model_path=checkpoint, device=device, mode=mode, ensemble_coeff=ensemble_coeff,
-        contract=contract, warmup=False, backend=backend, **timing, **MODE_SETTINGS[mode]))
-    cameras = runtime.cameras  # the checkpoint's (maybe none)
-    poses = environment_state_from_stream(ENVIRONMENT_STATE) if runtime.environment_state_dim \
-        else None
+    policy = SimPolicy(checkpoint, mode=mode, device=device, contract=contract, safety=safety,
+                       ensemble_coeff=ensemble_coeff, backend=backend,
+                       latency_ticks=latency_ticks)
     own_env = env is None
     try:
-        loop = ControlLoop(
-            runtime, cameras=cameras, limits=safety.limits, gate=ReleaseGate(safety.gate),
-            gripper_index=contract.gripper_index,
-            ee_position=ee_from_kinematics(contract.joint_names, contract.gripper_index,
-                                           urdf_path=safety.urdf_path, ee_frame=safety.ee_frame),
-            pad_position=position_from_stream(PAD_POSE, safety.max_obs_age_s),
-            environment_state=poses)
         if own_env:
             config = sim_config or make_sim_config(Path(checkpoint))
-            if not cameras and frame_sink is None:  # nothing looks at the images
+            if not policy.cameras and frame_sink is None:  # nothing looks at the images
                 config = dataclasses.replace(config, render=False)
-            env = PortPickAlignEnv(config, contract)
+            env = PortPickAlignEnv(config, policy.contract)
     except BaseException:
-        runtime.close()
+        policy.close()
         raise
-    store = InputStore(loop.required_inputs, safety.max_obs_age_s)
-    period_s = 1.0 / contract.fps
     results = []
     start = time.perf_counter()
     try:
         for k in tqdm(range(episodes), desc=f'closed loop ({mode})', unit='episode',
                       disable=not progress, leave=False):
             obs = env.reset(seed=seed + k)
-            loop.reset()
-            store.clear()
-            command = np.asarray(obs.joint_positions, dtype=np.float64).copy()
+            policy.reset(obs)
             sink = frame_sink if frame_sink is not None and k in sink_episodes else None
-            tick = 0
             while not env.done:
                 if sink is not None:
                     sink(k, obs.images)
-                now = tick * period_s  # simulated time: every input is fresh
-                store.put(JOINT_STATES, np.asarray(obs.joint_positions, dtype=np.float64), now,
-                          now)
-                for cam in cameras:
-                    store.put(image_stream(cam), obs.images[cam], now, now)
-                store.put(PAD_POSE, np.asarray(obs.pad_pose, dtype=np.float64)[:3], now, now)
-                if poses is not None:
-                    store.put(ENVIRONMENT_STATE, obs.environment_state, now, now)
-                result = loop.tick(store.snapshot(now))
-                if result.command is not None:
-                    command = result.command
-                obs = env.step(command)
-                tick += 1
+                obs = env.step(policy.act(obs))
             results.append(env.evaluate())
     finally:
-        runtime.close()
+        policy.close()
         if own_env:
             env.close()
-    counters = loop.counters
+    counters = policy.counters
     return ModeResult(mode=mode, summary=summarize_results(results),
                       episodes=[r.to_dict() for r in results],
                       suppressed_releases=counters.suppressed_releases,
