@@ -44,3 +44,17 @@ def test_a_package_that_fails_its_check_leaves_nothing(tiny_checkpoint, tmp_path
     package(tiny_checkpoint, out, dtype='fp32')
     with pytest.raises(FileExistsError, match='--overwrite'):
         package(tiny_checkpoint, out, dtype='fp32')
+
+
+@pytest.mark.parametrize('cameras', [None, ()])
+def test_a_checkpoint_that_takes_the_object_poses_packages(tiny_pose_checkpoint, tmp_path,
+                                                          cameras):
+    """Its check observations carry the object poses (and no camera is needed)."""
+    from act_ros.core.checkpoint import create_checkpoint, load_checkpoint
+    from act_ros.training.package_model import package
+
+    source = tiny_pose_checkpoint if cameras is None else create_checkpoint(
+        tmp_path / 'no_camera', cameras=cameras, environment_state=True)
+    report = package(source, tmp_path / 'shipped', dtype='fp16')
+    assert 0 < report['max_action_difference'] < 1e-2
+    assert load_checkpoint(tmp_path / 'shipped', device='cpu').env_state_dim == 10

@@ -77,16 +77,32 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
     assert len(pids) == 2 and not wait_gone(pids, 10.0)
 
 
+@pytest.fixture(scope='module')
+def no_camera_checkpoint(tmp_path_factory):
+    """The tiny ACT on the joints and the object poses alone."""
+    from act_ros.core.checkpoint import create_checkpoint
+    return create_checkpoint(tmp_path_factory.mktemp('ckpt') / 'no_camera', preset='tiny',
+                             cameras=(), environment_state=True)
+
+
 @pytest.mark.slow
-def test_object_poses_reach_the_policy_over_ros(tiny_pose_checkpoint, ros_domain_id, tmp_path,
+@pytest.mark.parametrize('which', ['tiny_pose_checkpoint', 'no_camera_checkpoint'])
+def test_object_poses_reach_the_policy_over_ros(request, which, ros_domain_id, tmp_path,
                                                capsys):
-    """A checkpoint that takes the object poses: act_node gets them from the bridge's
-    box_pose and pad_pose (otherwise it would send nothing and every step would time out)
-    and the episodes end as in process (SimObservation.environment_state)."""
+    """A checkpoint that takes the object poses (with cameras, or none): act_node gets them
+    from the bridge's box_pose and pad_pose (otherwise it would send nothing and every step
+    would time out), the bridge waits for exactly the topics the policy reads, and the
+    episodes end as in process (SimObservation.environment_state)."""
     from act_ros.training.rollout import make_sim_config, run_policy_episodes
 
+    checkpoint = request.getfixturevalue(which)
+    cameras = which == 'tiny_pose_checkpoint'
+    assert ros_eval.policy_input_topics(checkpoint) == (
+        ['joint_states', 'box_pose', 'pad_pose']
+        + (['camera/top/image_raw', 'camera/wrist/image_raw'] if cameras else []))
+    start = time.monotonic()
     results = ros_eval.main([
-        '--checkpoint', str(tiny_pose_checkpoint), '--episodes', '1', '--mode', 'chunk',
+        '--checkpoint', str(checkpoint), '--episodes', '1', '--mode', 'chunk',
         '--episode-steps', '15', '--seed', '300', '--lockstep-timeout', '30',
         '--torch-threads', '1', '--domain-id', str(ros_domain_id),
         '--log-dir', str(tmp_path / 'logs')])
@@ -94,10 +110,14 @@ def test_object_poses_reach_the_policy_over_ros(tiny_pose_checkpoint, ros_domain
     assert metrics['lockstep_timeouts'] == 0, metrics['episodes']
     commands = metrics['episodes'][0]['commands']
     assert commands['applied'] == commands['received'] == 15 and commands['rejected'] == 0
+    # No wait for subscribers that never come (the bridge's policy_reset_timeout_s).
+    assert time.monotonic() - start < 120.0
     node_log = (tmp_path / 'logs' / 'act_node.log').read_text()
     assert 'object poses on /box_pose, /pad_pose' in node_log, node_log[-2000:]
-    local = run_policy_episodes(tiny_pose_checkpoint, episodes=1, mode='chunk', seed=300,
-                                sim_config=make_sim_config(tiny_pose_checkpoint, (48, 64),
+    assert ('inputs: joints, top, wrist, object' if cameras
+            else 'inputs: joints, no camera, object') in node_log
+    local = run_policy_episodes(checkpoint, episodes=1, mode='chunk', seed=300,
+                                sim_config=make_sim_config(checkpoint, (48, 64),
                                                            episode_steps=15))
     over_ros, in_process = metrics['episodes'][0], local.episodes[0]
     assert over_ros['position_error_m'] == pytest.approx(in_process['position_error_m'],

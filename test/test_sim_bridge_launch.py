@@ -140,3 +140,30 @@ def test_launch_description_builds():
     spec.loader.exec_module(module)
     description = module.generate_launch_description()
     assert len(description.entities) > len(REQUIRED_ARGUMENTS)
+
+
+def test_policy_inputs_name_topics_of_the_bridge(rclpy_context):
+    """Lock-step waits for a subscriber on the topics the policy reads: by default the
+    joints and both cameras; for a policy on the object poses without cameras, those."""
+    from rclpy.parameter import Parameter
+
+    from act_ros.ros.sim_bridge.bridge import SimBridge
+
+    def bridge(value, name):
+        return SimBridge(node_name=name, context=rclpy_context, parameter_overrides=[
+            Parameter('policy_inputs', value=value), Parameter('image_height', value=32),
+            Parameter('image_width', value=32)])
+
+    with pytest.raises(ValueError, match=r"policy_inputs: \['camera/side/image_raw'\] are not "
+                       'topics of the bridge'):
+        bridge('joint_states,camera/side/image_raw', 'bad_bridge')
+    for value, expected in (('', ['joint_states', 'camera/top/image_raw',
+                                  'camera/wrist/image_raw']),
+                            (' joint_states, box_pose,pad_pose', ['joint_states', 'box_pose',
+                                                                  'pad_pose'])):
+        node = bridge(value, 'sim_bridge')
+        try:
+            assert [p.topic_name for p in node.policy_input_pubs] == [f'/{t}' for t in expected]
+            assert node.peers()['observation_subscribers'] == 0
+        finally:
+            node.destroy_node()

@@ -55,20 +55,27 @@ def action_agreement(source: Path, packaged: Path, observations: list[Any]) -> f
 
 def sample_observations(checkpoint: Path, count: int = 4) -> list[Any]:
     """Observations to compare on: simulation frames at the checkpoint's input size (the
-    start of ``count`` episodes), or random images where MuJoCo is not installed."""
+    start of ``count`` episodes), or random images where MuJoCo is not installed; with
+    the object poses, for a checkpoint that takes them."""
     from act_ros.core.checkpoint import load_checkpoint
     from act_ros.core.contract import load_contract
     from act_ros.core.observation import Observation
 
+    from act_ros.core.object_state import environment_state
+
     contract = load_contract()
-    shape = next(iter(load_checkpoint(checkpoint, device='cpu').image_shapes.values()))
+    # A checkpoint without cameras: any size (its observations carry the object poses).
+    shape = next(iter(load_checkpoint(checkpoint, device='cpu').image_shapes.values()), (96, 128))
     try:
         from act_ros.sim import PortPickAlignEnv, SimConfig
     except ImportError:
         rng = np.random.default_rng(0)
         return [Observation(images={cam: rng.integers(0, 256, (*shape, 3), dtype=np.uint8)
                                     for cam in contract.camera_names},
-                            state=rng.uniform(contract.lower, contract.upper))
+                            state=rng.uniform(contract.lower, contract.upper),
+                            environment_state=environment_state(
+                                rng.uniform(0.15, 0.35, 3), rng.uniform(-np.pi, np.pi),
+                                rng.uniform(0.15, 0.35, 3), rng.uniform(-np.pi, np.pi)))
                 for _ in range(count)]
     config = SimConfig.from_yaml(None, camera_height=shape[0], camera_width=shape[1])
     out = []
@@ -76,7 +83,8 @@ def sample_observations(checkpoint: Path, count: int = 4) -> list[Any]:
         for k in range(count):
             obs = env.reset(seed=3_000_000 + k)
             out.append(Observation(images=dict(obs.images),
-                                   state=np.asarray(obs.joint_positions, dtype=np.float64)))
+                                   state=np.asarray(obs.joint_positions, dtype=np.float64),
+                                   environment_state=obs.environment_state))
     return out
 
 

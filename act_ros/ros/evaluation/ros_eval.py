@@ -98,18 +98,42 @@ def checkpoint_image_size(checkpoint: Path) -> tuple[int, int] | None:
     return None
 
 
+def policy_input_topics(checkpoint: Path) -> list[str]:
+    """The bridge topics ``act_node`` subscribes for this checkpoint (its ``config.json``):
+    the joint states, the cameras it takes and, when it takes the object poses, ``box_pose``
+    and ``pad_pose``; empty when the file cannot be read (the bridge's default then)."""
+    try:
+        config = json.loads((checkpoint / 'config.json').read_text())
+    except (OSError, ValueError):
+        return []
+    features = config.get('input_features') or {}
+    topics = ['joint_states']
+    for key, feature in features.items():
+        kind = feature.get('type') if isinstance(feature, dict) else None
+        if kind == 'VISUAL' and key.startswith('observation.images.'):
+            topics.append(f"camera/{key[len('observation.images.'):]}/image_raw")
+        elif kind == 'ENV':
+            topics += ['box_pose', 'pad_pose']
+    return topics
+
+
 def default_domain_id() -> int:
     env = os.environ.get('ROS_DOMAIN_ID', '')
     return int(env) if env.isdigit() else 1 + os.getpid() % 100
 
 
 def bridge_command(args: argparse.Namespace, image_size: tuple[int, int], *,
-                   policy_reset: bool = True) -> list[str]:
-    """``sim_bridge`` in lock-step, episodes on ``~/reset`` (resetting ``/act_node`` first)."""
+                   policy_reset: bool = True, policy_inputs: list[str] | None = None
+                   ) -> list[str]:
+    """``sim_bridge`` in lock-step, episodes on ``~/reset`` (resetting ``/act_node`` first);
+    ``policy_inputs``: the topics it waits for a subscriber on before an episode (default:
+    the joints and every camera)."""
     params = {'mode': 'lockstep', 'autostart': 'false', 'seed': args.seed,
               'image_height': image_size[0], 'image_width': image_size[1],
               'episode_steps': args.episode_steps,
               'lockstep_timeout_s': float(args.lockstep_timeout)}
+    if policy_inputs:
+        params['policy_inputs'] = ','.join(policy_inputs)
     if policy_reset:
         params.update(policy_reset_service='/act_node/reset',
                       policy_reset_timeout_s=float(args.startup_timeout))
@@ -165,7 +189,8 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
     client = EvalClient(domain, check=procs.check)
     results: dict[str, Any] = {}
     try:
-        bridge = procs.start('sim_bridge', bridge_command(args, image_size))
+        bridge = procs.start('sim_bridge', bridge_command(
+            args, image_size, policy_inputs=policy_input_topics(args.checkpoint)))
         log(f'{PREFIX} started sim_bridge (pid {bridge.pid})')
         node = procs.start('act_node', node_command(args, modes[0]))
         log(f'{PREFIX} started act_node (pid {node.pid}, mode {modes[0]}); waiting for it')

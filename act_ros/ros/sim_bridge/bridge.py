@@ -90,6 +90,10 @@ class SimBridge(Node):
         if errors:
             raise ValueError('; '.join(errors))
         self.settings = s = read_bridge_settings(self)
+        topics = ['joint_states', 'ee_pose', 'box_pose', 'pad_pose', *map(camera_topic, CAMERAS)]
+        unknown = [t for t in s.policy_input_topics if t not in topics]
+        if unknown:
+            raise ValueError(f'policy_inputs: {unknown} are not topics of the bridge ({topics})')
         config = SimConfig.from_yaml(s.sim_config_path or None, **s.sim_overrides())
         self.env = PortPickAlignEnv(config)
         self.joint_names = list(self.env.contract.joint_names)
@@ -102,6 +106,13 @@ class SimBridge(Node):
         self.joint_pub = self.create_publisher(JointState, 'joint_states', sensor)
         self.pose_pubs = {name: self.create_publisher(PoseStamped, name, sensor)
                           for name in ('ee_pose', 'box_pose', 'pad_pose')}
+        # What the policy reads (lockstep waits for a subscriber on each): by default the
+        # joints and every camera; policy_inputs names others (the object poses, a subset
+        # of the cameras).
+        published = {'joint_states': self.joint_pub, **self.pose_pubs,
+                     **{camera_topic(cam): pub for cam, pub in self.image_pubs.items()}}
+        self.policy_input_pubs = ([published[t] for t in s.policy_input_topics]
+                                  or [self.joint_pub, *self.image_pubs.values()])
         self.clock_pub = self.create_publisher(Clock, '/clock', CLOCK_QOS)
         self.status_pub = self.create_publisher(String, STATUS_TOPIC, STATUS_QOS)
 
@@ -182,8 +193,9 @@ class SimBridge(Node):
             self.image_pubs[cam].publish(msgs.camera_image(rgb, stamp, f'{cam}_camera'))
 
     def peers(self) -> dict[str, int]:
-        """Matched command publishers, and subscribers of every observation topic (minimum)."""
-        observation = [self.joint_pub, *self.image_pubs.values()]
+        """Matched command publishers, and subscribers of every observation topic the policy
+        reads (minimum; ``policy_inputs``)."""
+        observation = self.policy_input_pubs
         return {
             'command_publishers': sum(sub.get_publisher_count() for sub in self.command_subs),
             'observation_subscribers': min(pub.get_subscription_count() for pub in observation),

@@ -47,6 +47,10 @@ BRIDGE_PARAMETERS: list[ParamSpec] = [
       'appear and answer before an episode start fails; in lockstep also how long to wait '
       'for the policy to be connected (command publisher and observation subscribers).',
       low=0.1, high=600.0),
+    P('policy_inputs', '', 'lockstep: the topics the policy subscribes, comma-separated '
+      '(e.g. joint_states,box_pose,pad_pose for a policy without cameras that takes the '
+      'object poses): an episode starts once each has a subscriber, so the first observation '
+      'is not lost to discovery. Empty: joint_states and every camera.', read_only=True),
     P('frame_id', 'base_link', 'Frame of the published poses (the robot base; the world '
       'origin of the simulation).', read_only=True),
     P('status_period_s', 1.0, 'Period of the episode status heartbeat (also published on '
@@ -70,6 +74,7 @@ class BridgeSettings:
     lockstep_timeout_s: float
     policy_reset_service: str
     policy_reset_timeout_s: float
+    policy_inputs: str
     frame_id: str
     status_period_s: float
 
@@ -86,6 +91,11 @@ class BridgeSettings:
             overrides['contract_path'] = self.contract_path
         return overrides
 
+    @property
+    def policy_input_topics(self) -> tuple[str, ...]:
+        """``policy_inputs`` as topic names (empty: the default set)."""
+        return tuple(self.policy_inputs.split(',')) if self.policy_inputs else ()
+
 
 def read_bridge_settings(node: Node) -> BridgeSettings:
     """Read and validate the declared parameters; ``ValueError`` with one line on a problem."""
@@ -99,4 +109,6 @@ def read_bridge_settings(node: Node) -> BridgeSettings:
                          f"{values['image_height']}x{values['image_width']}")
     if not values['frame_id']:
         raise ValueError('frame_id is empty')
+    values['policy_inputs'] = ','.join(
+        name.strip() for name in values['policy_inputs'].split(',') if name.strip())
     return BridgeSettings(**values)
