@@ -180,6 +180,7 @@ def create_interfaces(node: PolicyNodeHooks, settings: NodeSettings, contract: C
         for obj in OBJECTS:
             use_pose(settings.object_pose_topics[obj], object_pose_stream(obj),
                      conv.pose_components)
+
     def store_pose(msg: Any, uses: tuple[tuple[str, Callable[[Any], Any]], ...]) -> None:
         for stream, convert in uses:
             node.store(stream, msg, convert)
