@@ -302,6 +302,23 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--sim-config', type=Path, default=None,
                         help='simulation settings YAML (default: the package config/sim.yaml)')
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
+    dagger = parser.add_argument_group(
+        'DAgger', 'With --dagger the policy CHECKPOINT drives and the scripted expert labels '
+        'every frame (every episode is recorded, successful or not); --episodes, --seed, '
+        '--workers and --output keep their meaning, the image size is the dataset\'s or the '
+        'checkpoint\'s.')
+    dagger.add_argument('--dagger', type=Path, default=None, metavar='CHECKPOINT',
+                        help='policy checkpoint that drives (a LeRobot pretrained_model dir)')
+    dagger.add_argument('--join', type=Path, default=None, metavar='DATASET',
+                        help='write DATASET plus the new episodes to --output (DATASET is not '
+                             'modified)')
+    dagger.add_argument('--beta', type=float, default=0.0,
+                        help='probability that the expert drives a chunk-long window instead of '
+                             'the policy (default 0: the policy drives throughout)')
+    dagger.add_argument('--dagger-iteration', type=int, default=1,
+                        help='iteration number stored with every new frame (default 1)')
+    dagger.add_argument('--mode', choices=('chunk', 'ensemble'), default='chunk',
+                        help='how the policy executes its chunks (default chunk)')
     return parser
 
 
@@ -311,6 +328,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     os.environ.setdefault('MUJOCO_GL', 'egl')  # headless rendering unless the user chose
+    if args.dagger is not None:
+        return _main_dagger(args)
+    if args.join is not None:
+        print('act-ros collect: --join needs --dagger CHECKPOINT', file=sys.stderr)
+        return 2
     height, width = args.image_size
     try:
         config = CollectConfig(
@@ -337,6 +359,38 @@ def main(argv: list[str] | None = None) -> int:
           f'in {stats.seconds:.1f} s ({stats.frames_per_second:.1f} frames/s, '
           f'{config.workers} worker(s)); expert failures: {len(stats.failed)} of {attempts}'
           + (f' (seeds {[r.seed for r in stats.failed]})' if stats.failed else ''))
+    return 0
+
+
+def _main_dagger(args: argparse.Namespace) -> int:
+    from act_ros.data.dagger import DaggerConfig, collect_dagger
+    from act_ros.data.writer import quiet_library_output
+
+    try:
+        config = DaggerConfig(
+            checkpoint=args.dagger, output=args.output, episodes=args.episodes, seed=args.seed,
+            iteration=args.dagger_iteration, beta=args.beta, base_dataset=args.join,
+            mode=args.mode, workers=args.workers, overwrite=args.overwrite,
+            episode_steps=args.episode_steps, contract_path=args.contract,
+            sim_config_path=args.sim_config)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f'act-ros collect: {exc}', file=sys.stderr)
+        return 2
+    quiet_library_output()
+    try:
+        stats = collect_dagger(config, progress=not args.no_progress)
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
+        print(f'act-ros collect: {exc}', file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print('act-ros collect: interrupted; no dataset was written', file=sys.stderr)
+        return 130
+    summary = stats.summary(config)
+    print(f'DAgger iteration {config.iteration}: {summary["episodes"]} episodes labelled '
+          f'({stats.frames} frames) in {stats.seconds:.1f} s; the policy aligned '
+          f'{summary["align_rate"]:.2f} with the expert driving {summary["expert_share"]:.0%} of '
+          f'the ticks (beta {config.beta}); failures {summary["failures"]}; written to '
+          f'{config.output}' + (f' with {config.base_dataset}' if config.base_dataset else ''))
     return 0
 
 

@@ -1,0 +1,122 @@
+"""DAgger collection: the policy drives, the expert labels, the episodes join a dataset."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip('mujoco')
+pytest.importorskip('lerobot.datasets.lerobot_dataset')
+
+from act_ros.data import collect  # noqa: E402
+
+pytestmark = pytest.mark.sim
+
+H, W = 48, 64
+STEPS = 245
+COMMON = ['--episode-steps', str(STEPS), '--no-progress']
+
+
+def _columns(root: Path, key: str) -> np.ndarray:
+    import pandas as pd
+
+    frames = pd.concat(pd.read_parquet(p) for p in sorted((root / 'data').rglob('*.parquet')))
+    return np.stack(frames[key].to_numpy())
+
+
+def _digest(root: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob('*') if p.is_file()):
+        h.update(str(path.relative_to(root)).encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope='module')
+def base(tmp_path_factory) -> Path:
+    output = tmp_path_factory.mktemp('dagger') / 'demos'
+    assert collect.main(['--output', str(output), '--episodes', '1', '--seed', '3',
+                         '--image-size', f'{H}x{W}', *COMMON]) == 0
+    return output
+
+
+@pytest.fixture(scope='module')
+def joined(base, tiny_pose_checkpoint, tmp_path_factory):
+    before = _digest(base)
+    output = tmp_path_factory.mktemp('dagger') / 'joined'
+    assert collect.main(['--output', str(output), '--episodes', '2', '--seed', '50',
+                         '--dagger', str(tiny_pose_checkpoint), '--join', str(base),
+                         '--beta', '0.0', '--dagger-iteration', '2', *COMMON]) == 0
+    assert _digest(base) == before            # the base dataset is never modified
+    return output
+
+
+def test_dagger_episodes_join_the_dataset_marked_as_such(joined):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from act_ros.data.episode import EPISODE_SOURCE_FEATURE
+
+    ds = LeRobotDataset('local/joined', root=joined)
+    assert ds.num_episodes == 3 and ds.num_frames == 3 * STEPS
+    source = _columns(joined, EPISODE_SOURCE_FEATURE)
+    np.testing.assert_array_equal(source[:STEPS], np.tile([0.0, 1.0], (STEPS, 1)))
+    np.testing.assert_array_equal(source[STEPS:], np.tile([2.0, 0.0], (2 * STEPS, 1)))
+    log = [json.loads(line) for line in (joined / 'dagger_log.jsonl').read_text().splitlines()]
+    assert len(log) == 1 and log[0]['iteration'] == 2 and log[0]['episodes'] == 2
+    assert log[0]['expert_share'] == 0.0 and 0.0 <= log[0]['align_rate'] <= 1.0
+    card = (joined / 'README.md').read_text()
+    assert 'Scripted-expert demonstrations' in card and 'DAgger iteration 2' in card
+
+
+def test_every_label_is_the_experts_command_for_the_state_the_policy_reached(joined):
+    """The untrained policy drives somewhere; each recorded action is what a fresh expert
+    commands from the recorded state (the expert acts on the measured state alone)."""
+    from act_ros.data.episode import OBJECT_POSES_FEATURE
+    from act_ros.sim import PortPickAlignEnv, ScriptedExpert, SimConfig, SimObservation
+
+    state = _columns(joined, 'observation.state')[STEPS:2 * STEPS]
+    action = _columns(joined, 'action')[STEPS:2 * STEPS]
+    poses = _columns(joined, OBJECT_POSES_FEATURE)[STEPS:2 * STEPS]
+    with PortPickAlignEnv(SimConfig.from_yaml(render=False)) as env:
+        expert = ScriptedExpert(env)
+        for t in range(0, STEPS, 10):
+            q = state[t].astype(np.float64)
+            ee, _ = expert.ik.forward(q[env.arm_index])
+            obs = SimObservation(images={}, joint_positions=q, ee_position=ee,
+                                 box_pose=poses[t, :4].astype(np.float64),
+                                 pad_pose=poses[t, 4:].astype(np.float64), step_index=t,
+                                 time_s=t / 30)
+            expert.reset(obs)
+            np.testing.assert_allclose(expert.act(obs), action[t], atol=1e-4)
+    # The policy, not the expert, drove: the arm did not follow the labels.
+    follow = np.abs(state[1:, :5] - action[:-1, :5]).max()
+    assert follow > 0.05
+
+
+def test_with_beta_one_the_expert_drives_and_aligns(base, tiny_pose_checkpoint, tmp_path):
+    from act_ros.data.episode import EPISODE_SOURCE_FEATURE
+
+    output = tmp_path / 'expert_driven'
+    assert collect.main(['--output', str(output), '--episodes', '1', '--seed', '4',
+                         '--dagger', str(tiny_pose_checkpoint), '--join', str(base),
+                         '--beta', '1.0', *COMMON]) == 0
+    log = json.loads((output / 'dagger_log.jsonl').read_text().splitlines()[-1])
+    assert log['expert_share'] == 1.0 and log['align_rate'] == 1.0
+    np.testing.assert_array_equal(_columns(output, EPISODE_SOURCE_FEATURE)[-1], [1.0, 1.0])
+
+
+def test_dagger_options_are_checked(base, tiny_pose_checkpoint, tmp_path, capsys):
+    out = str(tmp_path / 'x')
+    assert collect.main(['--output', out, '--episodes', '1', '--dagger', str(tmp_path / 'none'),
+                         *COMMON]) == 2
+    assert 'not a checkpoint directory' in capsys.readouterr().err
+    assert collect.main(['--output', out, '--episodes', '1', '--dagger',
+                         str(tiny_pose_checkpoint), '--beta', '1.5', *COMMON]) == 2
+    assert 'beta' in capsys.readouterr().err
+    assert collect.main(['--output', out, '--episodes', '1', '--join', str(base), *COMMON]) == 2
+    assert '--join needs --dagger' in capsys.readouterr().err
+    assert not (tmp_path / 'x').exists()
