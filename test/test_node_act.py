@@ -75,7 +75,9 @@ def wait_diagnostics(harness, predicate, timeout=10.0):
 def test_shuffled_joint_states_give_commands_in_contract_order(rclpy_context, checkpoint,
                                                                image, command_type):
     # JointState in reverse order with extra joints around; every command must be in
-    # contract order, inside the limits and within max_joint_step of the measured joints.
+    # contract order, inside the limits, each arm joint within max_joint_step of its
+    # measured position and the gripper within max_joint_step of its previous command
+    # (the first one: of its measured position).
     joints = {'camera_tilt': 2.5}
     joints.update({name: float(v) for name, v in reversed(list(zip(JOINTS, MEASURED)))})
     joints['conveyor'] = -3.0
@@ -85,12 +87,18 @@ def test_shuffled_joint_states_give_commands_in_contract_order(rclpy_context, ch
     with spinning(rclpy_context, node, harness):
         assert node.start()
         commands = wait_commands(harness, 0.0, 10)
+    gripper = JOINTS.index('gripper')
+    arm = [i for i in range(6) if i != gripper]
+    previous_gripper = None
     for cmd in commands:
         assert cmd.positions.shape == (6,) and np.all(np.isfinite(cmd.positions))
         if command_type == 'JointTrajectory':
             assert list(cmd.joint_names) == JOINTS
         assert np.all(cmd.positions >= LOWER) and np.all(cmd.positions <= UPPER)
-        assert np.all(np.abs(cmd.positions - MEASURED) <= 0.05 + 1e-9), cmd.positions
+        assert np.all(np.abs(cmd.positions[arm] - MEASURED[arm]) <= 0.05 + 1e-9), cmd.positions
+        if previous_gripper is not None:
+            assert abs(cmd.positions[gripper] - previous_gripper) <= 0.05 + 1e-9
+        previous_gripper = cmd.positions[gripper]
 
 
 def expected_action(checkpoint, rgb, state, environment_state=None):

@@ -24,7 +24,8 @@ from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
 CONTRACT = load_contract()
 JOINTS = list(CONTRACT.joint_names)
 GRIPPER = CONTRACT.gripper_index
-MEASURED = np.array([0.1, -0.3, 0.4, 0.2, 0.0, 0.0])
+# The gripper measured at 0.6: fingers closed on an object (an empty gripper frees the gate).
+MEASURED = np.array([0.1, -0.3, 0.4, 0.2, 0.0, 0.6])
 PAD = [0.25, 0.0, 0.0]
 
 
@@ -86,6 +87,31 @@ def test_release_suppressed_far_from_pad_and_passes_near_it(rclpy_context, gated
         assert wait_until(lambda: any(g == pytest.approx(1.0) for g in
                                       gripper_commands(harness, moved, 1)), 20.0)
         wait_gate(harness, 'RELEASED')
+
+
+EMPTY = MEASURED.copy()
+EMPTY[GRIPPER] = 0.0   # fingers closed on nothing
+
+
+def test_a_gripper_closed_on_nothing_frees_the_gate(rclpy_context, tmp_path, tiny_checkpoint):
+    """Commanded closed while the fingers measure empty (the object slipped out, or the
+    grasp missed): nothing is held, HOLDING returns to FREE and an open request passes far
+    from the pad, so the policy can grasp again."""
+    from act_ros.ros.harness import make_gated_checkpoint
+
+    checkpoint, open_image, closed_image = make_gated_checkpoint(
+        tiny_checkpoint, tmp_path / 'gated_empty', state=EMPTY)
+    node = make_node(rclpy_context, checkpoint, ee_source='topic')
+    harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, EMPTY)),
+                           image=closed_image)
+    harness.ee_position = np.array([0.6, 0.3, 0.3])  # far from the pad
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        wait_gate(harness, 'FREE', objects_lost=1)
+        harness.image = open_image
+        switched = time.monotonic() + 0.1
+        assert wait_until(lambda: any(g == pytest.approx(1.0) for g in
+                                      gripper_commands(harness, switched, 1)), 20.0)
 
 
 def test_stale_end_effector_pose_counts_as_far_from_pad(rclpy_context, gated):

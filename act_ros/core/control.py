@@ -60,6 +60,7 @@ class ControlCounters:
     chunks_with_violations: int = 0
     nonfinite_chunk_steps: int = 0
     suppressed_releases: int = 0
+    objects_lost: int = 0  # HOLDING -> FREE: the closed gripper measured empty
     runtime_resets: int = 0
     spurious_triggers: int = 0  # node, observation trigger: a tick with no new input set
     inference_failures: int = 0
@@ -263,10 +264,12 @@ class ControlLoop:
         ee = self._ee_position(snap, state)
         pad = self._pad_position(snap)
         suppressed_before = self.gate.suppressed_releases
+        lost_before = self.gate.objects_lost
         result = limit_command(action, state, self.limits, gripper_index=self.gripper_index,
                                gate=self.gate, ee_position=ee, pad_position=pad,
                                previous_command=self.last_command)
         c.suppressed_releases += self.gate.suppressed_releases - suppressed_before
+        c.objects_lost += self.gate.objects_lost - lost_before
         if result.gate is not None:
             self.last_distance_m = result.gate.distance_m
         if result.reason:
