@@ -12,6 +12,12 @@ import pytest
 from act_ros.core.observation import Observation
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
+# A healthy child answers in milliseconds; the runtime's hang timeout is set this high so
+# that no busy machine makes it expire. Only the stopped child of the 'hung' case gets a
+# short one (HUNG_AFTER_S), and only while it is stopped.
+LIVENESS_S = 60.0
+HUNG_AFTER_S = 1.0
+
 
 def _observations(count, seed=0):
     rng = np.random.default_rng(seed)
@@ -120,7 +126,7 @@ def _recover(rt, observations, timeout_s=60.0):
 def test_dead_or_hung_child_is_restarted_without_reset(tiny_checkpoint, fault):
     rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu',
                                      execution='process', torch_threads=1, mode='ensemble',
-                                     n_action_steps=1, inference_timeout_s=3.0))
+                                     n_action_steps=1, inference_timeout_s=LIVENESS_S))
     try:
         rt.reset()
         first = rt._remote.pid
@@ -128,6 +134,10 @@ def test_dead_or_hung_child_is_restarted_without_reset(tiny_checkpoint, fault):
         if fault == 'killed':
             os.kill(first, signal.SIGKILL)
         else:
+            # No request in flight (one keeps the timeout it was sent with): the requests to
+            # the stopped child are the only ones under the short timeout.
+            assert rt.wait_idle(LIVENESS_S)
+            rt._remote.predict_timeout_s = HUNG_AFTER_S
             os.kill(first, signal.SIGSTOP)  # alive but never answers
         expected = 'ended unexpectedly' if fault == 'killed' else 'no answer.*hung: killed'
         failure = None
@@ -139,6 +149,7 @@ def test_dead_or_hung_child_is_restarted_without_reset(tiny_checkpoint, fault):
                 break
             time.sleep(0.05)
         assert failure is not None and re.search(expected, failure), failure
+        rt._remote.predict_timeout_s = LIVENESS_S  # for the restarted, healthy child
         computed = rt.stats.chunks_computed
         deadline = time.monotonic() + 90.0
         for obs in _observations(2000, seed=4):  # no reset: the runtime retries by itself
