@@ -7,7 +7,7 @@ over the dataclass defaults.
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 import logging
 import math
 from pathlib import Path
@@ -109,6 +109,13 @@ class TrainConfig:
     # Contract cameras the policy sees (None: all of them); () trains on the joints and
     # the object poses alone (needs environment_state).
     cameras: tuple[str, ...] | None = None
+    # ACTConfig fields set on top of the model preset (e.g. {'use_vae': False}); a preset
+    # file gives them under `model:`, the command line as --model KEY=VALUE.
+    model: dict[str, Any] = field(default_factory=dict)
+    # Start from this checkpoint's weights (same model settings and inputs): fine-tuning,
+    # e.g. the next DAgger iteration on the grown dataset. Normalization follows the new
+    # dataset.
+    init_from: Path | None = None
     precision: str = 'fp32'
     compile: bool = False
     seed: int = 0
@@ -187,6 +194,16 @@ class TrainConfig:
         if self.closed_loop_episode_steps is not None and self.closed_loop_episode_steps < 1:
             raise ValueError('closed_loop_episode_steps must be >= 1, got '
                              f'{self.closed_loop_episode_steps}')
+        self.model = dict(self.model or {})
+        check_model_overrides(self.model)
+        if self.init_from is not None:
+            self.init_from = Path(self.init_from).expanduser()
+            if not (self.init_from / 'model.safetensors').is_file():
+                raise ValueError(f'--init-from {self.init_from}: no model.safetensors (expected a '
+                                 'checkpoint directory written by act-ros train)')
+            if self.resume:
+                raise ValueError('--init-from and --resume contradict each other (--resume '
+                                 'continues OUTPUT_DIR/last)')
         if self.infer_only and self.skip_infer:
             raise ValueError('--infer-only and --skip-infer contradict each other')
 
@@ -228,6 +245,33 @@ class TrainConfig:
         data['image_size'] = list(self.image_size) if self.image_size else None
         data['cameras'] = list(self.cameras) if self.cameras is not None else None
         return data
+
+
+# ACTConfig fields that describe features, chunking or training only the trainer sets.
+_NOT_OVERRIDABLE = ('input_features', 'output_features', 'chunk_size', 'n_action_steps',
+                    'device', 'normalization_mapping', 'pretrained_backbone_weights')
+
+
+def check_model_overrides(model: dict[str, Any]) -> None:
+    """Refuse overrides that are not ``ACTConfig`` fields or that the trainer owns."""
+    from lerobot.policies.act.configuration_act import ACTConfig
+
+    known = {f.name for f in fields(ACTConfig)}
+    for key in model:
+        if key not in known:
+            raise ValueError(f"model setting '{key}' is not an ACTConfig field (e.g. use_vae, "
+                             'dim_model, dim_feedforward, n_encoder_layers, dropout)')
+        if key in _NOT_OVERRIDABLE:
+            raise ValueError(f"model setting '{key}' is set by the trainer from the contract "
+                             'and the dataset; it cannot be overridden')
+
+
+def parse_model_override(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` with VALUE parsed as YAML (``use_vae=false``, ``dim_model=128``)."""
+    if '=' not in text:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. use_vae=false), got '{text}'")
+    key, value = text.split('=', 1)
+    return key.strip(), yaml.safe_load(value)
 
 
 def load_preset(name: str, path: str | Path | None = None) -> dict[str, Any]:
@@ -310,6 +354,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--cameras', type=parse_cameras, help='contract cameras the policy sees, '
                    "comma-separated ('top,wrist'; default: all), or 'none' for a policy on the "
                    'joints and the object poses alone (needs --environment-state)')
+    p.add_argument('--model', dest='model_items', action='append', type=parse_model_override,
+                   metavar='KEY=VALUE', help='an ACTConfig field on top of the model preset, '
+                   'e.g. --model use_vae=false --model dim_feedforward=512 (repeatable)')
+    p.add_argument('--init-from', type=Path, help='start from the weights of this checkpoint '
+                   '(same model settings and inputs; fine-tuning, e.g. a DAgger iteration)')
     p.add_argument('--precision', choices=TRAIN_PRECISIONS, help='autocast precision of the '
                    'training step; auto = bf16 where the device has native bfloat16, else fp32')
     p.add_argument('--compile', action='store_true', default=None,
@@ -340,6 +389,8 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
         given = getattr(args, f.name, None)
         if given is not None:
             values[f.name] = given
+    if getattr(args, 'model_items', None):
+        values['model'] = {**values.get('model', {}), **dict(args.model_items)}
     if values.get('cameras') is not None and len(values['cameras']) == 0:
         dropped = [name for name in IMAGE_ONLY
                    if name in preset and getattr(args, name, None) is None]

@@ -274,7 +274,8 @@ class Trainer:
         image_size, stored = (list(size) if size else None for size in sizes)
         return json.dumps({'step': self.step, 'preset': self.config.preset,
                            'model_preset': self.config.model_preset,
-                           'image_size': image_size, 'dataset_image_size': stored,
+                           'model': dict(self.config.model), 'image_size': image_size,
+                           'dataset_image_size': stored,
                            'cameras': list(self.inputs.cameras),
                            'environment_state': self.inputs.environment_state,
                            'dataset_root': str(self.config.dataset_root), **extra}, indent=2)
@@ -312,9 +313,9 @@ class Trainer:
         state = load_training_state(last)
         saved = state['config']
         # Runs from before environment_state/cameras existed had neither: their defaults.
-        saved = {'environment_state': False, 'cameras': None, **saved}
+        saved = {'environment_state': False, 'cameras': None, 'model': {}, **saved}
         for key in ('model_preset', 'image_size', 'batch_size', 'seed', 'environment_state',
-                    'cameras'):
+                    'cameras', 'model'):
             now = self.config.to_dict()[key]
             if saved.get(key) != now:
                 raise ValueError(f"--resume: {key} was {saved.get(key)!r} in {last}, now {now!r};"

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 import logging
 import math
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -104,11 +105,31 @@ def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]
                                  environment_state=inputs.environment_state,
                                  kl_weight=config.kl_weight, optimizer_lr=config.lr,
                                  optimizer_lr_backbone=lr_backbone,
-                                 optimizer_weight_decay=config.weight_decay)
+                                 optimizer_weight_decay=config.weight_decay, **config.model)
     torch.manual_seed(config.seed)
     policy = ACTPolicy(act_config).to(inputs.device)
+    if config.init_from is not None:
+        load_initial_weights(policy, config.init_from)
     pre, post = make_act_pre_post_processors(act_config, inputs.stats)
     return policy, pre, post
+
+
+def load_initial_weights(policy: Any, checkpoint: Path) -> None:
+    """Copy ``checkpoint``'s weights into ``policy``; the two must match key for key and
+    shape for shape (same model preset, model settings, cameras and inputs)."""
+    from safetensors.torch import load_file
+
+    weights = load_file(str(Path(checkpoint) / 'model.safetensors'))
+    own = policy.state_dict()
+    missing = sorted(set(own) - set(weights))
+    extra = sorted(set(weights) - set(own))
+    shapes = [f'{k}: {tuple(weights[k].shape)} vs {tuple(v.shape)}' for k, v in own.items()
+              if k in weights and tuple(weights[k].shape) != tuple(v.shape)]
+    if missing or extra or shapes:
+        raise ValueError(f'--init-from {checkpoint}: its weights do not fit this model (same '
+                         f'--model-preset, --model, --cameras and --environment-state needed): '
+                         f'missing {missing[:5]}, unexpected {extra[:5]}, shapes {shapes[:5]}')
+    policy.load_state_dict({k: v.to(own[k].dtype) for k, v in weights.items()}, strict=True)
 
 
 def build_optimizer(config: TrainConfig, policy: Any, extra_params: Any = ()

@@ -58,7 +58,8 @@ def build_metrics(trainer: Any, status: str, wall_s: float) -> dict[str, Any]:
     return {
         'status': status,
         'config': cfg.to_dict(),
-        'model': {'type': 'act', 'preset': cfg.model_preset,
+        'model': {'type': 'act', 'preset': cfg.model_preset, 'overrides': dict(cfg.model),
+                  'init_from': str(cfg.init_from) if cfg.init_from else None,
                   'image_size': list(inputs.image_size) if inputs.image_size else None,
                   'cameras': list(inputs.cameras),
                   'environment_state': inputs.environment_state,
