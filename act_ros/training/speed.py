@@ -57,7 +57,8 @@ def synthetic_inputs(*, image_size: tuple[int, int], batch_size: int, device: st
         stats[c.feature] = {'mean': torch.full((3, 1, 1), 0.5), 'std': torch.full((3, 1, 1), 0.25)}
     return RunInputs(contract=contract, device=select_device(device), dataset=None,
                      split=Split('episode', np.arange(n), np.zeros(0, np.int64)), store=store,
-                     stats=stats, image_size=image_size, stored_image_size=image_size)
+                     stats=stats, image_size=image_size, stored_image_size=image_size,
+                     cameras=contract.camera_names)
 
 
 def synthetic_config(inputs: RunInputs, workdir: Path, **fields: Any) -> TrainConfig:
