@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'record': ('act_ros.ros.recording.record_node', 'record demonstrations from ROS 2 topics (record_node)'),
     'train': ('act_ros.training.train', 'train an ACT policy on a LeRobot dataset'),
     'evaluate': ('act_ros.training.evaluate', 'closed-loop evaluation in the simulation'),
+    'dagger': ('act_ros.training.dagger_loop', 'DAgger iterations: collect with the policy, '
+               'expert labels, train, repeat'),
     'bench': ('act_ros.bench.__main__', 'benchmarks (runtime, node, compile, training, all)'),
     'init-checkpoint': ('act_ros.core.checkpoint', 'write an untrained ACT checkpoint (benchmarks, tests)'),
     'package-model': ('act_ros.training.package_model', 'check a checkpoint and copy it to a '

@@ -120,3 +120,34 @@ def test_dagger_options_are_checked(base, tiny_pose_checkpoint, tmp_path, capsys
     assert collect.main(['--output', out, '--episodes', '1', '--join', str(base), *COMMON]) == 2
     assert '--join needs --dagger' in capsys.readouterr().err
     assert not (tmp_path / 'x').exists()
+
+
+@pytest.mark.slow
+def test_dagger_iterations_collect_train_and_continue_where_they_stopped(base, tmp_path):
+    """act-ros dagger: one iteration = a DAgger collection joined to the data, then a
+    fine-tuning from the previous policy; running the same command again redoes nothing."""
+    from act_ros.training import dagger_loop, train
+
+    first = tmp_path / 'first'
+    common = ['--preset', 'sim', '--cameras', 'none', '--environment-state',
+              '--model-preset', 'tiny', '--model', 'use_vae=false', '--val-interval', '10',
+              '--checkpoint-interval', '10', '--closed-loop-val-episodes', '0', '--skip-infer',
+              '--torch-threads', '1', '--no-progress']
+    assert train.main(['--dataset-root', str(base), '--output-dir', str(first), '--steps', '10',
+                       *common]) == 0
+    run_dir = tmp_path / 'dagger'
+    argv = ['--dataset-root', str(base), '--checkpoint', str(first / 'last'), '--run-dir',
+            str(run_dir), '--iterations', '1', '--episodes', '1', '--steps', '10',
+            '--beta', '0.5', '--', *[a for a in common if a != '--no-progress']]
+    assert dagger_loop.main(argv) == 0
+    rows = [json.loads(line) for line in (run_dir / 'dagger.jsonl').read_text().splitlines()]
+    assert len(rows) == 1 and rows[0]['iteration'] == 1 and rows[0]['episodes'] == 1
+    assert rows[0]['dataset_frames'] == 1 * STEPS + 300       # base + one 300-tick episode
+    metrics = json.loads((run_dir / 'iter_1' / 'train' / 'training_metrics.json').read_text())
+    assert metrics['model']['init_from'] == str(first / 'last')
+    stamp = (run_dir / 'iter_1' / 'train' / 'training_metrics.json').stat().st_mtime_ns
+    assert dagger_loop.main(argv) == 0                           # nothing left to do
+    assert (run_dir / 'iter_1' / 'train' / 'training_metrics.json').stat().st_mtime_ns == stamp
+    assert len((run_dir / 'dagger.jsonl').read_text().splitlines()) == 2
+    # Trainer options that the loop sets itself are refused.
+    assert dagger_loop.main([*argv, '--steps', '5']) == 2
