@@ -114,22 +114,37 @@ def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]
     return policy, pre, post
 
 
-def load_initial_weights(policy: Any, checkpoint: Path) -> None:
-    """Copy ``checkpoint``'s weights into ``policy``; the two must match key for key and
-    shape for shape (same model preset, model settings, cameras and inputs)."""
+def load_initial_weights(policy: Any, checkpoint: Path) -> dict[str, list[str]]:
+    """Copy ``checkpoint``'s weights into ``policy`` where name and shape match.
+
+    The same model (a DAgger iteration's fine-tuning) matches everywhere. A model with
+    more inputs (cameras beside the object poses, say) starts from the checkpoint where it
+    can: the new input projections keep their initialization. Nothing in common, or a
+    weight of the same name with another shape, is an error. Returns what was loaded and
+    what kept its initialization (logged).
+    """
     from safetensors.torch import load_file
 
     weights = load_file(str(Path(checkpoint) / 'model.safetensors'))
     own = policy.state_dict()
-    missing = sorted(set(own) - set(weights))
-    extra = sorted(set(weights) - set(own))
     shapes = [f'{k}: {tuple(weights[k].shape)} vs {tuple(v.shape)}' for k, v in own.items()
               if k in weights and tuple(weights[k].shape) != tuple(v.shape)]
-    if missing or extra or shapes:
-        raise ValueError(f'--init-from {checkpoint}: its weights do not fit this model (same '
-                         f'--model-preset, --model, --cameras and --environment-state needed): '
-                         f'missing {missing[:5]}, unexpected {extra[:5]}, shapes {shapes[:5]}')
-    policy.load_state_dict({k: v.to(own[k].dtype) for k, v in weights.items()}, strict=True)
+    loaded = sorted(k for k in own if k in weights)
+    unused = sorted(set(weights) - set(own))
+    if shapes or not loaded or unused:
+        raise ValueError(f'--init-from {checkpoint}: its weights do not fit this model (the same '
+                         f'--model-preset and --model settings are needed): shapes differ '
+                         f'{shapes[:5]}, weights this model does not have {unused[:5]}'
+                         + ('' if loaded else ', nothing in common'))
+    fresh = sorted(set(own) - set(weights))
+    state = dict(own)
+    state.update({k: weights[k].to(own[k].dtype) for k in loaded})
+    policy.load_state_dict(state, strict=True)
+    if fresh:
+        logger.info('--init-from %s: %d tensors loaded, %d keep their initialization (inputs '
+                    'the checkpoint did not have), e.g. %s', checkpoint, len(loaded), len(fresh),
+                    fresh[:4])
+    return {'loaded': loaded, 'initialized': fresh}
 
 
 def build_optimizer(config: TrainConfig, policy: Any, extra_params: Any = ()
