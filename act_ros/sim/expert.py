@@ -87,7 +87,8 @@ class ExpertConfig:
     land_height_m: float = 0.0015         # held box's lowest corner this close to the pad: let go
     rest_height_m: float = 0.003          # a box's bottom this close to the pad top rests on it
     land_position_tol_m: float = 0.004
-    open_opening: float = 0.95            # measured opening counted as open
+    open_opening: float = 0.92            # measured opening counted as open
+    empty_opening: float = 0.1            # below this the fingers hold nothing
     release_distance_m: float = 0.03      # fingers this close to a placed box: still releasing
     placed_position_tol_m: float = 0.012  # a released box this close to the pad centre ...
     placed_yaw_tol_deg: float = 8.0       # ... and this well aligned stays where it is
@@ -248,6 +249,27 @@ class ScriptedExpert:
         return (float(np.linalg.norm(box_in_gripper)) <= cfg.hold_distance_m
                 and abs(opening - self._box_opening) <= cfg.hold_opening_margin)
 
+    def _gripping(self, box_in_gripper: np.ndarray, opening: float) -> bool:
+        """The box is between fingers that are neither open nor closed on nothing."""
+        cfg = self.config
+        return (float(np.linalg.norm(box_in_gripper)) <= cfg.hold_distance_m
+                and cfg.empty_opening < opening < cfg.open_opening)
+
+    def _grasp_errors(self, box: np.ndarray, ee: np.ndarray,
+                      yaw_now: float) -> tuple[float, float, float]:
+        """Position (m), height (m) and yaw (deg, modulo 90) errors from the grasp pose."""
+        grasp_z = box[2] + self.config.grasp_above_centre_m
+        position_error = float(np.linalg.norm(box[:2] - ee[:2]))
+        yaw_error = abs(math.degrees(_fold_quarter(wrap_angle(box[3] - yaw_now))))
+        return position_error, abs(ee[2] - grasp_z), yaw_error
+
+    def _at_grasp_pose(self, box: np.ndarray, ee: np.ndarray, yaw_now: float) -> bool:
+        cfg = self.config
+        position_error, height_error, yaw_error = self._grasp_errors(box, ee, yaw_now)
+        return (position_error <= cfg.close_position_tol_m
+                and height_error <= cfg.close_height_tol_m
+                and yaw_error <= cfg.close_yaw_tol_deg)
+
     def _placed(self, obs: SimObservation) -> bool:
         """The box rests on the pad near its centre, aligned: nothing left to do to it."""
         cfg = self.config
@@ -268,8 +290,15 @@ class ScriptedExpert:
         box, pad = np.asarray(obs.box_pose, float), np.asarray(obs.pad_pose, float)
         box_in_gripper = ee_rot.T @ (box[:3] - ee)
 
-        if self._holding(box_in_gripper, opening) and not self._landed(obs, ee, box_in_gripper,
-                                                                         yaw_now):
+        # In hand: gripped at the box's width, or gripped any other way (across an edge, a
+        # grasp that turned the box) away from the grasp pose. The gate would not let the
+        # gripper open away from the pad, so a box in hand goes to the pad either way.
+        in_hand = self._holding(box_in_gripper, opening) or (
+            self._gripping(box_in_gripper, opening) and not self._at_grasp_pose(box, ee, yaw_now))
+        if in_hand and self._landed(obs, ee, box_in_gripper, yaw_now):
+            self.phase, self.noise_gain = 'release', 0.0
+            motion = Motion(ee.copy(), yaw_now, ee.copy(), yaw_now, GRIPPER_OPEN)  # arm still
+        elif in_hand:
             motion = self._carry(obs, ee, yaw_now, box_in_gripper)
         elif self._placed(obs):
             motion = self._release_or_retreat(obs, ee, yaw_now, opening)
@@ -369,14 +398,10 @@ class ScriptedExpert:
         self._place_yaw = None
         self._grasp_yaw = self._choose_yaw(box[:2], box[3], self._grasp_yaw)
         grasp_z = box[2] + cfg.grasp_above_centre_m
-        position_error = float(np.linalg.norm(box[:2] - ee[:2]))
-        yaw_error = abs(math.degrees(_fold_quarter(wrap_angle(self._grasp_yaw - yaw_now))))
+        position_error, _, yaw_error = self._grasp_errors(box, ee, yaw_now)
         top = grasp_z + cfg.hover_above_grasp_m
         floor = self._funnel_height(grasp_z, position_error, yaw_error, top)
-        at_grasp = (position_error <= cfg.close_position_tol_m
-                    and abs(ee[2] - grasp_z) <= cfg.close_height_tol_m
-                    and yaw_error <= cfg.close_yaw_tol_deg)
-        if at_grasp:
+        if self._at_grasp_pose(box, ee, yaw_now):
             self.phase, self.noise_gain = 'close', 0.0
             grasp = np.array([box[0], box[1], grasp_z])
             return Motion(grasp, self._grasp_yaw, grasp, self._grasp_yaw, GRIPPER_CLOSED)
