@@ -47,6 +47,7 @@ FAR_EE = (0.6, 0.3, 0.3)    # 0.5 m from the pad
 NEAR_EE = (0.27, 0.01, 0.02)  # 3 cm from the pad
 PAD = (0.25, 0.0, 0.0)
 MAX_OBS_AGE_S = 0.2
+HELD_GRIPPER_OPENING = 0.6  # measured gripper while holding an object (normalized)
 SILENCE_GRACE_S = MAX_OBS_AGE_S + 0.15  # a command may still leave this long after a fault
 
 
@@ -381,7 +382,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix='act_ros_faults_') as tmp:
         base = args.model_path or str(create_checkpoint(Path(tmp) / 'tiny', preset='tiny',
                                                         image_size=(48, 64)))
-        model, open_image, closed_image = make_gated_checkpoint(base, Path(tmp) / 'gated')
+        # The robot holds an object: its gripper measures 0.6 (fingers on the object). An
+        # empty gripper (0) would make the gate free the gripper again, as it should.
+        joints = {n: 0.0 for n in contract.joint_names}
+        joints[contract.gripper_joint] = HELD_GRIPPER_OPENING
+        model, open_image, closed_image = make_gated_checkpoint(
+            base, Path(tmp) / 'gated', state=np.array([joints[n] for n in contract.joint_names]))
         cmd = [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args',
                '-p', f'model_path:={model}', '-p', 'execution:=process', '-p', 'mode:=chunk',
                '-p', 'n_action_steps:=5', '-p', 'torch_threads:=1', '-p', 'device:=cpu',
@@ -392,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         node = procs.start('act_node', cmd)
         context = rclpy.context.Context()
         rclpy.init(context=context)
-        harness = RobotHarness(context=context, joints={n: 0.0 for n in contract.joint_names},
+        harness = RobotHarness(context=context, joints=joints,
                                image=closed_image, rate_hz=30.0, name='fault_robot')
         harness.pad_position = np.array(PAD)
         harness.ee_position = np.array(FAR_EE)
