@@ -152,8 +152,9 @@ def _edit_config(path, edit):
     (lambda c: c.update(type='diffusion'), CheckpointError, "expected 'act'"),
     (lambda c: c['input_features']['observation.state'].update(shape=[7]),
      ContractMismatchError, 'observation.state.*6 joints'),
-    (lambda c: c['input_features'].pop('observation.images.wrist'), ContractMismatchError,
-     'camera features'),
+    (lambda c: c['input_features'].update({'observation.images.side': dict(
+        c['input_features']['observation.images.wrist'])}), ContractMismatchError,
+     r"camera features \['observation.images.side'\] are not cameras of the contract"),
     (lambda c: c.update(chunk_size=0), CheckpointError, 'chunk_size must be a positive'),
 ])
 def test_checkpoint_info_refuses_what_the_full_load_refuses(ckpt, edit, error, match):
