@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'evaluate': ('act_ros.training.evaluate', 'closed-loop evaluation in the simulation'),
     'dagger': ('act_ros.training.dagger_loop', 'DAgger iterations: collect with the policy, '
                'expert labels, train, repeat'),
+    'recipe': ('act_ros.training.recipe', 'a whole training recipe (config/recipe_<name>.yaml) '
+               'as one resumable command'),
     'bench': ('act_ros.bench.__main__', 'benchmarks (runtime, node, compile, training, all)'),
     'init-checkpoint': ('act_ros.core.checkpoint', 'write an untrained ACT checkpoint (benchmarks, tests)'),
     'package-model': ('act_ros.training.package_model', 'check a checkpoint and copy it to a '

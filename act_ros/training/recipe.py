@@ -1,0 +1,192 @@
+"""``act-ros recipe NAME --run-dir DIR``: a whole training recipe as one resumable command.
+
+A recipe (``config/recipe_<name>.yaml``) is a list of stages, each an ``act-ros`` command
+(``collect``, ``train``, ``dagger``, ``evaluate``, ``package-model``) whose arguments may
+name the run directory (``{run}``) and the results of earlier stages. Every stage runs as
+a child process and leaves its result on disk; a stage whose result is already there is
+skipped, and an interrupted training stage continues with ``--resume``, so the same command
+picks up an interrupted run where it stopped. The recipe's expected wall clock on the
+reference machine is printed at the start, every stage's time at the end and in
+``DIR/recipe.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+import json
+import os
+from pathlib import Path
+import subprocess
+import sys
+import time
+from typing import Any
+
+from act_ros.core.atomic import write_json_atomic
+from act_ros.core.paths import config_path, load_yaml_mapping
+
+COMMANDS = ('collect', 'train', 'dagger', 'evaluate', 'package-model')
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of a recipe: ``act-ros COMMAND ARGS``, done once ``done`` exists (for a
+    training stage: once its ``training_metrics.json`` says it finished)."""
+
+    name: str
+    command: str
+    args: tuple[str, ...]
+    done: str
+    expected_min: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.command not in COMMANDS:
+            raise ValueError(f"stage '{self.name}': unknown command '{self.command}', expected "
+                             f'one of {COMMANDS}')
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    description: str
+    stages: tuple[Stage, ...]
+    reference: str = ''
+
+    @property
+    def expected_min(self) -> float:
+        return sum(stage.expected_min for stage in self.stages)
+
+
+def load_recipe(name: str, path: str | Path | None = None) -> Recipe:
+    """``config/recipe_<name>.yaml`` (or ``path``)."""
+    path = Path(path) if path else config_path(f'recipe_{name}.yaml')
+    if not path.is_file():
+        available = sorted(p.stem[len('recipe_'):] for p in config_path('.').glob('recipe_*.yaml'))
+        raise FileNotFoundError(f"no recipe '{name}' ({path} does not exist); available: "
+                                f'{available}')
+    data = load_yaml_mapping(path, 'recipe').get('recipe')
+    if not isinstance(data, dict) or not isinstance(data.get('stages'), list):
+        raise ValueError(f'{path}: expected recipe: {{description, stages: [...]}}')
+    stages = []
+    for entry in data['stages']:
+        unknown = set(entry) - {'name', 'command', 'args', 'done', 'expected_min'}
+        if unknown:
+            raise ValueError(f'{path}: stage {entry.get("name")}: unknown keys {sorted(unknown)}')
+        stages.append(Stage(name=str(entry['name']), command=str(entry['command']),
+                            args=tuple(str(a) for a in entry.get('args', ())),
+                            done=str(entry['done']),
+                            expected_min=float(entry.get('expected_min', 0.0))))
+    names = [s.name for s in stages]
+    if len(set(names)) != len(names):
+        raise ValueError(f'{path}: stage names must be unique, got {names}')
+    return Recipe(name=name, description=str(data.get('description', '')).strip(),
+                  stages=tuple(stages), reference=str(data.get('reference', '')).strip())
+
+
+def _expand(text: str, run: Path) -> str:
+    return text.replace('{run}', str(run))
+
+
+def _is_done(stage: Stage, run: Path) -> bool:
+    marker = Path(_expand(stage.done, run))
+    if not marker.exists():
+        return False
+    if stage.command == 'train' and marker.name == 'training_metrics.json':
+        status = json.loads(marker.read_text()).get('status')
+        return status in ('completed', 'stopped_early')
+    return True
+
+
+def _stage_command(stage: Stage, run: Path) -> list[str]:
+    args = [_expand(a, run) for a in stage.args]
+    if stage.command == 'train':
+        output = Path(args[args.index('--output-dir') + 1])
+        if (output / 'last' / 'training_state.pt').is_file():
+            args.append('--resume')  # an interrupted earlier run continues where it stopped
+            if '--init-from' in args:  # the weights come from last/ now
+                at = args.index('--init-from')
+                del args[at:at + 2]
+    return [sys.executable, '-m', 'act_ros.cli', stage.command, *args]
+
+
+def run(recipe: Recipe, run_dir: Path, *, only: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the stages not done yet; returns the timings (also in ``run_dir/recipe.json``)."""
+    run_dir = Path(run_dir).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    record_path = run_dir / 'recipe.json'
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    record.update({'recipe': recipe.name, 'run_dir': str(run_dir)})
+    seconds = record.setdefault('stage_seconds', {})
+    for stage in recipe.stages:
+        if only and stage.name not in only:
+            continue
+        if _is_done(stage, run_dir):
+            print(f'=== {stage.name}: done ({_expand(stage.done, run_dir)}) ===', flush=True)
+            continue
+        cmd = _stage_command(stage, run_dir)
+        print(f'\n=== {stage.name} (expected ~{stage.expected_min:.0f} min) ===\n$ '
+              + ' '.join(cmd), flush=True)
+        start = time.monotonic()
+        code = subprocess.run(cmd, env=os.environ.copy()).returncode
+        seconds[stage.name] = seconds.get(stage.name, 0.0) + time.monotonic() - start
+        write_json_atomic(record_path, record)
+        if code != 0:
+            raise RuntimeError(f"stage '{stage.name}' failed with exit status {code}; fix the "
+                               'cause and run the same command to continue')
+        if not _is_done(stage, run_dir):
+            raise RuntimeError(f"stage '{stage.name}' ended without its result "
+                               f'({_expand(stage.done, run_dir)})')
+    record['total_seconds'] = sum(seconds.values())
+    write_json_atomic(record_path, record)
+    return record
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog='act-ros recipe', description=__doc__.splitlines()[0])
+    p.add_argument('name', help='recipe name: config/recipe_<name>.yaml')
+    p.add_argument('--run-dir', type=Path, required=True, help='where every stage writes')
+    p.add_argument('--only', default='', help='comma-separated stage names to run (default: '
+                   'all that are not done)')
+    p.add_argument('--list', action='store_true', help='print the stages and exit')
+    p.add_argument('--file', type=Path, default=None,
+                   help='a recipe file of your own instead of config/recipe_<name>.yaml')
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        recipe = load_recipe(args.name, args.file)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f'act-ros recipe: {exc}', file=sys.stderr)
+        return 2
+    print(f'recipe {recipe.name}: {recipe.description}')
+    print(f'expected wall clock: about {recipe.expected_min:.0f} min'
+          + (f' ({recipe.reference})' if recipe.reference else ''))
+    for stage in recipe.stages:
+        state = 'done' if _is_done(stage, args.run_dir.resolve()) else 'to run'
+        print(f'  {stage.name:<12} act-ros {stage.command:<14} ~{stage.expected_min:>4.0f} min  '
+              f'{state}')
+    if args.list:
+        return 0
+    only = tuple(s for s in args.only.split(',') if s)
+    unknown = [s for s in only if s not in {st.name for st in recipe.stages}]
+    if unknown:
+        print(f'act-ros recipe: unknown stages {unknown}', file=sys.stderr)
+        return 2
+    try:
+        record = run(recipe, args.run_dir, only=only)
+    except RuntimeError as exc:
+        print(f'act-ros recipe: {exc}', file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print('act-ros recipe: interrupted; run the same command to continue', file=sys.stderr)
+        return 130
+    print('\n' + '\n'.join(f'{name:<12} {sec / 60:6.1f} min'
+                           for name, sec in record['stage_seconds'].items()))
+    print(f"{'total':<12} {record['total_seconds'] / 60:6.1f} min  ({args.run_dir}/recipe.json)")
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

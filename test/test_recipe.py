@@ -1,0 +1,68 @@
+"""act-ros recipe: stages as child processes, skipped when done, training resumed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from act_ros.training import recipe as recipe_mod
+
+pytest.importorskip('mujoco')
+pytest.importorskip('lerobot.datasets.lerobot_dataset')
+
+pytestmark = pytest.mark.sim
+
+
+def test_shipped_recipes_load_and_name_their_stages():
+    r = recipe_mod.load_recipe('object_state')
+    names = [s.name for s in r.stages]
+    assert names == ['demos', 'bc', 'dagger', 'final', 'evaluate']
+    assert r.expected_min > 60
+    assert all('{run}' in s.done for s in r.stages)
+
+
+def test_unknown_recipe_and_bad_stage_are_refused(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no recipe 'nope'"):
+        recipe_mod.load_recipe('nope')
+    bad = tmp_path / 'recipe_x.yaml'
+    bad.write_text('recipe:\n  stages:\n    - {name: a, command: rm, args: [], done: x}\n')
+    with pytest.raises(ValueError, match="unknown command 'rm'"):
+        recipe_mod.load_recipe('x', bad)
+
+
+def test_a_recipe_runs_its_stages_once_and_continues_after_a_stop(tmp_path, capsys):
+    path = tmp_path / 'recipe_tiny.yaml'
+    path.write_text('''recipe:
+  description: smoke
+  stages:
+    - name: demos
+      command: collect
+      args: [--output, '{run}/demos', --episodes, '1', --seed, '3', --image-size, 48x64,
+             --episode-steps, '245', --no-progress]
+      done: '{run}/demos/meta/info.json'
+      expected_min: 1
+    - name: bc
+      command: train
+      args: [--preset, sim, --dataset-root, '{run}/demos', --output-dir, '{run}/bc',
+             --cameras, none, --environment-state, --model-preset, tiny, --steps, '6',
+             --val-interval, '3', --checkpoint-interval, '3', --closed-loop-val-episodes, '0',
+             --skip-infer, --torch-threads, '1', --no-progress]
+      done: '{run}/bc/training_metrics.json'
+      expected_min: 1
+''')
+    r = recipe_mod.load_recipe('tiny', path)
+    run_dir = tmp_path / 'run'
+    record = recipe_mod.run(r, run_dir)
+    assert set(record['stage_seconds']) == {'demos', 'bc'}
+    metrics = json.loads((run_dir / 'bc' / 'training_metrics.json').read_text())
+    assert metrics['status'] == 'completed' and metrics['steps_completed'] == 6
+    # Done stages are skipped: nothing is rerun.
+    stamp = (run_dir / 'bc' / 'training_metrics.json').stat().st_mtime_ns
+    recipe_mod.run(r, run_dir)
+    assert (run_dir / 'bc' / 'training_metrics.json').stat().st_mtime_ns == stamp
+    assert 'bc: done' in capsys.readouterr().out
+    # A training stage stopped half-way (last/ but no finished metrics) resumes.
+    (run_dir / 'bc' / 'training_metrics.json').unlink()
+    cmd = recipe_mod._stage_command(r.stages[1], run_dir)
+    assert cmd[-1] == '--resume' and '--init-from' not in cmd
