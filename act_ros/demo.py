@@ -1,22 +1,26 @@
-"""``make demo``: the shipped policy doing the simulated task over ROS 2, next to the expert.
+"""``make demo``: the shipped policies doing the simulated task over ROS 2, next to the expert.
 
-By default (a few minutes on a 2-core CPU):
+By default (about 10 minutes on a 2-core CPU):
 
-1. Evaluate the policy shipped in ``models/`` over ROS 2: ``sim_bridge`` and ``act_node``
-   as two processes in lock-step on loopback, chunk execution and temporal ensembling,
-   on seeds never used for collection or checkpoint selection.
+1. Evaluate the policies shipped in ``models/`` over ROS 2: the object-state policy
+   (``sim_port_pick_align_poses``: cameras, joints and the object poses) and the vision
+   policy (``sim_port_pick_align``: cameras and joints). Each evaluation is a
+   ``sim_bridge`` and an ``act_node`` process in lock-step on loopback, in a ROS domain of
+   its own, on seeds never used for collection, DAgger or checkpoint selection; two run
+   at a time.
 2. Run the scripted expert on the same seeds (the ceiling).
 3. Record one successful episode (both cameras) to ``episode.mp4``: the first seed the
-   policy aligned over ROS 2, replayed by the in-process evaluator, which runs the same
-   runtime, safety chain and release gate.
-4. Print the align rates and errors of both modes next to the expert's.
+   first policy aligned over ROS 2, replayed by the in-process evaluator, which runs the
+   same runtime, safety chain and release gate.
+4. Print the align rates and errors of every policy and mode next to the expert's.
 
-``--full-loop`` runs the whole pipeline instead: collect expert demonstrations, train with
-the CPU recipe (``config/train_sim.yaml``), then the same evaluation of the new checkpoint
-(about 2.5 hours on 2 cores; ``--fast`` is a few-minute smoke of it). ``--model DIR``
-evaluates another checkpoint. Everything lands under one output folder, named at the
-end. Every stage runs as a child process; Ctrl-C or SIGTERM stops it and the demo
-without leaving processes behind.
+``--full-loop`` runs the whole pipeline instead: ``act-ros recipe object_state``
+(expert demonstrations, behaviour cloning, DAgger, the object-state policy; about 1.5
+hours on 2 cores), then the same evaluation of the new checkpoint; ``--fast`` is a
+few-minute smoke of it (``config/recipe_smoke.yaml``). ``--model DIR`` (repeatable)
+evaluates other checkpoints. Everything lands under one output folder, named at the end.
+Every stage runs as a child process; Ctrl-C or SIGTERM stops it and the demo without
+leaving processes behind.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from act_ros.core.atomic import write_json_atomic
 # Evaluation seeds: disjoint from collection (0, 1, ...), from the trainer's checkpoint
 # selection (1_000_000 + k) and from act-ros evaluate's default (2_000_000 + k).
 EVAL_SEED = 100_000
-SHIPPED_MODEL = 'sim_port_pick_align'
+# (folder in models/, what the policy sees), in the order the demo shows them.
+SHIPPED_MODELS = (('sim_port_pick_align_poses', 'cameras + object poses'),
+                  ('sim_port_pick_align', 'cameras only'))
+SHIPPED_MODEL = SHIPPED_MODELS[-1][0]
 
 
 @dataclass(frozen=True)
@@ -44,32 +51,28 @@ class DemoPlan:
     """Sizes of each stage. ``episodes``/``train_steps`` 0: no collection/training."""
 
     eval_episodes: int
-    episodes: int = 0
-    image_size: str = '96x128'
-    train_steps: int = 0  # 0: the preset's own (the CPU recipe)
-    workers: int = 2
-    exploration_noise: float = 0.06  # rad, as the CPU recipe's dataset was collected
+    recipe: str = ''  # '' : evaluate shipped or given models; else act-ros recipe NAME
+    modes: tuple[str, ...] = ('chunk', 'ensemble')
 
     def __post_init__(self) -> None:
-        for name in ('eval_episodes', 'workers'):
-            if getattr(self, name) < 1:
-                raise ValueError(f'{name} must be >= 1, got {getattr(self, name)}')
-        for name in ('episodes', 'train_steps'):
-            if getattr(self, name) < 0:
-                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        if self.eval_episodes < 1:
+            raise ValueError(f'eval_episodes must be >= 1, got {self.eval_episodes}')
+        unknown = [m for m in self.modes if m not in ('chunk', 'ensemble')]
+        if unknown or not self.modes:
+            raise ValueError(f'modes must be chunk and/or ensemble, got {list(self.modes)}')
 
     @property
     def trains(self) -> bool:
-        return self.episodes > 0
+        return bool(self.recipe)
 
 
 PLANS = {
-    # The shipped model over ROS 2, both modes: the README's demo.
+    # The shipped models over ROS 2: the README's demo.
     'shipped': DemoPlan(eval_episodes=10),
-    # The CPU recipe end to end (config/train_sim.yaml): collection, training, evaluation.
-    'full': DemoPlan(eval_episodes=10, episodes=200),
+    # The object-state recipe end to end (config/recipe_object_state.yaml).
+    'full': DemoPlan(eval_episodes=10, recipe='object_state'),
     # A quick look at the whole loop: a smoke-scale run that does not learn the task.
-    'fast': DemoPlan(eval_episodes=1, episodes=4, train_steps=60),
+    'fast': DemoPlan(eval_episodes=1, recipe='smoke', modes=('chunk',)),
 }
 
 
@@ -131,15 +134,21 @@ def _domain_id(offset: int) -> int:
     return 1 + (base + offset * 7) % 101
 
 
-def shipped_model_path() -> Path:
-    """``models/sim_port_pick_align`` of the source tree or the installed package."""
+def shipped_model_path(name: str = SHIPPED_MODEL) -> Path:
+    """``models/<name>`` of the source tree or the installed package."""
     from act_ros.core.paths import share_dir
 
-    return share_dir() / 'models' / SHIPPED_MODEL
+    return share_dir() / 'models' / name
 
 
-def _dataset_ready(path: Path) -> bool:
-    return (path / 'meta' / 'info.json').is_file()
+def shipped_models() -> list[tuple[str, Path]]:
+    """(label, path) of the shipped policies present, in the demo's order."""
+    found = []
+    for name, label in SHIPPED_MODELS:
+        path = shipped_model_path(name)
+        if (path / 'model.safetensors').is_file():
+            found.append((label, path))
+    return found
 
 
 def _expert_rate(episodes: int, seed: int) -> dict:
@@ -154,48 +163,54 @@ def _expert_rate(episodes: int, seed: int) -> dict:
 
 
 def _train(stages: Stages, plan: DemoPlan, out: Path, args: argparse.Namespace) -> Path:
-    """Collect and train (reusing an earlier run's dataset and checkpoint); the checkpoint."""
-    py = sys.executable
-    dataset = out / 'dataset'
-    if _dataset_ready(dataset):
-        print(f'\n=== collect ===\nreusing the dataset of an earlier run: {dataset}')
-    else:
-        stages.run('collect', [py, '-m', 'act_ros.cli', 'collect', '--output', str(dataset),
-                               '--episodes', str(plan.episodes), '--image-size', plan.image_size,
-                               '--workers', str(plan.workers), '--seed', '0',
-                               '--exploration-noise', str(plan.exploration_noise),
-                               '--overwrite'])
-    train_dir = out / 'train'
-    checkpoint = train_dir / 'best'
-    if args.retrain and train_dir.exists():
-        shutil.rmtree(train_dir)
-    if (train_dir / 'training_metrics.json').is_file() and checkpoint.is_dir():
-        print(f'\n=== train ===\nreusing the checkpoint of an earlier run: {checkpoint} '
-              '(--retrain to train again)')
-        return checkpoint
-    command = [py, '-m', 'act_ros.cli', 'train', '--preset', 'sim', '--dataset-root',
-               str(dataset), '--image-size', plan.image_size, '--device', args.device]
-    if (train_dir / 'last' / 'training_state.pt').is_file():
-        command.append('--resume')  # an interrupted earlier run continues where it stopped
-    elif train_dir.exists():
-        shutil.rmtree(train_dir)
-    if plan.train_steps:
-        # Smoke scale: a short schedule, one closed-loop check at the end.
-        command += ['--steps', str(plan.train_steps), '--warmup-steps',
-                    str(max(1, plan.train_steps // 10)), '--val-interval',
-                    str(plan.train_steps), '--checkpoint-interval', str(plan.train_steps),
-                    '--closed-loop-val-episodes', '1', '--early-stop-patience', '0',
-                    '--min-steps', '0']
-    stages.run('train', command + ['--output-dir', str(train_dir)], timeout_s=8 * 3600.0)
-    return checkpoint
+    """Run (or continue) the recipe in ``out/recipe``; returns its final checkpoint."""
+    run_dir = out / 'recipe'
+    if args.retrain and run_dir.exists():
+        shutil.rmtree(run_dir)
+    stages.run(f'recipe {plan.recipe}', [sys.executable, '-m', 'act_ros.cli', 'recipe',
+                                         plan.recipe, '--run-dir', str(run_dir)],
+               timeout_s=8 * 3600.0)
+    final = run_dir / 'final'
+    return final / 'best' if (final / 'best' / 'model.safetensors').is_file() else final / 'last'
+
+
+def _evaluate_over_ros(stages: Stages, plan: DemoPlan, models: list[tuple[str, Path]],
+                       out: Path) -> dict[str, dict]:
+    """Every (model, mode) over ROS 2, two sim_bridge + act_node pairs at a time; the
+    results keyed ``'<label>, <mode>'``."""
+    jobs = [(label, path, mode) for label, path in models for mode in plan.modes]
+    results: dict[str, dict] = {}
+    for first in range(0, len(jobs), 2):
+        batch = jobs[first:first + 2]
+        commands = {}
+        for k, (label, path, mode) in enumerate(batch):
+            tag = _tag(label, mode)
+            commands[tag] = [sys.executable, '-m', 'act_ros.ros.evaluation.ros_eval',
+                             '--checkpoint', str(path), '--episodes', str(plan.eval_episodes),
+                             '--mode', mode, '--seed', str(EVAL_SEED), '--torch-threads', '1',
+                             '--domain-id', str(_domain_id(first + k)),
+                             '--output', str(out / f'ros_eval_{tag}.json'),
+                             '--log-dir', str(out / 'ros_logs' / tag)]
+        stages.run_parallel('evaluate over ROS 2 (sim_bridge + act_node each): '
+                            + ', '.join(commands), commands)
+        for (label, path, mode) in batch:
+            tag = _tag(label, mode)
+            result = json.loads((out / f'ros_eval_{tag}.json').read_text())[mode]
+            results[f'{label}, {mode}'] = {**result, 'checkpoint': str(path), 'mode': mode}
+    return results
+
+
+def _tag(label: str, mode: str) -> str:
+    return ''.join(c if c.isalnum() else '_' for c in f'{label}_{mode}').strip('_')
 
 
 def _record_success(stages: Stages, checkpoint: Path, ros: dict, out: Path,
                     tries: int = 3) -> dict:
-    """Video of one aligned episode: the first seeds aligned over ROS 2 (chunk mode first),
-    replayed in process; returns what was recorded."""
+    """Video of one aligned episode of ``checkpoint``: the first seeds it aligned over ROS 2
+    (chunk mode first), replayed in process; returns what was recorded."""
     py = sys.executable
-    aligned = [(mode, e['seed']) for mode, m in _modes(ros).items()
+    aligned = [(m['mode'], e['seed']) for m in ros.values()
+               if m.get('checkpoint') == str(checkpoint)
                for e in m.get('episodes', []) if e.get('success')]
     candidates = aligned[:tries] or [('chunk', EVAL_SEED)]
     video = out / 'episode.mp4'
@@ -206,9 +221,10 @@ def _record_success(stages: Stages, checkpoint: Path, ros: dict, out: Path,
                              str(video), '--output', str(result_file), '--no-progress'])
         episode = json.loads(result_file.read_text())['modes'][mode]['episodes'][0]
         if episode['success'] or not aligned:
-            return {'path': str(video), 'mode': mode, 'seed': seed,
-                    'aligned': bool(episode['success'])}
-    return {'path': str(video), 'mode': mode, 'seed': seed, 'aligned': False}
+            return {'path': str(video), 'checkpoint': str(checkpoint), 'mode': mode,
+                    'seed': seed, 'aligned': bool(episode['success'])}
+    return {'path': str(video), 'checkpoint': str(checkpoint), 'mode': mode, 'seed': seed,
+            'aligned': False}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -217,26 +233,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--output-dir', type=Path, default=Path('outputs/demo'))
     parser.add_argument('--full-loop', action='store_true',
                         default=os.environ.get('DEMO_FULL_LOOP') == '1',
-                        help='collect, train with the CPU recipe, then evaluate (~2.5 h on 2 '
-                        'cores; also DEMO_FULL_LOOP=1)')
+                        help='run act-ros recipe object_state, then evaluate its policy (~1.5 h '
+                        'on 2 cores; also DEMO_FULL_LOOP=1)')
     parser.add_argument('--fast', action='store_true', default=os.environ.get('DEMO_FAST') == '1',
                         help='a few-minute smoke of the full loop (also DEMO_FAST=1)')
-    parser.add_argument('--model', type=Path, default=None,
-                        help=f'checkpoint to evaluate (default: models/{SHIPPED_MODEL})')
+    parser.add_argument('--model', type=Path, action='append', default=None,
+                        help='checkpoint to evaluate (repeatable; default: the models shipped in '
+                        'models/)')
     parser.add_argument('--episodes', type=int, default=None,
-                        help='evaluation episodes per mode (default: 10; 1 with --fast)')
-    parser.add_argument('--retrain', action='store_true', help='train again even if a '
-                        'checkpoint from an earlier full-loop run exists')
-    parser.add_argument('--device', default='auto', help='training device (auto: CUDA if present)')
+                        help='evaluation episodes per policy and mode (default: 10; 1 with --fast)')
+    parser.add_argument('--modes', default=None,
+                        help='comma-separated execution modes (default: chunk,ensemble)')
+    parser.add_argument('--retrain', action='store_true', help='start the recipe again even if '
+                        'an earlier full-loop run exists')
     args = parser.parse_args(argv)
     name = 'fast' if args.fast else 'full' if args.full_loop else 'shipped'
     plan = PLANS[name]
-    if args.episodes is not None:
-        if args.episodes < 1:
-            parser.error(f'--episodes must be >= 1, got {args.episodes}')
-        plan = DemoPlan(**{**asdict(plan), 'eval_episodes': args.episodes})
+    try:
+        if args.episodes is not None:
+            plan = DemoPlan(**{**asdict(plan), 'eval_episodes': args.episodes})
+        if args.modes is not None:
+            plan = DemoPlan(**{**asdict(plan), 'modes': tuple(args.modes.split(','))})
+    except ValueError as exc:
+        parser.error(str(exc))
     if plan.trains and args.model is not None:
-        parser.error('--model evaluates an existing checkpoint; it does not combine with '
+        parser.error('--model evaluates existing checkpoints; it does not combine with '
                      '--full-loop or --fast')
     out = args.output_dir.resolve() / name
     out.mkdir(parents=True, exist_ok=True)
@@ -247,27 +268,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f'act_ros demo ({name}): {asdict(plan)}\noutput folder: {out}', flush=True)
     try:
         if plan.trains:
-            checkpoint = _train(stages, plan, out, args)
+            models = [(f'recipe {plan.recipe}', _train(stages, plan, out, args).resolve())]
+        elif args.model:
+            models = [(path.name, path.resolve()) for path in args.model]
         else:
-            checkpoint = (args.model or shipped_model_path()).resolve()
-            if not (checkpoint / 'model.safetensors').is_file():
-                print(f'demo: no model at {checkpoint} (expected a LeRobot pretrained_model '
-                      'directory with model.safetensors); run `make demo DEMO_ARGS=--full-loop` '
-                      'to train one', file=sys.stderr)
-                return 2
-        # One sim_bridge + act_node pair per mode, in ROS domains of their own, at once.
-        commands = {mode: [sys.executable, '-m', 'act_ros.ros.evaluation.ros_eval',
-                           '--checkpoint', str(checkpoint), '--episodes', str(plan.eval_episodes),
-                           '--mode', mode, '--seed', str(EVAL_SEED), '--torch-threads', '1',
-                           '--domain-id', str(_domain_id(k)),
-                           '--output', str(out / f'ros_eval_{mode}.json'),
-                           '--log-dir', str(out / 'ros_logs' / mode)]
-                    for k, mode in enumerate(('chunk', 'ensemble'))}
-        stages.run_parallel('evaluate over ROS 2 (sim_bridge + act_node per mode)', commands)
-        ros = {mode: json.loads((out / f'ros_eval_{mode}.json').read_text())[mode]
-               for mode in commands}
+            models = shipped_models()
+        missing = [str(p) for _, p in models if not (p / 'model.safetensors').is_file()]
+        if not models or missing:
+            print(f'demo: no model at {missing or "models/"} (expected LeRobot pretrained_model '
+                  'directories with model.safetensors); run `make demo DEMO_ARGS=--full-loop` '
+                  'to train one', file=sys.stderr)
+            return 2
+        ros = _evaluate_over_ros(stages, plan, models, out)
         write_json_atomic(out / 'ros_eval.json', ros)
-        video = _record_success(stages, checkpoint, ros, out)
+        video = _record_success(stages, models[0][1], ros, out)
         print('\n=== scripted expert on the same seeds ===', flush=True)
         start = time.monotonic()
         expert = _expert_rate(plan.eval_episodes, EVAL_SEED)
@@ -277,7 +291,8 @@ def main(argv: list[str] | None = None) -> int:
         print('\ndemo interrupted: every stage it started has been stopped', file=sys.stderr)
         return 130
 
-    summary = {'plan': asdict(plan), 'checkpoint': str(checkpoint), 'output_dir': str(out),
+    summary = {'plan': asdict(plan), 'models': {label: str(path) for label, path in models},
+               'output_dir': str(out),
                'seeds': [EVAL_SEED + k for k in range(plan.eval_episodes)], 'ros_eval': ros,
                'expert': expert, 'video': video, 'stage_seconds': stages.timings,
                'wall_seconds': time.monotonic() - started}
@@ -288,42 +303,39 @@ def main(argv: list[str] | None = None) -> int:
 
 def _summary_text(summary: dict, ros: dict, expert: dict, out: Path) -> str:
     count = summary['plan']['eval_episodes']
-    lines = ['', '=' * 78,
+    lines = ['', '=' * 86,
              f'act_ros demo finished in {summary["wall_seconds"] / 60:.1f} min: '
              f'{count} episode(s) per row, seeds {EVAL_SEED}..{EVAL_SEED + count - 1} '
-             '(never used for training)',
-             f'checkpoint: {summary["checkpoint"]}', '',
-             f'{"policy / mode":<32}{"align rate":>12}{"pos err (mm)":>14}{"yaw err (deg)":>15}']
-    for mode, metrics in _modes(ros).items():
-        lines.append(_row(f'ACT over ROS 2, {mode}', metrics))
+             '(never used for training)', '']
+    lines += [f'  {label}: {path}' for label, path in summary['models'].items()]
+    lines += ['', f'{"policy (inputs), mode over ROS 2":<40}{"align rate":>12}'
+              f'{"pos err (mm)":>14}{"yaw err (deg)":>15}']
+    for label, metrics in ros.items():
+        lines.append(_row(label, metrics))
     lines.append(_row('scripted expert (ceiling)', expert))
-    for mode, metrics in _modes(ros).items():
+    for label, metrics in ros.items():
         failed = {k: v for k, v in metrics.get('failures', {}).items() if v}
         if failed:
-            lines.append(f'  {mode} failures by stage: '
+            lines.append(f'  {label} failures by stage: '
                          + ', '.join(f'{k} {v}' for k, v in failed.items()))
     video = summary['video']
-    lines += ['', f"video: {video['path']} ({video['mode']} mode, seed {video['seed']}, "
+    lines += ['', f"video: {video['path']} ({Path(video['checkpoint']).name}, {video['mode']} "
+              f"mode, seed {video['seed']}, "
               f"{'aligned' if video['aligned'] else 'NOT aligned: no aligned episode to show'})",
               '', f'outputs in {out}:',
               '  ros_eval.json            per-episode results over ROS 2',
               '  episode.mp4              one episode, top and wrist cameras',
               '  summary.json             this table and the stage times']
-    if summary['plan']['episodes']:
-        lines.insert(-3, '  train/best/              checkpoint (LeRobot pretrained_model), '
-                         'train/training_metrics.json and plots')
+    if summary['plan']['recipe']:
+        lines.insert(-3, '  recipe/                  the recipe run: datasets, training runs '
+                         '(final/best: the checkpoint), recipe.json')
     return '\n'.join(lines)
-
-
-def _modes(ros: dict) -> dict:
-    modes = ros.get('modes', ros)
-    return {k: v for k, v in modes.items() if isinstance(v, dict) and 'align_rate' in v}
 
 
 def _row(label: str, m: dict) -> str:
     aligned = round(m['align_rate'] * m['count'])
     rate = f'{m["align_rate"]:.2f} ({aligned}/{m["count"]})'
-    return (f'{label:<32}{rate:>12}{1000 * m["mean_position_error"]:>14.1f}'
+    return (f'{label:<40}{rate:>12}{1000 * m["mean_position_error"]:>14.1f}'
             f'{m["mean_yaw_error"]:>15.1f}')
 
 

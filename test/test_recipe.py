@@ -20,6 +20,8 @@ def test_shipped_recipes_load_and_name_their_stages():
     assert names == ['demos', 'bc', 'dagger', 'final', 'evaluate']
     assert r.expected_min > 60
     assert all('{run}' in s.done for s in r.stages)
+    smoke = recipe_mod.load_recipe('smoke')
+    assert [s.name for s in smoke.stages] == names[:4]   # the same stages, smoke-sized
 
 
 def test_unknown_recipe_and_bad_stage_are_refused(tmp_path):

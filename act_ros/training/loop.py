@@ -224,10 +224,13 @@ class Trainer:
         self.feature_cache = None  # the earlier cache is released once the new one exists
         # Early cuts hold large maps: float16 halves their memory (used in float32).
         dtype = torch.float32 if cut == 'layer4' else torch.float16
-        self.feature_cache = build_feature_cache(
-            backbone, train, len(store), load_images, self.features, cut=cut,
-            device=self.inputs.device, progress=self.config.progress, source=source,
-            dtype=dtype)
+        # The maps are computed in the training step's precision, as the step itself would
+        # compute them (bf16 autocast, where chosen, is about twice as fast on a CPU).
+        with autocast_context(self.inputs.device, self.precision):
+            self.feature_cache = build_feature_cache(
+                backbone, train, len(store), load_images, self.features, cut=cut,
+                device=self.inputs.device, progress=self.config.progress, source=source,
+                dtype=dtype)
         del source
         self._loss_step = self._make_loss_step(cut)
         self._ddp = None  # rebuilt at the next step for the parameters that still train
