@@ -58,3 +58,27 @@ def test_a_checkpoint_that_takes_the_object_poses_packages(tiny_pose_checkpoint,
     report = package(source, tmp_path / 'shipped', dtype='fp16')
     assert 0 < report['max_action_difference'] < 1e-2
     assert load_checkpoint(tmp_path / 'shipped', device='cpu').env_state_dim == 10
+
+
+def test_the_run_s_metrics_plots_and_evaluation_go_with_the_model(tiny_checkpoint, tmp_path):
+    from act_ros.training.package_model import package
+
+    run = tmp_path / 'run'
+    run.mkdir()
+    (run / 'training_metrics.json').write_text('{"best": {"step": 10}}\n')
+    for name in ('plot_loss.png', 'plot_align_rate.png'):
+        (run / name).write_bytes(b'\x89PNG ' + name.encode())
+    (run / 'notes.png').write_bytes(b'not a plot of the run')
+    evaluation = tmp_path / 'evaluation.json'
+    evaluation.write_text('{"modes": {}}\n')
+    out = tmp_path / 'shipped'
+    report = package(tiny_checkpoint, out, run_dir=run, evaluation=evaluation)
+    assert report['plots'] == ['plot_align_rate.png', 'plot_loss.png']
+    for name in report['plots']:
+        assert (out / name).read_bytes() == (run / name).read_bytes()
+    assert not (out / 'notes.png').exists()
+    assert json.loads((out / 'training_metrics.json').read_text()) == {'best': {'step': 10}}
+    assert json.loads((out / 'evaluation.json').read_text()) == {'modes': {}}
+    assert json.loads((out / 'packaging.json').read_text())['plots'] == report['plots']
+    with pytest.raises(FileNotFoundError, match='training_metrics.json'):
+        package(tiny_checkpoint, tmp_path / 'other', run_dir=tmp_path / 'no_run')

@@ -3,7 +3,7 @@
 Copies a LeRobot ``pretrained_model`` directory (``best/`` of a run) to ``--output``
 (``models/<name>`` to ship it with the package), optionally with the weights stored as
 float16 (half the size; they are loaded into a float32 model as before), and the run's
-``training_metrics.json`` and evaluation summary beside it. Before the folder appears it
+``training_metrics.json``, plots and evaluation summary beside it. Before the folder appears it
 is checked: it loads with the package's strict loader, and its actions on observations
 from the training dataset agree with the source checkpoint's within ``--tolerance``
 (normalized units, after postprocessing in radians). The folder is written atomically.
@@ -125,6 +125,12 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
                                         'output directory)')
             shutil.copy2(metrics, staging / 'training_metrics.json')
             files['training_metrics'] = 'training_metrics.json'
+            # The run's plots (loss, closed-loop align rate, learning curve) go with it.
+            plots = sorted(p.name for p in Path(run_dir).glob('plot_*.png'))
+            for name in plots:
+                shutil.copy2(Path(run_dir) / name, staging / name)
+            if plots:
+                files['plots'] = plots
         if evaluation is not None:
             shutil.copy2(evaluation, staging / 'evaluation.json')
             files['evaluation'] = 'evaluation.json'
