@@ -59,8 +59,9 @@ def test_dagger_episodes_join_the_dataset_marked_as_such(joined):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
     from act_ros.data.episode import EPISODE_SOURCE_FEATURE
+    from act_ros.data.video_backend import video_backend
 
-    ds = LeRobotDataset('local/joined', root=joined)
+    ds = LeRobotDataset('local/joined', root=joined, video_backend=video_backend())
     assert ds.num_episodes == 3 and ds.num_frames == 3 * STEPS
     source = _columns(joined, EPISODE_SOURCE_FEATURE)
     np.testing.assert_array_equal(source[:STEPS], np.tile([0.0, 1.0], (STEPS, 1)))

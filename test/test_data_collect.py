@@ -11,6 +11,7 @@ import yaml
 from act_ros.core.contract import load_contract
 from act_ros.core.paths import config_path
 from act_ros.data import collect, rollout
+from act_ros.data.video_backend import video_backend
 
 pytest.importorskip('mujoco')
 pytest.importorskip('lerobot.datasets.lerobot_dataset')
@@ -27,7 +28,7 @@ COMMON = ['--image-size', f'{H}x{W}', '--episode-steps', str(STEPS), '--no-progr
 def _load(root: Path):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    return LeRobotDataset(f'local/{root.name}', root=root, video_backend='pyav',
+    return LeRobotDataset(f'local/{root.name}', root=root, video_backend=video_backend(),
                           delta_timestamps={'action': [i / 30 for i in range(30)]})
 
 

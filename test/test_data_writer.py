@@ -11,6 +11,7 @@ from act_ros.core.contract import load_contract
 from act_ros.data import synthetic
 from act_ros.core.contract import parse_image_size
 from act_ros.data.episode import DatasetLayout, Episode
+from act_ros.data.video_backend import video_backend
 from act_ros.data.writer import AtomicDatasetWriter
 
 pytest.importorskip('lerobot.datasets.lerobot_dataset')
@@ -22,7 +23,8 @@ CHUNK = 30
 def _load(root: Path, **kwargs):
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    return LeRobotDataset(f'local/{root.name}', root=root, video_backend='pyav', **kwargs)
+    return LeRobotDataset(f'local/{root.name}', root=root, video_backend=video_backend(),
+                          **kwargs)
 
 
 def _generate(output: Path, *extra: str, episodes: int = 3, frames: int = FRAMES) -> int:

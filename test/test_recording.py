@@ -65,6 +65,7 @@ def test_episode_store_keeps_every_save_readable_and_continues(tmp_path):
     from act_ros.data.episode import DatasetLayout
     from act_ros.data.episode_store import EpisodeStore
     from act_ros.data.synthetic import synthetic_episode
+    from act_ros.data.video_backend import video_backend
 
     layout = DatasetLayout(contract=CONTRACT, image_height=16, image_width=16, use_video=False,
                            robot_type='test', task_text='a task')
@@ -72,17 +73,18 @@ def test_episode_store_keeps_every_save_readable_and_continues(tmp_path):
     store = EpisodeStore(out, layout)
     assert store.save(synthetic_episode(layout, 12, 1)) == 0
     assert store.save(synthetic_episode(layout, 9, 2)) == 1
-    ds = LeRobotDataset('local/demos', root=out)
+    ds = LeRobotDataset('local/demos', root=out, video_backend=video_backend())
     assert (ds.meta.total_episodes, ds.meta.total_frames) == (2, 21)
     # A save that fails (wrong image size) leaves the dataset as it was.
     bad = DatasetLayout(contract=CONTRACT, image_height=8, image_width=8, use_video=False)
     with pytest.raises(ValueError):
         store.save(synthetic_episode(bad, 5, 3))
-    assert LeRobotDataset('local/demos', root=out).meta.total_episodes == 2
+    assert LeRobotDataset('local/demos', root=out,
+                          video_backend=video_backend()).meta.total_episodes == 2
     # A new session on the same output continues the numbering.
     again = EpisodeStore(out, layout)
     assert again.save(synthetic_episode(layout, 4, 4)) == 2
-    ds = LeRobotDataset('local/demos', root=out)
+    ds = LeRobotDataset('local/demos', root=out, video_backend=video_backend())
     assert (ds.meta.total_episodes, ds.meta.total_frames) == (3, 25)
     assert ds.meta.tasks.index.tolist() == ['a task']
     with pytest.raises(FileExistsError, match='not written by a recording session'):

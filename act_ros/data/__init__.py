@@ -2,6 +2,7 @@
 
 - :mod:`act_ros.data.episode`: an episode as arrays, and the dataset layout (features).
 - :mod:`act_ros.data.writer`: atomic writing (staging directory, rename when complete).
+- :mod:`act_ros.data.video_backend`: the video decoder every dataset is opened with.
 - :mod:`act_ros.data.synthetic`: ``act-ros generate-synthetic`` (smoke-test data).
 - :mod:`act_ros.data.collect`: ``act-ros collect`` (scripted expert in the simulation),
   with :mod:`act_ros.data.rollout` running the episodes (also in worker processes).

@@ -22,6 +22,7 @@ from typing import Self
 import numpy as np
 
 from act_ros.data.episode import DatasetLayout, Episode
+from act_ros.data.video_backend import video_backend
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,7 @@ class AtomicDatasetWriter:
                 root=self._staging / 'dataset',  # LeRobot requires that root does not exist
                 robot_type=self.layout.robot_type,
                 use_videos=self.layout.use_video,
-                video_backend='pyav',  # decoder for read-back only; skips torchcodec probing
+                video_backend=video_backend(),  # decoder for read-back only
                 image_writer_threads=self.image_writer_threads,
                 streaming_encoding=self.streaming_encoding,
                 encoder_queue_maxsize=MAX_EPISODE_FRAMES,

@@ -25,6 +25,7 @@ from act_ros.core.contract import CameraSpec, Contract
 from act_ros.core.errors import ActRosError
 from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
                                        ENVIRONMENT_STATE_NAMES)
+from act_ros.data.video_backend import video_backend
 
 logger = logging.getLogger(__name__)
 STD_FLOOR = 1e-3  # normalization std floor for (near-)constant joints
@@ -89,7 +90,7 @@ def open_dataset(root: Path, contract: Contract, *,
                    environment_state=environment_state)
     delta = {contract.action_feature: [i / meta.fps for i in range(contract.chunk_size)]}
     return LeRobotDataset(f'local/{root.name}', root=root, delta_timestamps=delta,
-                          video_backend='pyav', return_uint8=True)
+                          video_backend=video_backend(), return_uint8=True)
 
 
 def check_features(features: dict[str, dict], contract: Contract, root: Path, *,
@@ -274,7 +275,7 @@ def _decode_episode(dataset: Any, key: str, ep: int, timestamps: list[float]) ->
         start = info[f'videos/{key}/from_timestamp']
         path = dataset.root / meta.get_video_file_path(ep, key)
         frames = decode_video_frames(path, [start + t for t in timestamps], dataset.tolerance_s,
-                                     'pyav', return_uint8=True)
+                                     video_backend(), return_uint8=True)
         return frames.permute(0, 2, 3, 1).numpy()
     info = meta.episodes[ep]
     rows = dataset.hf_dataset[int(info['dataset_from_index']):int(info['dataset_to_index'])][key]
