@@ -174,12 +174,14 @@ def test_yaw_error_uses_the_box_symmetry(box_deg, pad_deg, expected):
 
 
 def test_summary_names_and_values():
-    results = [EpisodeResult(True, 0.004, 2.0, True, True, True, 0.05, 300),
-               EpisodeResult(False, 0.1, 30.0, False, False, True, 0.0, 300)]
+    results = [EpisodeResult(True, 0.004, 2.0, True, True, True, 0.05, 300,
+                             max_lifted_tilt_deg=3.0),
+               EpisodeResult(False, 0.1, 30.0, False, False, True, 0.0, 300,
+                             max_lifted_tilt_deg=35.0)]
     summary = summarize_results(results)
     failures = summary.pop('failures')
     assert summary == pytest.approx({'align_rate': 0.5, 'mean_position_error': 0.052,
-                                     'mean_yaw_error': 16.0, 'count': 2})
+                                     'mean_yaw_error': 16.0, 'count': 2, 'tumbles': 1})
     assert set(failures.values()) == {0}  # the failed result names no failure phase
     with pytest.raises(ValueError, match='at least one'):
         summarize_results([])
@@ -309,3 +311,27 @@ def test_box_pose_reports_the_yaw_of_a_cube_on_any_face(env):
         _place_box(env, [0.2, 0.0, env.config.box_size_m / 2], _rot_z(yaw) @ rotation)
         got = env.box_pose()[3]
         assert symmetric_yaw_error_deg(got, yaw) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_a_lifted_box_that_turns_is_a_tumble_one_on_the_table_is_not(env):
+    from act_ros.sim.metrics import TUMBLE_TILT_DEG
+
+    env.reset(seed=9)
+    hold = env.joint_positions()
+    # Tilted 30 degrees on the table: not lifted, so not a tumble.
+    adr = env._box_qadr
+    tilt = math.radians(30.0)
+    env.data.qpos[adr + 3:adr + 7] = [math.cos(tilt / 2), math.sin(tilt / 2), 0.0, 0.0]
+    env.step(hold)
+    assert env.evaluate().max_lifted_tilt_deg == 0.0
+    # The same tilt 10 cm above the table (falling, still above the lift height): a tumble.
+    env.data.qpos[adr + 2] = 0.10
+    env.data.qpos[adr + 3:adr + 7] = [math.cos(tilt / 2), math.sin(tilt / 2), 0.0, 0.0]
+    env.data.qvel[env._box_vadr:env._box_vadr + 6] = 0.0  # at rest, as released there
+    env.step(hold)
+    result = env.evaluate()
+    assert result.max_lifted_tilt_deg == pytest.approx(30.0, abs=2.0)
+    assert result.max_lifted_tilt_deg > TUMBLE_TILT_DEG
+    assert summarize_results([result])['tumbles'] == 1
+    env.reset(seed=9)
+    assert env.evaluate().max_lifted_tilt_deg == 0.0  # per episode

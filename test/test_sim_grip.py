@@ -19,7 +19,7 @@ from act_ros.core.release_gate import ReleaseGate  # noqa: E402
 from act_ros.core.safety import SafetyLimits, limit_command  # noqa: E402
 from act_ros.sim import PortPickAlignEnv, ScriptedExpert, SimConfig  # noqa: E402
 from act_ros.sim.ik import gripper_yaw  # noqa: E402
-from act_ros.sim.metrics import wrap_angle  # noqa: E402
+from act_ros.sim.metrics import summarize_results, wrap_angle  # noqa: E402
 
 pytestmark = pytest.mark.sim
 
@@ -67,6 +67,7 @@ def test_a_carried_box_is_squeezed_with_full_force_and_does_not_turn(env, seed):
     # Position control: force = kp x error, here 200 N/m x 0.6 x 25 mm = 3 N per finger.
     assert np.median(forces) > 2.5 and forces.min() > 2.0
     assert math.degrees(np.ptp(relative_yaw)) < 2.0     # the box kept its place in the fingers
+    assert result.max_lifted_tilt_deg < 5.0 and summarize_results([result])['tumbles'] == 0
 
     # The replaced behaviour: the gripper limited against its blocked, measured position
     # is commanded about measured - 0.1 and squeezes with a sixth of the force.

@@ -12,7 +12,8 @@ import numpy as np
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.object_state import environment_state, symmetric_yaw, tilt_deg
 from act_ros.sim.config import SimConfig
-from act_ros.sim.metrics import EpisodeResult, failure_phase, symmetric_yaw_error_deg
+from act_ros.sim.metrics import (
+    LIFT_HEIGHT_M, EpisodeResult, failure_phase, symmetric_yaw_error_deg)
 from act_ros.sim.scene import (BOX_BODY, CAMERAS, EE_SITE, FINGER_JOINTS, FINGER_LINKS,
                                PAD_BODY, build_model)
 
@@ -151,6 +152,7 @@ class PortPickAlignEnv:
         self.layout: EpisodeLayout | None = None
         self.step_index = 0
         self.max_box_height_m = 0.0
+        self.max_lifted_tilt_deg = 0.0
 
     # ----------------------------------------------------------------- episode control
     @property
@@ -178,6 +180,7 @@ class PortPickAlignEnv:
         mujoco.mj_forward(self.model, self.data)
         self.step_index = 0
         self.max_box_height_m = 0.0
+        self.max_lifted_tilt_deg = 0.0
         return self.observe()
 
     def step(self, action: np.ndarray) -> SimObservation:
@@ -197,6 +200,9 @@ class PortPickAlignEnv:
         self.step_index += 1
         box_bottom = self.data.xpos[self._box_body][2] - self.config.box_size_m / 2
         self.max_box_height_m = max(self.max_box_height_m, float(box_bottom))
+        if box_bottom > LIFT_HEIGHT_M:
+            tilt = tilt_deg(self.data.xmat[self._box_body].reshape(3, 3))
+            self.max_lifted_tilt_deg = max(self.max_lifted_tilt_deg, tilt)
         return self.observe()
 
     def move_box(self, offset_xy: np.ndarray) -> bool:
@@ -324,6 +330,7 @@ class PortPickAlignEnv:
                              yaw_error_deg=yaw_error, released=released, box_on_pad=on_pad,
                              box_still=bool(still), max_box_height_m=self.max_box_height_m,
                              steps=self.step_index, seed=self.layout.seed,
+                             max_lifted_tilt_deg=self.max_lifted_tilt_deg,
                              failure_phase=failure_phase(
                                  success=success, max_box_height_m=self.max_box_height_m,
                                  released=released, box_on_pad=on_pad,

@@ -34,6 +34,9 @@ FAILURE_PHASES = {
     'settle': 'placed and aligned, but still moving or touched by a finger at the end',
 }
 LIFT_HEIGHT_M = 0.02  # box bottom this far above the table at some point: it was lifted
+# A lifted box that tilted this far from lying on a face turned in the fingers: a tumble
+# (an off-centre grasp held too weakly lets the cube swing about the finger axis).
+TUMBLE_TILT_DEG = 20.0
 
 
 def failure_phase(*, success: bool, max_box_height_m: float, released: bool, box_on_pad: bool,
@@ -75,6 +78,9 @@ class EpisodeResult:
     steps: int
     seed: int | None = None
     failure_phase: str | None = None  # a key of FAILURE_PHASES; None for a success
+    # Largest tilt from any face-down orientation (degrees) while the box was lifted
+    # (bottom above LIFT_HEIGHT_M): above TUMBLE_TILT_DEG it turned in the fingers.
+    max_lifted_tilt_deg: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -82,8 +88,9 @@ class EpisodeResult:
 
 def summarize_results(results: Sequence[EpisodeResult]) -> dict[str, float | int]:
     """Aggregate metrics over episodes: ``align_rate`` (fraction successful),
-    ``mean_position_error`` (m), ``mean_yaw_error`` (deg), ``count``, and ``failures``:
-    how many episodes failed at each stage of ``FAILURE_PHASES`` (in task order).
+    ``mean_position_error`` (m), ``mean_yaw_error`` (deg), ``count``, ``failures``:
+    how many episodes failed at each stage of ``FAILURE_PHASES`` (in task order), and
+    ``tumbles``: episodes in which the lifted box tilted past ``TUMBLE_TILT_DEG``.
 
     The means run over all episodes, failed ones included.
     """
@@ -97,4 +104,5 @@ def summarize_results(results: Sequence[EpisodeResult]) -> dict[str, float | int
         'count': len(results),
         'failures': {phase: sum(r.failure_phase == phase for r in results)
                      for phase in FAILURE_PHASES},
+        'tumbles': sum(r.max_lifted_tilt_deg > TUMBLE_TILT_DEG for r in results),
     }

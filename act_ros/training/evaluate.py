@@ -132,6 +132,8 @@ def _print_mode(mode: str, s: dict, seconds: float, suppressed: int) -> None:
         print(f'{"":>8}  failed at: ' + ', '.join(f'{phase} {n}' for phase, n in failed.items())
               + '  (grasp: never lifted; release: still held; carry: off the pad; '
               'position/yaw: on the pad, beyond tolerance)')
+    if s.get('tumbles'):
+        print(f'{"":>8}  tumbles: {s["tumbles"]} (the lifted box turned in the fingers)')
 
 
 def _blocks(episodes: int, workers: int) -> list[tuple[int, int]]:
