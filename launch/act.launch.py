@@ -27,7 +27,8 @@ def generate_launch_description() -> LaunchDescription:
             description='Node parameters (YAML, ros__parameters under act_node).'),
         DeclareLaunchArgument(
             'model_path',
-            description='Checkpoint directory (LeRobot pretrained_model). Required.'),
+            description='Checkpoint directory (LeRobot pretrained_model) or Hub id '
+                        'org/name[@revision][/subfolder]. Required.'),
         DeclareLaunchArgument(
             'device', default_value='auto',
             description='Inference device: auto (MPS, then CUDA, then CPU), cpu, cuda, cuda:N '

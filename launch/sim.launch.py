@@ -28,7 +28,8 @@ def generate_launch_description() -> LaunchDescription:
     arguments = [
         DeclareLaunchArgument(
             'model_path',
-            description='Checkpoint directory (LeRobot pretrained_model). Required.'),
+            description='Checkpoint directory (LeRobot pretrained_model) or Hub id '
+                        'org/name[@revision][/subfolder]. Required.'),
         DeclareLaunchArgument(
             'mode', default_value='lockstep', choices=['lockstep', 'realtime'],
             description='lockstep: one simulation step per command, one policy tick per '

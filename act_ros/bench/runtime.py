@@ -34,6 +34,7 @@ from act_ros.core.backends import BACKENDS, installed_backends
 from act_ros.core.checkpoint import create_checkpoint, load_checkpoint, parse_image_size
 from act_ros.core.contract import load_contract
 from act_ros.core.errors import DeviceUnavailableError
+from act_ros.core.hub import resolve_checkpoint
 from act_ros.core.inference import ChunkPredictor, PredictorOptions, cpu_has_native_bf16
 from act_ros.core.observation import Observation
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
@@ -241,8 +242,9 @@ def _parse_sizes(text: str) -> list[tuple[int, int]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog='act-ros bench runtime', description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--checkpoint', type=Path, help='checkpoint to use (default: an '
-                        'untrained default-size ACT written to a temporary directory)')
+    parser.add_argument('--checkpoint', type=Path, help='checkpoint directory or Hub id to use '
+                        '(default: an untrained default-size ACT written to a temporary '
+                        'directory)')
     parser.add_argument('--preset', default='default', help='model preset when no checkpoint')
     parser.add_argument('--image-size', type=_parse_sizes, default='240x320,480x640',
                         help='camera sizes HxW, comma-separated; each gets its own sections '
@@ -275,8 +277,10 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         label = f'cameras {size[0]}x{size[1]}'
         with tempfile.TemporaryDirectory() as tmp:
-            path = args.checkpoint or create_checkpoint(Path(tmp) / 'ckpt', preset=args.preset,
-                                                        image_size=size, seed=0)
+            # A Hub id: its cached snapshot (LeRobot's own loader below reads the directory).
+            path = (resolve_checkpoint(args.checkpoint).path if args.checkpoint else
+                    create_checkpoint(Path(tmp) / 'ckpt', preset=args.preset, image_size=size,
+                                      seed=0))
             observations = _observations(contract, size, max(args.iters, 30))
             if not args.skip_loops:
                 print(f'{label}: control loops, {args.duration:.0f} s each at {contract.fps} Hz ...',

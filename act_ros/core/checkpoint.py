@@ -30,6 +30,7 @@ from act_ros.core.checkpoint_info import (CONFIG_FILE, POSTPROCESSOR_FILE,  # no
                                           read_json, validate_features)
 from act_ros.core.contract import Contract, load_contract, parse_image_size
 from act_ros.core.errors import CheckpointError
+from act_ros.core.hub import ResolvedCheckpoint, resolve_checkpoint
 from act_ros.core.object_state import ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE
 
 
@@ -60,6 +61,7 @@ class LoadedCheckpoint:
     chunk_size: int
     env_state_key: str | None = None  # observation.environment_state when it is an input
     env_state_dim: int = 0
+    source: ResolvedCheckpoint | None = None  # the name it was loaded by (a Hub id: which commit)
 
     @property
     def config(self) -> Any:
@@ -262,15 +264,18 @@ def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
                     device: str | torch.device = 'cpu') -> LoadedCheckpoint:
     """Load a LeRobot ACT ``pretrained_model`` directory for inference, offline.
 
-    Raises :class:`CheckpointError` (or :class:`ContractMismatchError`) naming the file
-    and the problem.
+    ``path`` may also be a Hub id, ``org/name[@revision][/subfolder]``
+    (:func:`~act_ros.core.hub.resolve_checkpoint`: its snapshot in the ``huggingface_hub``
+    cache, downloaded once when the Hub is reachable). Raises :class:`CheckpointError` (or
+    :class:`ContractMismatchError`) naming the file and the problem.
     """
     from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.policies.factory import make_pre_post_processors
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
-    path = Path(path).expanduser()
+    source = resolve_checkpoint(path)
+    path = source.path
     contract = contract or load_contract()
     device = str(device)
     check_files(path)
@@ -312,7 +317,8 @@ def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
                             image_shapes=shapes, state_dim=contract.num_joints,
                             action_dim=contract.num_joints, chunk_size=int(config.chunk_size),
                             env_state_key=env_key,
-                            env_state_dim=ENVIRONMENT_STATE_DIM if env_key else 0)
+                            env_state_dim=ENVIRONMENT_STATE_DIM if env_key else 0,
+                            source=source)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 
 from act_ros.core.contract import Contract
 from act_ros.core.errors import CheckpointError, ContractMismatchError
+from act_ros.core.hub import SYNTAX as HUB_ID_SYNTAX, resolve_checkpoint
 from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
                                        ENVIRONMENT_STATE_NAMES)
 
@@ -80,7 +81,8 @@ def read_json(path: Path) -> dict[str, Any]:
 def check_files(path: Path) -> None:
     """Every file a checkpoint needs exists, including the normalizer states it names."""
     if not path.exists():
-        raise CheckpointError(f'{path}: checkpoint directory does not exist')
+        raise CheckpointError(f'{path}: checkpoint directory does not exist (a Hub '
+                              f'checkpoint is named {HUB_ID_SYNTAX})')
     if not path.is_dir():
         raise CheckpointError(f'{path}: expected a checkpoint directory, found a file')
     for name in (CONFIG_FILE, WEIGHTS_FILE, PREPROCESSOR_FILE, POSTPROCESSOR_FILE):
@@ -228,7 +230,7 @@ def read_checkpoint_info(path: str | Path, contract: Contract) -> CheckpointInfo
     still fail :func:`~act_ros.core.checkpoint.load_checkpoint` (unreadable weights,
     missing statistics), which reports it the same way.
     """
-    path = Path(path).expanduser()
+    path = resolve_checkpoint(path).path  # a Hub id: its cached snapshot
     check_files(path)
     where = path / CONFIG_FILE
     raw = read_json(where)

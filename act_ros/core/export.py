@@ -19,7 +19,8 @@ Layout, inside the checkpoint directory (``export/`` is ignored by
 written to temporary siblings and renamed into place, the metadata last: an export is
 valid only when its metadata matches the checkpoint (hash, input shapes) and the ONNX
 file (sha256). Anything else is stale and is exported again, with a log line saying why.
-A checkpoint directory that cannot be written (installed read-only) exports to
+A checkpoint directory that cannot be written (installed read-only), or a Hub snapshot in
+the ``huggingface_hub`` cache (:mod:`act_ros.core.hub`), exports to
 ``$XDG_CACHE_HOME/act_ros/export/<checkpoint hash>/`` instead.
 
 ``act-ros export --checkpoint DIR --format onnx [--image-size HxW]`` runs it by hand.
@@ -42,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import uuid
 
 from act_ros.core.checkpoint_info import CheckpointInfo, checkpoint_hash
+from act_ros.core.hub import in_hub_cache
 from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import ActRosError, DeviceUnavailableError
 
@@ -153,16 +155,20 @@ def cache_export_dir(ckpt_hash: str) -> Path:
 
 
 def _writable_export_dir(checkpoint_dir: Path, ckpt_hash: str) -> Path:
-    directory = checkpoint_dir / EXPORT_DIR
-    try:
-        directory.mkdir(exist_ok=True)
-        if os.access(directory, os.W_OK):
-            return directory
-    except OSError:  # read-only file system: fall back to the cache below
-        pass
+    # A Hub snapshot (act_ros.core.hub) belongs to the huggingface_hub cache: nothing is
+    # added there, its exports go to this package's cache like a read-only checkpoint's.
+    hub_snapshot = in_hub_cache(checkpoint_dir)
+    if not hub_snapshot:
+        directory = checkpoint_dir / EXPORT_DIR
+        try:
+            directory.mkdir(exist_ok=True)
+            if os.access(directory, os.W_OK):
+                return directory
+        except OSError:  # read-only file system: fall back to the cache below
+            pass
     fallback = cache_export_dir(ckpt_hash)
-    logger.info('checkpoint directory %s is not writable: exports go to %s', checkpoint_dir,
-                fallback)
+    logger.info('checkpoint directory %s %s: exports go to %s', checkpoint_dir,
+                'is a Hub snapshot' if hub_snapshot else 'is not writable', fallback)
     fallback.mkdir(parents=True, exist_ok=True)
     return fallback
 
@@ -305,7 +311,7 @@ def find_export(checkpoint_dir: Path, *, ckpt_hash: str, inputs: list[TensorSpec
     it cannot be used as it is (``None``: it is valid, reuse it). Needs no torch.
 
     A valid export beside the checkpoint is used even where that directory is read-only;
-    a read-only checkpoint's export otherwise lives in the user cache.
+    a read-only checkpoint's (or a Hub snapshot's) export otherwise lives in the user cache.
     """
     name = export_name(inputs)
 
@@ -353,7 +359,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     parser = argparse.ArgumentParser(prog='act-ros export', description=main.__doc__)
     parser.add_argument('--checkpoint', type=Path, required=True,
-                        help='LeRobot pretrained_model directory')
+                        help='LeRobot pretrained_model directory, or Hub id '
+                        'org/name[@revision][/subfolder] (docs/hub_ids.md)')
     parser.add_argument('--format', choices=FORMATS, default='onnx')
     parser.add_argument('--image-size', type=parse_image_size, default=None,
                         help="HxW for every camera (default: the checkpoint's input sizes, "

@@ -42,6 +42,7 @@ from act_ros.core.checkpoint_info import CheckpointInfo, read_checkpoint_info
 from act_ros.core.chunking import ChunkQueue, TickEnsembler, TimedChunk
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.feasibility import Latency, Verdict, verdict
+from act_ros.core.hub import ResolvedCheckpoint, resolve_checkpoint
 from act_ros.core.inference_process import ProcessSpec, RemotePredictor
 from act_ros.core.observation import (Observation, dummy_observation,
                                       environment_state_to_array)
@@ -68,7 +69,7 @@ LATENCY_CALLS = 2
 class RuntimeConfig:
     """Runtime settings; ``__post_init__`` rejects inconsistent values with a clear message."""
 
-    model_path: str | Path
+    model_path: str | Path  # a checkpoint directory or a Hub id (act_ros.core.hub)
     device: str = 'auto'
     mode: str = 'chunk'
     execution: str = 'async'
@@ -92,7 +93,8 @@ class RuntimeConfig:
 
     def __post_init__(self) -> None:
         if not str(self.model_path):
-            raise ValueError('model_path is empty: give a LeRobot pretrained_model directory')
+            raise ValueError('model_path is empty: give a LeRobot pretrained_model directory '
+                             'or a Hub id (org/name[@revision][/subfolder])')
         if self.mode not in MODES:
             raise ValueError(f"unknown mode '{self.mode}', expected one of {MODES}")
         if self.execution not in EXECUTIONS:
@@ -271,14 +273,18 @@ class PolicyRuntime:
         warmup_iterations = (3 if config.compile_model else 1) if config.warmup else 0
         # The ONNX backends run on the CPU ('auto' means the CPU for them).
         requested_device = config.device if config.backend == 'torch' else 'cpu'
+        # A Hub id becomes its snapshot in the huggingface_hub cache (downloaded once when the
+        # Hub is reachable); from here on only the local directory is used.
+        self.source: ResolvedCheckpoint = resolve_checkpoint(config.model_path)
+        model_path = self.source.path
         if config.execution == 'process':
             # Files and features checked here from JSON; the child builds the model (and
             # resolves the device), so this process never imports torch for it.
-            self.info: CheckpointInfo = read_checkpoint_info(config.model_path, self.contract)
+            self.info: CheckpointInfo = read_checkpoint_info(model_path, self.contract)
             self._check_chunk_size()
             self.device: torch.device | str = requested_device  # the child's, once ready
             self._remote = RemotePredictor(ProcessSpec(
-                model_path=str(config.model_path), contract=self.contract,
+                model_path=str(model_path), contract=self.contract,
                 device=requested_device, options=options, torch_threads=config.torch_threads,
                 warmup_iterations=warmup_iterations),
                 predict_timeout_s=config.inference_timeout_s, wait=wait)
@@ -296,7 +302,7 @@ class PolicyRuntime:
             if config.torch_threads:
                 torch.set_num_threads(config.torch_threads)
             self.device = select_device(requested_device)
-            self.checkpoint = load_checkpoint(config.model_path, contract=self.contract,
+            self.checkpoint = load_checkpoint(model_path, contract=self.contract,
                                               device=str(self.device))
             self.stats.startup['checkpoint_loaded'] = time.monotonic()
             self.info = self.checkpoint.info()

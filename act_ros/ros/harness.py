@@ -216,8 +216,10 @@ def make_gated_checkpoint(base: str | Path, path: str | Path, *, size: tuple[int
     from safetensors.torch import load_file, save_file
 
     from act_ros.core.contract import load_contract
+    from act_ros.core.hub import resolve_checkpoint
     from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
 
+    base = resolve_checkpoint(base).path  # a Hub id: its cached snapshot
     contract = load_contract()
     gripper = contract.gripper_index
     state = np.zeros(contract.num_joints) if state is None else state

@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from act_ros.core.errors import ActRosError
+
 WEIGHTS = 'model.safetensors'
 DTYPES = ('fp32', 'fp16')
 
@@ -92,10 +94,16 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
             run_dir: Path | None = None, evaluation: Path | None = None,
             card: str | None = None, observations: list[Any] | None = None,
             overwrite: bool = False) -> dict[str, Any]:
-    """Copy, convert, check and place the model folder; returns what was measured."""
-    from act_ros.core.checkpoint import load_checkpoint
+    """Copy, convert, check and place the model folder; returns what was measured.
 
-    source, output = Path(source), Path(output)
+    ``source``: a checkpoint directory or a Hub id (its snapshot in the huggingface_hub
+    cache; the report names the commit).
+    """
+    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.hub import resolve_checkpoint
+
+    resolved = resolve_checkpoint(source)
+    source, output = resolved.path, Path(output)
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype '{dtype}', expected one of {DTYPES}")
     if not (source / WEIGHTS).is_file():
@@ -136,7 +144,9 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
             files['evaluation'] = 'evaluation.json'
         if card is not None:
             (staging / 'MODEL_CARD.md').write_text(card)
-        report = {'source': str(source), 'dtype': dtype, **sizes,
+        origin = ({'source': resolved.spec, 'source_commit': resolved.commit}
+                  if resolved.from_hub else {'source': str(source)})
+        report = {**origin, 'dtype': dtype, **sizes,
                   'max_action_difference': diff, 'compared_observations': len(obs), **files}
         (staging / 'packaging.json').write_text(json.dumps(report, indent=2) + '\n')
         from act_ros.core.atomic import replace_dir
@@ -151,7 +161,8 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='act-ros package-model', description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--checkpoint', type=Path, required=True, help='source pretrained_model dir')
+    p.add_argument('--checkpoint', type=Path, required=True,
+                   help='source pretrained_model dir, or Hub id org/name[@revision][/subfolder]')
     p.add_argument('--output', type=Path, required=True, help='model folder to write')
     p.add_argument('--dtype', choices=DTYPES, default='fp16', help='stored weight type')
     p.add_argument('--tolerance', type=float, default=1e-2,
@@ -168,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                          evaluation=args.evaluation,
                          card=args.card.read_text() if args.card else None,
                          overwrite=args.overwrite)
-    except (ValueError, FileNotFoundError, FileExistsError) as exc:
+    except (ActRosError, ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f'act-ros package-model: {exc}', file=sys.stderr)
         return 2
     print(f"packaged {args.checkpoint} -> {args.output} ({report['dtype']}, "

@@ -106,16 +106,21 @@ def merge_mode_results(mode: str, parts: list[dict[str, Any] | None], *,
             **({'episodes': [e for p in parts for e in p['episodes']]} if with_episodes else {})}
 
 
-def checkpoint_render_size(checkpoint: Path) -> tuple[int, int] | None:
-    """Image size the checkpoint's training data was recorded at (``training_info.json``)."""
-    info = Path(checkpoint) / 'training_info.json'
+def checkpoint_render_size(checkpoint: str | Path) -> tuple[int, int] | None:
+    """Image size the checkpoint's training data was recorded at (``training_info.json``).
+
+    ``checkpoint``: a directory or a Hub id (:func:`~act_ros.core.hub.resolve_checkpoint`).
+    """
+    from act_ros.core.hub import resolve_checkpoint
+
+    info = resolve_checkpoint(checkpoint).path / 'training_info.json'
     if not info.is_file():
         return None
     size = json.loads(info.read_text()).get('dataset_image_size')
     return (int(size[0]), int(size[1])) if size else None
 
 
-def make_sim_config(checkpoint: Path, render_size: tuple[int, int] | None = None,
+def make_sim_config(checkpoint: str | Path, render_size: tuple[int, int] | None = None,
                     sim_config_path: str | Path | None = None,
                     episode_steps: int | None = None) -> Any:
     """``config/sim.yaml`` rendered at ``render_size``, by default at the size the

@@ -41,6 +41,8 @@ from typing import Any
 
 from act_ros.core.atomic import write_text_atomic
 from act_ros.core.contract import parse_image_size
+from act_ros.core.errors import CheckpointError
+from act_ros.core.hub import resolve_checkpoint
 from act_ros.ros.evaluation.client import EvalClient, EvalError
 from act_ros.ros.evaluation.dds import dds_environment
 from act_ros.core.processes import ChildExitedError, ProcessSet, signals_deferred
@@ -57,7 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
         description='Run lock-step evaluation episodes of a checkpoint with sim_bridge and '
                     'act_node as separate ROS 2 processes.')
     p.add_argument('--checkpoint', required=True, type=Path,
-                   help='LeRobot pretrained_model directory')
+                   help='LeRobot pretrained_model directory, or Hub id '
+                        'org/name[@revision][/subfolder] (docs/hub_ids.md)')
     p.add_argument('--episodes', type=int, default=10, help='episodes per mode (default 10)')
     p.add_argument('--mode', choices=(*MODES, 'both'), default='both',
                    help='policy execution mode(s) to evaluate (default both)')
@@ -140,9 +143,11 @@ def bridge_command(args: argparse.Namespace, image_size: tuple[int, int], *,
     return _ros_command('act_ros.ros.sim_bridge.bridge', params)
 
 
-def node_command(args: argparse.Namespace, mode: str) -> list[str]:
-    """``act_node`` for lock-step evaluation: one synchronous tick per observation."""
-    params = {'model_path': str(args.checkpoint.resolve()), 'mode': mode, 'execution': 'sync',
+def node_command(args: argparse.Namespace, mode: str, model_path: str | None = None) -> list[str]:
+    """``act_node`` for lock-step evaluation: one synchronous tick per observation.
+    ``model_path``: what the node loads (default: ``--checkpoint`` made absolute)."""
+    params = {'model_path': model_path or str(args.checkpoint.resolve()), 'mode': mode,
+              'execution': 'sync',
               'trigger': 'observation', 'pad_source': 'topic', 'pad_pose_topic': 'pad_pose',
               # Used by a checkpoint that takes the object poses (one subscription for the
               # pad, shared with the release gate's); ignored by one that does not.
@@ -168,11 +173,16 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
     modes = MODES if args.mode == 'both' else (args.mode,)
     if args.episodes < 1:
         raise EvalError(f'--episodes must be >= 1, got {args.episodes}')
-    if not (args.checkpoint / 'config.json').is_file():
+    try:  # a Hub id: its snapshot in the huggingface_hub cache (downloaded once)
+        source = resolve_checkpoint(args.checkpoint)
+    except CheckpointError as exc:
+        raise EvalError(str(exc)) from None
+    checkpoint = source.path
+    if not (checkpoint / 'config.json').is_file():
         raise EvalError(f'{args.checkpoint}: not a checkpoint directory (no config.json)')
     try:
         image_size = (parse_image_size(args.image_size) if args.image_size
-                      else checkpoint_image_size(args.checkpoint) or DEFAULT_IMAGE_SIZE)
+                      else checkpoint_image_size(checkpoint) or DEFAULT_IMAGE_SIZE)
     except ValueError as exc:
         raise EvalError(str(exc)) from None
     domain = args.domain_id if args.domain_id is not None else default_domain_id()
@@ -182,6 +192,8 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
     env.setdefault('MUJOCO_GL', 'egl')
     env.setdefault('HF_HUB_OFFLINE', '1')
     env = dds_environment(env)  # full-size images through shared memory
+    if source.from_hub:
+        log(f'{PREFIX} checkpoint {source.describe()}')
     log(f'{PREFIX} ROS domain {domain} (loopback), images {image_size[0]}x{image_size[1]}, '
         f'{args.episodes} episode(s) per mode from seed {args.seed}, logs in {log_dir}')
 
@@ -190,9 +202,10 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
     results: dict[str, Any] = {}
     try:
         bridge = procs.start('sim_bridge', bridge_command(
-            args, image_size, policy_inputs=policy_input_topics(args.checkpoint)))
+            args, image_size, policy_inputs=policy_input_topics(checkpoint)))
         log(f'{PREFIX} started sim_bridge (pid {bridge.pid})')
-        node = procs.start('act_node', node_command(args, modes[0]))
+        # A Hub id pinned to the commit resolved here: the node (offline) loads the same files.
+        node = procs.start('act_node', node_command(args, modes[0], source.pinned))
         log(f'{PREFIX} started act_node (pid {node.pid}, mode {modes[0]}); waiting for it')
         client.wait_policy_active(args.startup_timeout)
         for mode in modes:

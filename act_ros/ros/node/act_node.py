@@ -3,7 +3,9 @@
 A thin adapter over :mod:`act_ros.core`:
 
 - configure: read and validate the parameters (:mod:`act_ros.ros.node.parameters`), load and
-  warm up the checkpoint through :class:`~act_ros.core.runtime.PolicyRuntime`, create the
+  warm up the checkpoint through :class:`~act_ros.core.runtime.PolicyRuntime` (a Hub id
+  ``org/name[@revision]`` from the ``huggingface_hub`` cache, :mod:`act_ros.core.hub`; the
+  configured line and ``/diagnostics`` name its commit), create the
   subscriptions, publishers and the ``~/reset`` service, measure the model's latency and
   log the real-time verdict. With ``execution: process`` the inference child is started
   first and loads the model while the node creates its interfaces (this process never
@@ -22,7 +24,8 @@ first command the node logs one line with the time to it and its phases (import,
 child start, model import, checkpoint load, backend build, warm-up, latency measurement,
 activation, first chunk), also on ``/diagnostics`` as ``startup.*``.
 
-Usage: ``act_node --ros-args --params-file config/act.yaml -p model_path:=<checkpoint>``.
+Usage: ``act_node --ros-args --params-file config/act.yaml -p model_path:=<checkpoint>``
+(a directory or a Hub id).
 """
 
 from __future__ import annotations
@@ -119,7 +122,7 @@ class ActNode(LifecycleNode):
             inputs += ', object poses on ' + ', '.join(
                 self.resolve_topic_name(s.object_pose_topics[obj]) for obj in OBJECTS)
         self.get_logger().info(
-            f"configured: model '{s.model_path}' on {runtime.device}, mode {s.mode}/"
+            f'configured: model {runtime.source.describe()} on {runtime.device}, mode {s.mode}/'
             f'{s.execution}, {s.trigger} trigger at {s.control_rate_hz:g} Hz, '
             f'{s.command_type} on {self.resolve_topic_name(s.command_topic)}; inputs: joints, '
             f'{inputs}')

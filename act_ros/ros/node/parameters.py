@@ -95,7 +95,9 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
     specs = [
         # Policy and runtime (applied at configure).
         P('model_path', '', 'Checkpoint directory (LeRobot pretrained_model: config.json, '
-          'model.safetensors, processor files). Required.'),
+          'model.safetensors, processor files), or a Hugging Face Hub id '
+          'org/name[@revision][/subfolder] resolved through the huggingface_hub cache '
+          '(offline with HF_HUB_OFFLINE=1; docs/hub_ids.md). A local path wins. Required.'),
         CONTRACT_PATH,
         P('device', 'auto', 'Inference device: auto (MPS, then CUDA, then CPU), cpu, cuda, '
           'cuda:N or mps. An explicit device that is missing fails configure.'),
@@ -322,7 +324,8 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         if spec.choices and v[spec.name] not in spec.choices:
             raise ValueError(f"{spec.name}: '{v[spec.name]}' is not one of {list(spec.choices)}")
     if not v['model_path']:
-        raise ValueError('model_path is not set: pass -p model_path:=<checkpoint directory>')
+        raise ValueError('model_path is not set: pass -p model_path:=<checkpoint directory '
+                         'or Hub id org/name[@revision]>')
     if not DEVICE_PATTERN.match(v['device']):
         raise ValueError(f"device: unknown device '{v['device']}' "
                          '(expected auto, cpu, cuda, cuda:N or mps)')

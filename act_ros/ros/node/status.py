@@ -5,8 +5,10 @@ names them, e.g. ``object_pose/box: stale (...)`` for a checkpoint that takes th
 poses); WARN when no command went out since the last report, a command was rejected, or a
 chunk violated the limits; OK otherwise. The key/values carry the rates, latencies, queue
 depth, gate state, the required inputs and their ages, every counter of
-:class:`~act_ros.core.control.ControlCounters`, the real-time verdict (``realtime.*``) and
-the start-up phases up to the first command (``startup.*``).
+:class:`~act_ros.core.control.ControlCounters`, the real-time verdict (``realtime.*``),
+the start-up phases up to the first command (``startup.*``) and the checkpoint
+(``checkpoint.source``, ``checkpoint.path``; for a Hub id also ``checkpoint.repo_id``,
+``checkpoint.revision`` and ``checkpoint.commit``).
 """
 
 from __future__ import annotations
@@ -127,6 +129,8 @@ class NodeStatus:
             for obj, topic in settings.object_pose_topics.items():
                 values[f'object_pose_topic.{obj}'] = node.resolve_topic_name(topic)
         values.update(counters)
+        # Which checkpoint: as named, its directory and, for a Hub id, repo, revision, commit.
+        values.update(loop.runtime.source.as_values())
 
         new = {k: counters[k] - self._last_report.get(k, 0) for k in
                ('commands_published', 'commands_rejected', 'chunks_with_violations')}

@@ -1,0 +1,266 @@
+"""Checkpoints named by Hub id resolve through a huggingface_hub cache laid out here by hand
+(``models--org--name/{refs, snapshots/<commit>, blobs}``); nothing touches the network
+(``HF_HUB_OFFLINE=1``, see conftest.py)."""
+
+import hashlib
+import os
+from pathlib import Path
+
+import pytest
+
+from act_ros.core.errors import CheckpointError
+from act_ros.core.hub import in_hub_cache, parse_hub_id, resolve_checkpoint
+
+REPO = 'test-org/act_tiny'
+COMMIT = 'a' * 40
+OTHER = '0123456789abcdef0123456789abcdef01234567'
+GONE = 'f' * 40
+
+
+def populate(cache: Path, source: Path, *, repo: str = REPO, commit: str = COMMIT,
+             refs: dict[str, str] | None = None, subfolder: str = '') -> Path:
+    """Put ``source``'s files into ``cache`` as snapshot_download does: content in
+    ``blobs/<sha256>``, relative symlinks in ``snapshots/<commit>/[subfolder/]``, each ref a
+    file holding the commit. Returns the snapshot's checkpoint folder."""
+    storage = cache / ('models--' + repo.replace('/', '--'))
+    folder = storage / 'snapshots' / commit / subfolder
+    folder.mkdir(parents=True, exist_ok=True)
+    (storage / 'blobs').mkdir(exist_ok=True)
+    for item in sorted(source.iterdir()):
+        if not item.is_file():
+            continue
+        data = item.read_bytes()
+        blob = storage / 'blobs' / hashlib.sha256(data).hexdigest()
+        blob.write_bytes(data)
+        (folder / item.name).symlink_to(os.path.relpath(blob, folder))
+    (storage / 'refs').mkdir(exist_ok=True)
+    for ref, target in (refs if refs is not None else {'main': commit}).items():
+        (storage / 'refs' / ref).write_text(target)  # no newline, like huggingface_hub
+    return folder
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    """An empty huggingface_hub cache for this test (read by snapshot_download at call time;
+    the environment variable for any child process)."""
+    from huggingface_hub import constants
+
+    path = tmp_path / 'hf_cache'
+    path.mkdir()
+    monkeypatch.setenv('HF_HUB_CACHE', str(path))
+    monkeypatch.setattr(constants, 'HF_HUB_CACHE', str(path))
+    assert constants.HF_HUB_OFFLINE  # conftest.py: no test reaches the Hub
+    return path
+
+
+def test_id_resolves_to_the_snapshot_refs_main_names(cache, tiny_checkpoint):
+    from act_ros.core.checkpoint import load_checkpoint
+
+    folder = populate(cache, tiny_checkpoint)
+    resolved = resolve_checkpoint(REPO)
+    assert resolved.path == folder
+    assert (resolved.repo_id, resolved.revision, resolved.commit) == (REPO, 'main', COMMIT)
+    assert resolved.as_values()['checkpoint.commit'] == COMMIT
+    loaded = load_checkpoint(REPO)  # through the blob symlinks
+    assert loaded.path == folder and loaded.source.commit == COMMIT
+    assert loaded.chunk_size == 30
+
+
+def test_id_at_a_branch_and_at_a_commit(cache, tiny_checkpoint):
+    populate(cache, tiny_checkpoint, refs={'main': COMMIT})
+    folder = populate(cache, tiny_checkpoint, commit=OTHER, refs={'main': COMMIT, 'v2': OTHER})
+    branch = resolve_checkpoint(f'{REPO}@v2')
+    assert (branch.path, branch.revision, branch.commit) == (folder, 'v2', OTHER)
+    pinned = resolve_checkpoint(f'{REPO}@{OTHER}')  # a commit needs no ref
+    assert (pinned.path, pinned.revision, pinned.commit) == (folder, OTHER, OTHER)
+    assert branch.pinned == f'{REPO}@{OTHER}'
+
+
+def test_id_with_a_subfolder(cache, tiny_checkpoint):
+    from act_ros.core.checkpoint import read_checkpoint_info
+    from act_ros.core.contract import load_contract
+
+    folder = populate(cache, tiny_checkpoint, subfolder='pretrained_model')
+    for spec in (f'{REPO}/pretrained_model', f'{REPO}@main/pretrained_model',
+                 f'{REPO}@{COMMIT}/pretrained_model/'):
+        resolved = resolve_checkpoint(spec)
+        assert (resolved.path, resolved.commit, resolved.subfolder) == (
+            folder, COMMIT, 'pretrained_model'), spec
+    info = read_checkpoint_info(f'{REPO}/pretrained_model', load_contract())
+    assert info.path == folder
+    with pytest.raises(CheckpointError) as err:
+        resolve_checkpoint(f'{REPO}/checkpoints/last')
+    print(err.value)
+    assert str(err.value) == (
+        f"{REPO}/checkpoints/last: Hub checkpoint '{REPO}' (revision main, commit {COMMIT}) "
+        f"has no folder 'checkpoints/last' (snapshot {folder.parent})")
+
+
+def _error(spec: str) -> str:
+    with pytest.raises(CheckpointError) as err:
+        resolve_checkpoint(spec)
+    line = str(err.value)
+    print(line)  # the lines quoted in docs/hub_ids.md
+    assert '\n' not in line
+    return line
+
+
+def test_stale_refs_main_fails_with_one_line_naming_id_revision_and_fetch(cache, tiny_checkpoint):
+    populate(cache, tiny_checkpoint, refs={'main': GONE})  # main moved; its snapshot never came
+    storage = cache / 'models--test-org--act_tiny'
+    assert _error(REPO) == (
+        f"{REPO}: Hub checkpoint '{REPO}' (revision main): refs/main in the Hugging Face cache "
+        f'names commit {GONE}, whose snapshot is missing ({storage}/snapshots/{GONE}); '
+        f"HF_HUB_OFFLINE is set: fetch it with 'hf download {REPO} --revision main' or unset "
+        'HF_HUB_OFFLINE')
+
+
+def test_missing_snapshot_or_ref_fails_with_one_line(cache, tiny_checkpoint):
+    populate(cache, tiny_checkpoint)
+    storage = cache / 'models--test-org--act_tiny'
+    assert _error(f'{REPO}@{GONE}') == (
+        f"{REPO}@{GONE}: Hub checkpoint '{REPO}' (revision {GONE}): snapshot {GONE} is not in "
+        f"the Hugging Face cache ({storage}/snapshots); HF_HUB_OFFLINE is set: fetch it with "
+        f"'hf download {REPO} --revision {GONE}' or unset HF_HUB_OFFLINE")
+    assert _error(f'{REPO}@v9') == (
+        f"{REPO}@v9: Hub checkpoint '{REPO}' (revision v9): the Hugging Face cache has no "
+        f"refs/v9 ({storage}); HF_HUB_OFFLINE is set: fetch it with "
+        f"'hf download {REPO} --revision v9' or unset HF_HUB_OFFLINE")
+
+
+def test_id_not_cached_at_all(cache):
+    assert _error('test-org/never_fetched@v1') == (
+        "test-org/never_fetched@v1: not a local directory, and Hub checkpoint "
+        f"'test-org/never_fetched' (revision v1) is not in the Hugging Face cache ({cache}); "
+        "HF_HUB_OFFLINE is set: fetch it with 'hf download test-org/never_fetched "
+        "--revision v1' or unset HF_HUB_OFFLINE")
+
+
+def test_a_local_directory_named_like_an_id_wins(cache, tiny_checkpoint, tmp_path, monkeypatch):
+    populate(cache, tiny_checkpoint)
+    local = tmp_path / 'test-org' / 'act_tiny'
+    local.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    resolved = resolve_checkpoint(REPO)
+    assert resolved.path == Path(REPO) and not resolved.from_hub
+    # Not an id (absolute, ./relative, one part): the local-path error, with the syntax.
+    for spec in (str(tmp_path / 'nope'), './nope/x', 'nope'):
+        assert parse_hub_id(spec) is None and resolve_checkpoint(spec).path == Path(spec)
+    from act_ros.core.checkpoint import load_checkpoint
+    with pytest.raises(CheckpointError, match=r'does not exist \(a Hub checkpoint is named '
+                       r'org/name\[@revision\]\[/subfolder\]\)'):
+        load_checkpoint(tmp_path / 'nope')
+
+
+def test_parse_hub_id():
+    assert parse_hub_id('lerobot/act_aloha@v1.0/pretrained_model') == parse_hub_id(
+        'lerobot/act_aloha@v1.0/pretrained_model/')
+    hub = parse_hub_id('lerobot/act_aloha@v1.0/a/b')
+    assert (hub.repo_id, hub.revision, hub.subfolder) == ('lerobot/act_aloha', 'v1.0', 'a/b')
+    for bad in ('org--x/name', 'org/na me', 'org/name@', 'org/name/../x', 'org/-name', '~/x/y'):
+        assert parse_hub_id(bad) is None, bad
+
+
+def test_online_the_checkpoint_folder_is_downloaded_once(cache, tiny_checkpoint, monkeypatch):
+    """With the Hub reachable, snapshot_download fetches the checkpoint's own folder (not the
+    folders below it); a stand-in plays the Hub here."""
+    import huggingface_hub
+    from huggingface_hub import constants
+
+    calls = []
+
+    def fake_snapshot_download(repo_id, *, revision, allow_patterns, ignore_patterns,
+                               local_files_only):
+        calls.append((repo_id, revision, allow_patterns, ignore_patterns, local_files_only))
+        return str(populate(cache, tiny_checkpoint, subfolder='pretrained_model').parent)
+
+    monkeypatch.setattr(constants, 'HF_HUB_OFFLINE', False)
+    monkeypatch.setattr(huggingface_hub, 'snapshot_download', fake_snapshot_download)
+    resolved = resolve_checkpoint(f'{REPO}/pretrained_model')
+    assert calls == [(REPO, 'main', ['pretrained_model/*'], ['pretrained_model/*/*'], False)]
+    assert resolved.commit == COMMIT and in_hub_cache(resolved.path)
+
+
+@pytest.mark.ros
+def test_node_configured_with_a_hub_id_reports_the_commit(cache, tiny_checkpoint, rclpy_context):
+    """act_node over real rclpy, ``model_path`` a Hub id at a branch with a subfolder:
+    configure loads the cached snapshot; /diagnostics names the repo, revision and commit."""
+    from rclpy.parameter import Parameter
+
+    from act_ros.ros.harness import RobotHarness, spinning, wait_until
+    from act_ros.ros.node.act_node import ActNode
+
+    populate(cache, tiny_checkpoint, subfolder='pretrained_model',
+             refs={'main': COMMIT, 'release': COMMIT})
+    spec = f'{REPO}@release/pretrained_model'
+    params = {'model_path': spec, 'autostart': False, 'torch_threads': 1, 'execution': 'async',
+              'diagnostics_period_s': 0.2}
+    node = ActNode(context=rclpy_context,
+                   parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    # Listens to /diagnostics only (no inputs: the node reports ERROR, with every value).
+    listener = RobotHarness(context=rclpy_context, joints={}, image=None, rate_hz=None)
+    with spinning(rclpy_context, node, listener):
+        assert node.start(), node.last_configure_error
+        assert wait_until(lambda: listener.latest_diagnostics() is not None, 20.0)
+        values = listener.latest_diagnostics()[2]
+    assert values['checkpoint.source'] == spec
+    assert (values['checkpoint.repo_id'], values['checkpoint.revision'],
+            values['checkpoint.commit']) == (REPO, 'release', COMMIT)
+    assert values['checkpoint.path'].endswith(f'snapshots/{COMMIT}/pretrained_model')
+
+
+@pytest.mark.ros
+def test_node_with_an_uncached_hub_id_fails_configure_with_one_line(cache, rclpy_context):
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from act_ros.ros.node.act_node import ActNode
+
+    node = ActNode(context=rclpy_context, parameter_overrides=[
+        Parameter('model_path', value='test-org/never_fetched'),
+        Parameter('autostart', value=False)])
+    try:
+        assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
+        error = node.last_configure_error
+        assert error.startswith('test-org/never_fetched: not a local directory') and '\n' not in error
+        assert "'hf download test-org/never_fetched --revision main'" in error
+    finally:
+        node.destroy_node()
+
+
+def test_exports_of_a_hub_snapshot_go_to_the_user_cache(cache, tiny_checkpoint, tmp_path,
+                                                        monkeypatch):
+    from act_ros.core.export import _writable_export_dir
+
+    folder = populate(cache, tiny_checkpoint)
+    monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg'))
+    assert in_hub_cache(folder) and not in_hub_cache(tiny_checkpoint)
+    assert _writable_export_dir(folder, 'abc') == tmp_path / 'xdg' / 'act_ros' / 'export' / 'abc'
+    assert not (folder / 'export').exists()  # nothing added to the huggingface_hub cache
+
+
+@pytest.mark.parametrize('command', [
+    ['evaluate', '--episodes', '1'], ['export'], ['package-model', '--output', 'unused']])
+def test_commands_fail_with_the_same_line(cache, command, capsys):
+    from act_ros.cli import main
+
+    name, *options = command
+    assert main([name, '--checkpoint', 'test-org/never_fetched@v1', *options]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(f'act-ros {name}: test-org/never_fetched@v1: not a local '
+                              'directory'), err
+    assert err[-1].endswith("fetch it with 'hf download test-org/never_fetched --revision v1' "
+                            'or unset HF_HUB_OFFLINE'), err
+
+
+@pytest.mark.ros
+def test_ros_eval_fails_with_the_same_line(cache, capsys):
+    pytest.importorskip('rclpy')
+    from act_ros.ros.evaluation import ros_eval
+
+    with pytest.raises(SystemExit) as exit_info:
+        ros_eval.main(['--checkpoint', 'test-org/never_fetched', '--episodes', '1'])
+    assert exit_info.value.code == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        '[ros-eval] error: test-org/never_fetched: not a local directory'), err
