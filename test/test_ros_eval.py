@@ -229,3 +229,21 @@ def test_full_size_images_cross_processes_in_lockstep(ros_domain_id):
         check=False, capture_output=True, text=True, timeout=180, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert re.search(r'480x640: [\d.]+ steps/s .*10 steps, 0 timeouts', proc.stdout), proc.stdout
+
+
+def test_the_bridge_renders_at_the_size_of_the_training_images(tiny_checkpoint, tmp_path):
+    """As act-ros evaluate: a model that takes 48x64 inputs but was trained on 96x128
+    recordings (downscaled by the runtime) is shown 96x128 renders, downscaled the same way;
+    without training_info.json the input size counts."""
+    import json
+    import shutil
+
+    from act_ros.ros.evaluation.ros_eval import checkpoint_image_size, render_size
+
+    checkpoint = tmp_path / 'ckpt'
+    shutil.copytree(tiny_checkpoint, checkpoint)
+    (checkpoint / 'training_info.json').unlink(missing_ok=True)
+    inputs = checkpoint_image_size(checkpoint)
+    assert inputs is not None and render_size(checkpoint) == inputs
+    (checkpoint / 'training_info.json').write_text(json.dumps({'dataset_image_size': [96, 128]}))
+    assert render_size(checkpoint) == (96, 128)

@@ -65,8 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--mode', choices=(*MODES, 'both'), default='both',
                    help='policy execution mode(s) to evaluate (default both)')
     p.add_argument('--image-size', default=None, metavar='HxW',
-                   help="camera images rendered by the simulation (default: the checkpoint's "
-                        'input size, else 96x128)')
+                   help='camera images rendered by the simulation (default: the size of the '
+                        "checkpoint's training images, as act-ros evaluate; else its input "
+                        'size, else 96x128)')
     p.add_argument('--seed', type=int, default=0, help='seed of the first episode; then +1')
     p.add_argument('--episode-steps', type=int, default=0,
                    help='control steps per episode (default: config/sim.yaml, 300)')
@@ -99,6 +100,16 @@ def checkpoint_image_size(checkpoint: Path) -> tuple[int, int] | None:
         if key.startswith('observation.images.') and shape and len(shape) == 3:
             return int(shape[1]), int(shape[2])
     return None
+
+
+def render_size(checkpoint: Path) -> tuple[int, int]:
+    """The size the bridge renders at: that of the checkpoint's training images (as
+    ``act-ros evaluate`` does; a model trained on downscaled images sees the same
+    downscaling), else its camera input size, else the default."""
+    from act_ros.training.rollout import checkpoint_render_size
+
+    return (checkpoint_render_size(checkpoint) or checkpoint_image_size(checkpoint)
+            or DEFAULT_IMAGE_SIZE)
 
 
 def policy_input_topics(checkpoint: Path) -> list[str]:
@@ -182,7 +193,7 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
         raise EvalError(f'{args.checkpoint}: not a checkpoint directory (no config.json)')
     try:
         image_size = (parse_image_size(args.image_size) if args.image_size
-                      else checkpoint_image_size(checkpoint) or DEFAULT_IMAGE_SIZE)
+                      else render_size(checkpoint))
     except ValueError as exc:
         raise EvalError(str(exc)) from None
     domain = args.domain_id if args.domain_id is not None else default_domain_id()
