@@ -30,6 +30,8 @@ ROS_WHEELS = [
     'ros-trajectory-msgs>=5,<6',
     'ros-geometry-msgs>=5,<6',
     'ros-diagnostic-msgs>=5,<6',
+    'ros-nav-msgs>=5,<6',  # the planned path (act_node visualization)
+    'ros-visualization-msgs>=5,<6',  # the release gate's markers
     'ros-lifecycle-msgs>=2,<3',
     'ros-rosgraph-msgs>=2,<3',
     'ros-rcl-interfaces>=2,<3',
@@ -49,6 +51,7 @@ setup(
         ('share/' + package_name + '/launch', _files('launch/*.launch.py')),
         ('share/' + package_name + '/config', _files('config/*.yaml') + _files('config/*.xml')),
         ('share/' + package_name + '/urdf', _files('urdf/*')),
+        ('share/' + package_name + '/rviz', _files('rviz/*.rviz')),
     ] + _models(),
     python_requires='>=3.12',
     install_requires=[

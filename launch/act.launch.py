@@ -7,10 +7,15 @@
 By default the node configures and activates itself (autostart:=true); with
 autostart:=false it waits in the unconfigured state for a lifecycle manager
 (`ros2 lifecycle set /act_node configure`, then `activate`).
+
+rviz:=true also starts RViz with rviz/act.rviz (launch/rviz.launch.py: the robot model, the
+cameras, the planned end-effector path and the release gate; docs/visualization.md).
 """
 
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument
+from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription
+from launch.conditions import IfCondition
+from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration, PathJoinSubstitution
 from launch_ros.actions import LifecycleNode
 from launch_ros.parameter_descriptions import ParameterValue
@@ -55,6 +60,10 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument(
             'wrist_image_topic', default_value='camera/wrist/image_raw',
             description="Remap the 'wrist' camera input (raw image transport)."),
+        DeclareLaunchArgument(
+            'rviz', default_value='false',
+            description='Also start RViz with rviz/act.rviz and robot_state_publisher '
+                        '(launch/rviz.launch.py; needs rviz2 and robot_state_publisher).'),
     ]
 
     node = LifecycleNode(
@@ -81,4 +90,14 @@ def generate_launch_description() -> LaunchDescription:
         ],
         arguments=['--ros-args', '--log-level', LaunchConfiguration('log_level')],
     )
-    return LaunchDescription(arguments + [node])
+    rviz = IncludeLaunchDescription(
+        PythonLaunchDescriptionSource(
+            PathJoinSubstitution([FindPackageShare('act_ros'), 'launch', 'rviz.launch.py'])),
+        launch_arguments={
+            'joint_states_topic': LaunchConfiguration('joint_states_topic'),
+            'namespace': LaunchConfiguration('namespace'),
+            'use_sim_time': LaunchConfiguration('use_sim_time'),
+        }.items(),
+        condition=IfCondition(LaunchConfiguration('rviz')),
+    )
+    return LaunchDescription(arguments + [node, rviz])

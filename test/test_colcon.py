@@ -1,5 +1,5 @@
 """``colcon build`` of this package, as on a ROS 2 machine: the installed share/ (launch,
-config, urdf, models, package.xml, ament index) and the lib/act_ros executables that
+config, urdf, rviz, models, package.xml, ament index) and the lib/act_ros executables that
 ``ros2 run act_ros ...`` starts, with the interpreter that ran colcon (a virtualenv's, as
 the README's ROS-machine recipe does) in their shebang."""
 
@@ -41,7 +41,7 @@ def test_colcon_build_installs_share_and_executables(tmp_path):
     for rel in ('package.xml', 'launch/act.launch.py', 'launch/sim.launch.py',
                 'launch/record.launch.py', 'config/act.yaml', 'config/contract.yaml',
                 'config/record.yaml', 'config/train_sim.yaml', 'urdf/so101_class.urdf',
-                'models/README.md'):
+                'models/README.md', 'launch/rviz.launch.py', 'rviz/act.rviz'):
         assert (share / rel).is_file(), f'share/act_ros/{rel} not installed'
     assert (prefix / 'share' / 'ament_index' / 'resource_index' / 'packages' / 'act_ros').is_file()
     for name in EXECUTABLES:

@@ -190,3 +190,120 @@ def test_launch_description_builds_where_launch_ros_is_installed():
     description = module.generate_launch_description()
     names = {e.name for e in description.entities if isinstance(e, DeclareLaunchArgument)}
     assert REQUIRED_ARGUMENTS <= names
+
+
+# ---- RViz: rviz:=true, launch/rviz.launch.py, rviz/act.rviz -------------------------------
+
+RVIZ_LAUNCH = ROOT / 'launch' / 'rviz.launch.py'
+RVIZ_CONFIG = ROOT / 'rviz' / 'act.rviz'
+
+
+def _declared_arguments(tree: ast.AST) -> dict[str, ast.Call]:
+    return {_string(c.args[0]): c for c in _calls(tree, 'DeclareLaunchArgument')}
+
+
+def test_rviz_argument_includes_the_rviz_launch_file_only_when_asked(launch_tree):
+    declared = _declared_arguments(launch_tree)
+    assert _string(_keyword(declared['rviz'], 'default_value')) == 'false'
+    include, = _calls(launch_tree, 'IncludeLaunchDescription')
+    condition = _keyword(include, 'condition')
+    assert _calls(condition, 'IfCondition') and \
+        _string(_calls(condition, 'LaunchConfiguration')[0].args[0]) == 'rviz'
+    path = _calls(include, 'PathJoinSubstitution')[0].args[0].elts
+    assert [_string(p) for p in path[1:]] == ['launch', 'rviz.launch.py']
+    # Every argument it passes is one the included file declares.
+    passed = {_string(k) for k in _keyword(include, 'launch_arguments').func.value.keys}
+    rviz_tree = ast.parse(RVIZ_LAUNCH.read_text())
+    assert set(passed) <= set(_declared_arguments(rviz_tree)), passed
+
+
+def test_rviz_launch_file_runs_rviz_with_the_installed_config():
+    tree = ast.parse(RVIZ_LAUNCH.read_text(), filename=str(RVIZ_LAUNCH))
+    declared = _declared_arguments(tree)
+    assert all(len(ast.literal_eval(_keyword(c, 'description'))) > 10 for c in declared.values())
+    used = {_string(c.args[0]) for c in _calls(tree, 'LaunchConfiguration')}
+    assert used == set(declared), (used, set(declared))
+    nodes = {_string(_keyword(c, 'package')): c for c in _calls(tree, 'Node')}
+    assert set(nodes) == {'rviz2', 'robot_state_publisher'}
+    assert _string(_keyword(nodes['rviz2'], 'executable')) == 'rviz2'
+    args = _keyword(nodes['rviz2'], 'arguments').elts
+    assert _string(args[0]) == '-d' and _string(args[1].args[0]) == 'rviz_config'
+    default = _calls(_keyword(declared['rviz_config'], 'default_value'), 'PathJoinSubstitution')
+    parts = default[0].args[0].elts
+    assert _string(parts[0].args[0]) == package_name()
+    assert Path(*[_string(p) for p in parts[1:]]) == Path('rviz/act.rviz')
+    assert RVIZ_CONFIG.is_file()
+    assert "_files('rviz/*.rviz')" in (ROOT / 'setup.py').read_text()
+    # The robot model it publishes is the package URDF, gripper normalized (see below).
+    assert 'display_description()' in RVIZ_LAUNCH.read_text()
+
+
+def test_rviz_config_shows_what_the_node_publishes():
+    from act_ros.core.contract import load_contract
+    from act_ros.ros.node.parameters import camera_topic_param, parameter_specs
+    from act_ros.ros.node.visualization import (END_EFFECTOR, GATE_TEXT, MARKERS_TOPIC,
+                                                PATH_TOPIC, PLANNED_GRIPPER, REGION)
+
+    config = yaml.safe_load(RVIZ_CONFIG.read_text())['Visualization Manager']
+    defaults = {s.name: s.default for s in parameter_specs(load_contract())}
+    assert config['Global Options']['Fixed Frame'] == defaults['visualization.frame_id']
+    displays = {d['Class'].split('/')[-1]: [] for d in config['Displays']}
+    for d in config['Displays']:
+        displays[d['Class'].split('/')[-1]].append(d)
+    model, = displays['RobotModel']
+    assert model['Description Source'] == 'Topic'
+    # robot_state_publisher latches robot_description; so does act_node its two topics.
+    assert model['Description Topic']['Value'] == '/robot_description'
+    assert model['Description Topic']['Durability Policy'] == 'Transient Local'
+    path, = displays['Path']
+    markers, = displays['MarkerArray']
+    for display, topic in ((path, PATH_TOPIC), (markers, MARKERS_TOPIC)):
+        assert display['Topic']['Value'] == topic.replace('~', '/act_node')
+        assert display['Topic']['Durability Policy'] == 'Transient Local'
+        assert display['Topic']['Reliability Policy'] == 'Reliable'
+    assert set(markers['Namespaces']) == {REGION, END_EFFECTOR, PLANNED_GRIPPER, GATE_TEXT}
+    cameras = {d['Topic']['Value'] for d in displays['Image']}
+    assert cameras == {'/' + defaults[camera_topic_param(c)] for c in ('top', 'wrist')}
+    assert all(d['Topic']['Reliability Policy'] == 'Best Effort' for d in displays['Image'])
+
+
+def test_display_description_moves_the_fingers_by_the_normalized_gripper():
+    """joint_states carries the gripper normalized (0..1); robot_state_publisher gets a
+    joint of that name the two fingers follow, scaled by their travel, and the arm as is."""
+    import xml.etree.ElementTree as ET
+
+    import numpy as np
+    import pinocchio
+
+    from act_ros.core.kinematics import default_urdf_path
+    from act_ros.ros.robot_description import display_description
+
+    text = display_description()
+    joints = {j.get('name'): j for j in ET.fromstring(text).findall('joint')}
+    original = {j.get('name'): j for j in ET.parse(default_urdf_path()).getroot().findall('joint')}
+    travel = float(original['gripper'].find('limit').get('upper'))
+    assert travel == pytest.approx(0.025)
+    gripper = joints['gripper']
+    assert gripper.get('type') == 'prismatic' and gripper.find('mimic') is None
+    assert (gripper.find('limit').get('lower'), gripper.find('limit').get('upper')) == ('0', '1')
+    for finger in ('gripper_finger', 'gripper_mirror'):
+        mimic = joints[finger].find('mimic')
+        assert mimic.get('joint') == 'gripper'
+        assert float(mimic.get('multiplier')) == pytest.approx(travel)
+        assert float(mimic.get('offset')) == 0.0
+    assert joints['gripper_finger'].find('child').get('link') == 'finger_left_link'
+    # The arm is unchanged: the same end-effector placement for the same arm joints.
+    arm = ['shoulder_pan', 'shoulder_lift', 'elbow_flex', 'wrist_flex', 'wrist_roll']
+    models = [pinocchio.buildModelFromUrdf(str(default_urdf_path())),
+              pinocchio.buildModelFromXML(text)]
+    q_arm = np.array([0.3, -0.4, 0.5, -0.2, 0.1])
+    placements = []
+    for model in models:
+        data, q = model.createData(), pinocchio.neutral(model)
+        for name, value in zip(arm, q_arm):
+            q[model.joints[model.getJointId(name)].idx_q] = value
+        pinocchio.forwardKinematics(model, data, q)
+        placements.append(pinocchio.updateFramePlacement(model, data,
+                                                         model.getFrameId('ee_link')))
+    np.testing.assert_allclose(placements[0].homogeneous, placements[1].homogeneous,
+                               atol=1e-12)

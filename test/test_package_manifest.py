@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ROS_PACKAGES = {
     'rclpy', 'lifecycle_msgs', 'sensor_msgs', 'std_msgs', 'std_srvs', 'trajectory_msgs',
     'geometry_msgs', 'diagnostic_msgs', 'rosgraph_msgs', 'rcl_interfaces', 'builtin_interfaces',
-    'launch', 'launch_ros', 'ament_index_python',
+    'nav_msgs', 'visualization_msgs', 'launch', 'launch_ros', 'ament_index_python',
 }
 # rosdep keys (rosdistro's rosdep/python.yaml, base.yaml) for the Python libraries used.
 ROSDEP_KEYS = {

@@ -19,6 +19,13 @@ measures for ``--duration`` seconds and prints:
   measurement, activation, first request, first chunk, first command; they add up to the
   node's ``startup.time_to_first_command_s``). ``--startup-only`` stops there.
 
+``--visualization`` sets the node's ``visualization.enabled`` (``on``, its default, or
+``off``); the harness then subscribes to ``~/planned_path`` and ``~/markers`` as RViz
+would, so the messages are really delivered, and reports their rates. ``compare`` measures
+the same configuration twice in one run, visualization off and then on (a fresh node each
+time, the same checkpoint, harness and duration), and prints them side by side: the missed
+periods of each and their difference.
+
 Every ROS process runs with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST in one domain.
 """
 
@@ -86,6 +93,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--startup-timeout', type=float, default=300.0)
     p.add_argument('--startup-only', action='store_true',
                    help='measure the time to the first command (and its phases) only')
+    p.add_argument('--visualization', default='on', choices=('on', 'off', 'compare'),
+                   help="act_node's visualization.enabled: on (the node's default), off, or "
+                   'compare: off, then on, each measured for --duration, side by side')
     p.add_argument('--json', help='also write the results to this JSON file')
     args = p.parse_args(argv)
     if args.model_path and (args.model_size or args.chunk_size):
@@ -123,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from act_ros.core.contract import load_contract
     from act_ros.core.paths import config_path
-    from act_ros.ros.harness import RobotHarness, spinning, wait_until
+    from act_ros.ros.harness import RobotHarness, spinning
 
     contract = load_contract()
     with tempfile.TemporaryDirectory(prefix='act_ros_bench_node_') as tmp:
@@ -137,20 +147,19 @@ def main(argv: list[str] | None = None) -> int:
                   f'{args.height}x{args.width} cameras)', flush=True)
             model_path = str(create_checkpoint(Path(tmp) / 'model', preset=args.preset,
                                                image_size=size, **overrides))
-        cmd = [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args',
-               '--params-file', str(config_path('act.yaml')),
-               '-p', f'model_path:={model_path}', '-p', f'device:={args.device}',
-               '-p', f'mode:={args.mode}', '-p', f'execution:={args.execution}',
-               '-p', f'control_rate_hz:={float(args.rate)}',
-               '-p', f'torch_threads:={args.torch_threads}',
-               '-p', f'executor:={args.executor}',
-               '-p', f'backend:={args.backend}',
-               '-p', 'diagnostics_period_s:=1.0']
+        base_cmd = [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args',
+                    '--params-file', str(config_path('act.yaml')),
+                    '-p', f'model_path:={model_path}', '-p', f'device:={args.device}',
+                    '-p', f'mode:={args.mode}', '-p', f'execution:={args.execution}',
+                    '-p', f'control_rate_hz:={float(args.rate)}',
+                    '-p', f'torch_threads:={args.torch_threads}',
+                    '-p', f'executor:={args.executor}',
+                    '-p', f'backend:={args.backend}',
+                    '-p', 'diagnostics_period_s:=1.0']
         n_action_steps = args.n_action_steps or args.chunk_size
         if n_action_steps:
-            cmd[-2:-2] = ['-p', f'n_action_steps:={n_action_steps}']
-        print(f"[bench node] starting act_node (ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})",
-              flush=True)
+            base_cmd[-2:-2] = ['-p', f'n_action_steps:={n_action_steps}']
+        rounds = ['off', 'on'] if args.visualization == 'compare' else [args.visualization]
         # The robot is up before the node starts, as on a real robot: the time to the
         # first command is the node's, not the harness's own start-up.
         context = rclpy.context.Context()
@@ -160,57 +169,117 @@ def main(argv: list[str] | None = None) -> int:
         harness = RobotHarness(context=context, cameras=contract.camera_names,
                                joints={n: 0.0 for n in contract.joint_names}, image=image,
                                rate_hz=args.rate, name='bench_robot')
+        plan = PlanCounter(harness)
         procs = ProcessSet(Path(tmp), dict(os.environ))
+        by_round: dict[str, dict] = {}
         try:
             with spinning(context, harness, num_threads=2):
-                launched = time.monotonic()  # the node's process starts now
-                node = procs.start('act_node', cmd)
-                node_proc, log_path = node.popen, node.log_path
-                wait_until(lambda: harness.commands or node_proc.poll() is not None,
-                           args.startup_timeout, interval_s=0.2)
-                if not harness.commands:
-                    print(f'[bench node] no command within {args.startup_timeout:.0f} s '
-                          f'(node exit code {node_proc.poll()}):\n'
-                          f'{log_path.read_text()[-3000:]}', flush=True)
-                    return 1
-                results = {'time_to_first_command_s': harness.commands[0].received - launched}
-                # The node reports its phases on /diagnostics once the first command is out.
-                results.update(wait_until(lambda: startup_values(harness.latest_diagnostics()),
-                                          10.0, interval_s=0.1) or {})
-                if not args.startup_only:
-                    results.update(measure_load(harness, node_proc.pid, args))
-            results.update(camera_size=f'{args.height}x{args.width}',
-                           model_input_size=('x'.join(map(str, args.model_size))
-                                             if args.model_size else 'camera size'),
-                           chunk_size=args.chunk_size or ('given' if args.model_path
-                                                          else contract.chunk_size),
-                           n_action_steps=n_action_steps or 'config/act.yaml',
-                           mode=f'{args.mode}/{args.execution}', executor=args.executor,
-                           backend=args.backend,
-                           preset=args.preset if not args.model_path else 'given',
-                           cpu_count=os.cpu_count())
+                for label in rounds:
+                    enabled = 'true' if label == 'on' else 'false'
+                    cmd = base_cmd + ['-p', f'visualization.enabled:={enabled}']
+                    print(f'[bench node] starting act_node, visualization {label} '
+                          f"(ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})", flush=True)
+                    result = run_round(harness, plan, procs, cmd, args, f'act_node_{label}')
+                    if result is None:
+                        return 1
+                    by_round[label] = result
+            common = dict(camera_size=f'{args.height}x{args.width}',
+                          model_input_size=('x'.join(map(str, args.model_size))
+                                            if args.model_size else 'camera size'),
+                          chunk_size=args.chunk_size or ('given' if args.model_path
+                                                         else contract.chunk_size),
+                          n_action_steps=n_action_steps or 'config/act.yaml',
+                          mode=f'{args.mode}/{args.execution}', executor=args.executor,
+                          backend=args.backend,
+                          preset=args.preset if not args.model_path else 'given',
+                          cpu_count=os.cpu_count())
         finally:
             procs.stop_all(grace_s=20.0)  # SIGINT, then escalation; its inference child too
             rclpy.try_shutdown(context=context)
-    report(results)
+    if len(by_round) == 1:
+        results = {**by_round[rounds[0]], 'visualization': rounds[0], **common}
+        report(results)
+    else:
+        results = {'visualization_off': by_round['off'], 'visualization_on': by_round['on'],
+                   **common}
+        if not args.startup_only:
+            results['missed_periods_on_minus_off'] = (by_round['on']['missed_periods']
+                                                      - by_round['off']['missed_periods'])
+        report_side_by_side(by_round['off'], by_round['on'], common)
     if args.json:
         write_text_atomic(args.json, json.dumps(results, indent=2))
     return 0
 
 
-def measure_load(harness, node_pid: int, args: argparse.Namespace) -> dict:
-    """Commands, latency and CPU over ``args.duration`` seconds, after 2 s of settling."""
+class PlanCounter:
+    """Subscribes the harness to act_node's ``~/planned_path`` and ``~/markers`` as RViz
+    does (reliable, transient local) and counts what arrives."""
+
+    def __init__(self, harness) -> None:
+        from nav_msgs.msg import Path as PathMsg
+        from visualization_msgs.msg import MarkerArray
+
+        from act_ros.ros.node.visualization import VISUALIZATION_QOS
+
+        self.paths: list[float] = []
+        self.markers: list[float] = []
+        harness.create_subscription(PathMsg, '/act_node/planned_path',
+                                    lambda _msg: self.paths.append(time.monotonic()),
+                                    VISUALIZATION_QOS)
+        harness.create_subscription(MarkerArray, '/act_node/markers',
+                                    lambda _msg: self.markers.append(time.monotonic()),
+                                    VISUALIZATION_QOS)
+
+    def rates(self, t0: float, t1: float) -> dict[str, float]:
+        count = {name: sum(t0 <= t <= t1 for t in list(times))
+                 for name, times in (('path', self.paths), ('markers', self.markers))}
+        return {f'visualization_{name}_rate_hz': n / (t1 - t0) for name, n in count.items()}
+
+
+def run_round(harness, plan: PlanCounter, procs: ProcessSet, cmd: list[str],
+              args: argparse.Namespace, name: str) -> dict | None:
+    """Start act_node, time its first command, measure it under load, stop it; ``None``
+    (after printing its log) when no command came."""
+    from act_ros.ros.harness import wait_until
+
+    first = len(harness.commands)
+    launched = time.monotonic()  # the node's process starts now
+    node = procs.start(name, cmd)
+    node_proc, log_path = node.popen, node.log_path
+    wait_until(lambda: len(harness.commands) > first or node_proc.poll() is not None,
+               args.startup_timeout, interval_s=0.2)
+    if len(harness.commands) <= first:
+        print(f'[bench node] no command within {args.startup_timeout:.0f} s '
+              f'(node exit code {node_proc.poll()}):\n'
+              f'{log_path.read_text()[-3000:]}', flush=True)
+        return None
+    results = {'time_to_first_command_s': harness.commands[first].received - launched}
+    # The node reports its phases on /diagnostics once the first command is out.
+    results.update(wait_until(lambda: startup_values(harness.latest_diagnostics(since=launched)),
+                              10.0, interval_s=0.1) or {})
+    if not args.startup_only:
+        results.update(measure_load(harness, node_proc.pid, args, since=launched, plan=plan))
+    procs.stop(node, grace_s=20.0)
+    return results
+
+
+def measure_load(harness, node_pid: int, args: argparse.Namespace, *, since: float = 0.0,
+                 plan: PlanCounter | None = None) -> dict:
+    """Commands, latency and CPU over ``args.duration`` seconds, after 2 s of settling
+    (diagnostics from ``since`` on: the node started then)."""
     time.sleep(2.0)  # settle past start-up
     t0 = time.monotonic()
-    before = harness.latest_diagnostics()
+    before = harness.latest_diagnostics(since=since)
     node_cpu0, own_cpu0 = _proc_cpu_s(node_pid), time.process_time()
     main_cpu0 = _proc_cpu_s(node_pid, descendants=False)
     time.sleep(args.duration)
     t1 = time.monotonic()
     node_cpu1, own_cpu1 = _proc_cpu_s(node_pid), time.process_time()
     main_cpu1 = _proc_cpu_s(node_pid, descendants=False)
-    results = summarize(harness, t0, t1, args.rate, harness.latest_diagnostics(since=t1 - 1.5),
-                        before=before)
+    results = summarize(harness, t0, t1, args.rate,
+                        harness.latest_diagnostics(since=max(since, t1 - 1.5)), before=before)
+    if plan is not None:
+        results.update(plan.rates(t0, t1))
     wall = t1 - t0
     if node_cpu0 is not None and node_cpu1 is not None:
         results['node_cpu_percent'] = 100.0 * (node_cpu1 - node_cpu0) / wall
@@ -297,11 +366,27 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
     }
 
 
+def _text(value) -> str:
+    return f'{value:.2f}' if isinstance(value, float) else str(value)
+
+
 def report(results: dict) -> None:
     print('\nact_node benchmark')
     for key, value in results.items():
-        text = f'{value:.2f}' if isinstance(value, float) else str(value)
-        print(f'  {key:<38} {text}')
+        print(f'  {key:<38} {_text(value)}')
+
+
+def report_side_by_side(off: dict, on: dict, common: dict) -> None:
+    """``--visualization compare``: one row per measure, visualization off and on."""
+    print('\nact_node benchmark: visualization off vs on (the same run)')
+    print(f"  {'measure':<38} {'off':>12} {'on':>12}")
+    for key in list(dict.fromkeys([*off, *on])):
+        print(f"  {key:<38} {_text(off.get(key, '')):>12} {_text(on.get(key, '')):>12}")
+    if 'missed_periods' in off and 'missed_periods' in on:
+        print(f"  {'missed_periods on - off':<38} "
+              f"{on['missed_periods'] - off['missed_periods']:>25}")
+    for key, value in common.items():
+        print(f'  {key:<38} {_text(value)}')
 
 
 if __name__ == '__main__':

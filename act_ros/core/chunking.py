@@ -15,7 +15,7 @@ chunk that arrives late (computed in the background) is still played in step wit
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -26,6 +26,9 @@ class TimedChunk:
 
     start_tick: int
     actions: np.ndarray  # (T, J)
+    # Header stamp (seconds) of the observation the chunk was computed from, where known:
+    # row i is meant for stamp_s + i control periods (what a viewer of the plan needs).
+    stamp_s: float | None = None
 
     @property
     def end_tick(self) -> int:
@@ -54,7 +57,7 @@ class ChunkQueue:
         self._chunk = None
 
     def add(self, chunk: TimedChunk) -> None:
-        trimmed = TimedChunk(chunk.start_tick, chunk.actions[: self.horizon])
+        trimmed = replace(chunk, actions=chunk.actions[: self.horizon])
         if self._chunk is None or trimmed.start_tick >= self._chunk.start_tick:
             self._chunk = trimmed
 
@@ -72,6 +75,11 @@ class ChunkQueue:
     @property
     def latest_start(self) -> int | None:
         return None if self._chunk is None else self._chunk.start_tick
+
+    @property
+    def latest(self) -> TimedChunk | None:
+        """The chunk being played (as stored: at most ``horizon`` actions)."""
+        return self._chunk
 
 
 class TickEnsembler:
@@ -123,3 +131,8 @@ class TickEnsembler:
     @property
     def latest_start(self) -> int | None:
         return self._chunks[-1].start_tick if self._chunks else None
+
+    @property
+    def latest(self) -> TimedChunk | None:
+        """The newest chunk in the blend."""
+        return self._chunks[-1] if self._chunks else None

@@ -179,6 +179,10 @@ class ControlLoop:
         self.counters = counters if counters is not None else ControlCounters()
         self.stale = False
         self.last_distance_m: float | None = None
+        # The end-effector and pad positions the gate used on the last tick that reached
+        # it (None: unknown), kept for viewers (act_node's visualization): no extra work.
+        self.last_ee_position: np.ndarray | None = None
+        self.last_pad_position: np.ndarray | None = None
         # The command sent on the previous tick: the gripper is rate-limited against it
         # (core.safety). None at an episode start, after a tick without a command and
         # after stale inputs: the measured position is the reference then.
@@ -190,6 +194,8 @@ class ControlLoop:
         self.gate.reset()
         self.stale = False
         self.last_distance_m = None
+        self.last_ee_position = None
+        self.last_pad_position = None
         self.last_command = None
 
     @property
@@ -263,6 +269,7 @@ class ControlLoop:
 
         ee = self._ee_position(snap, state)
         pad = self._pad_position(snap)
+        self.last_ee_position, self.last_pad_position = ee, pad
         suppressed_before = self.gate.suppressed_releases
         lost_before = self.gate.objects_lost
         result = limit_command(action, state, self.limits, gripper_index=self.gripper_index,

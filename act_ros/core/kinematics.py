@@ -1,8 +1,10 @@
-"""Forward kinematics of the robot model (URDF) for the release gate.
+"""Forward kinematics of the robot model (URDF) for the release gate and the plan's view.
 
 The node needs the end-effector position from the measured joints to decide whether the
-gripper is near the pad (:mod:`act_ros.core.release_gate`). This module wraps pinocchio;
-it never imports rclpy or mujoco.
+gripper is near the pad (:mod:`act_ros.core.release_gate`), and the end-effector poses of
+the chunk it plays to show where the policy is taking the gripper
+(:mod:`act_ros.ros.node.visualization`). This module wraps pinocchio; it never imports
+rclpy or mujoco.
 """
 
 from __future__ import annotations
@@ -81,6 +83,17 @@ class ForwardKinematics:
 
     def ee_position(self, q: np.ndarray) -> np.ndarray:
         """World (base) position of the end-effector frame, shape ``(3,)``, in metres."""
+        return np.array(self._placement(q).translation, dtype=np.float64)
+
+    def ee_pose(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """World (base) position ``(3,)`` and orientation of the end-effector frame, the
+        latter as a unit quaternion ``(w, x, y, z)`` (the order of the package's poses)."""
+        placement = self._placement(q)
+        x, y, z, w = self._pin.Quaternion(placement.rotation).coeffs()
+        return (np.array(placement.translation, dtype=np.float64),
+                np.array([w, x, y, z], dtype=np.float64))
+
+    def _placement(self, q: np.ndarray):
         q = np.asarray(q, dtype=np.float64).reshape(-1)
         n = self.num_joints
         if q.size not in (n, n + 1):
@@ -90,5 +103,4 @@ class ForwardKinematics:
             raise ValueError(f'joint positions must be finite, got {q[:n]}')
         self._q[self._q_index] = q[:n]
         self._pin.forwardKinematics(self.model, self.data, self._q)
-        placement = self._pin.updateFramePlacement(self.model, self.data, self._frame_id)
-        return np.array(placement.translation, dtype=np.float64)
+        return self._pin.updateFramePlacement(self.model, self.data, self._frame_id)

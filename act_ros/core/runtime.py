@@ -24,6 +24,11 @@ Execution:
 
 ``reset()`` starts a new episode: queue, ensembler and any in-flight work are dropped
 (a result computed before the reset is discarded).
+
+``current_chunk`` is the chunk being played (chunk mode) or the newest one blended
+(ensemble mode), with the header stamp of the observation it came from: read without a
+lock, so a low-rate viewer (``act_node``'s visualization) never waits for the tick or the
+model.
 """
 
 from __future__ import annotations
@@ -319,6 +324,10 @@ class PolicyRuntime:
         self._epoch = 0
         self._tick = 0
         self._new_chunks: list[np.ndarray] = []
+        # The chunk a viewer is shown (current_chunk), and the observation stamps of the
+        # requests in flight ((epoch, tick) -> stamp), which their chunks carry.
+        self._current: TimedChunk | None = None
+        self._request_stamps: dict[tuple[int, int], float | None] = {}
         # Recent model latencies: chunk mode asks for the next chunk early enough for the
         # slowest of them (a mean would let the queue run dry whenever the CPU is busier).
         self._latencies: deque[float] = deque(maxlen=LATENCY_WINDOW)
@@ -400,6 +409,8 @@ class PolicyRuntime:
             self._new_chunks.clear()
             self._last_request_tick = None
             self.stats.queue_depth = 0
+            self._current = None
+            self._request_stamps.clear()
 
     @property
     def tick(self) -> int:
@@ -409,6 +420,15 @@ class PolicyRuntime:
     @property
     def period_s(self) -> float:
         return 1.0 / self.contract.fps
+
+    @property
+    def current_chunk(self) -> TimedChunk | None:
+        """The chunk being played (chunk mode: as the queue holds it) or the newest chunk
+        in the blend (ensemble mode): ``start_tick``, ``actions`` ``(T, J)`` (postprocessed,
+        contract order, before the safety limits) and ``stamp_s``, the header stamp of the
+        observation it was computed from (``None`` when that had none). ``None`` before the
+        first chunk of an episode. One reference, read without a lock."""
+        return self._current
 
     def take_new_chunks(self) -> list[np.ndarray]:
         """Chunks (T, J), postprocessed, that arrived since the last call (for limit checks)."""
@@ -444,11 +464,13 @@ class PolicyRuntime:
     def _store(self):
         return self._ensembler if self.config.mode == 'ensemble' else self._queue
 
-    def _add_chunk(self, start_tick: int, chunk: np.ndarray, seconds: float) -> None:
-        timed = TimedChunk(start_tick, chunk)
+    def _add_chunk(self, start_tick: int, chunk: np.ndarray, seconds: float,
+                   stamp_s: float | None = None) -> None:
+        timed = TimedChunk(start_tick, chunk, stamp_s)
         if timed.end_tick <= self._tick - 1:
             self.stats.chunks_late += 1
         self._store.add(timed)
+        self._current = self._store.latest
         self._new_chunks.append(chunk)
         self.stats.chunks_computed += 1
         ms = seconds * 1000.0
@@ -466,7 +488,7 @@ class PolicyRuntime:
             if self._first_request_at is None:
                 self._first_request_at = time.monotonic()
             chunk = self.predictor.predict(obs)
-            self._add_chunk(tick, chunk, time.perf_counter() - start)
+            self._add_chunk(tick, chunk, time.perf_counter() - start, obs.stamp_s)
             self.stats.startup.setdefault('first_chunk', time.monotonic())
         return self._store.action(tick)
 
@@ -481,11 +503,17 @@ class PolicyRuntime:
             self._last_request_tick = None
             raise
         for epoch, start_tick, chunk, seconds in results:
+            stamp_s = self._request_stamps.pop((epoch, start_tick), None)
             if epoch != self._epoch:
                 self.stats.chunks_discarded += 1
                 continue
-            self._add_chunk(start_tick, chunk, seconds)
+            self._add_chunk(start_tick, chunk, seconds, stamp_s)
+        if results:  # a request replaced before the worker took it never comes back
+            last = max((epoch, start) for epoch, start, _, _ in results)
+            for stale in [key for key in self._request_stamps if key < last]:
+                del self._request_stamps[stale]
         if self._worker.idle and self._should_request(tick):
+            self._request_stamps[(self._epoch, tick)] = obs.stamp_s
             self._worker.submit(self._epoch, tick, obs)
             self._last_request_tick = tick
             if self._first_request_at is None:

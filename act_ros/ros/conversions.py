@@ -105,6 +105,12 @@ def seconds_to_duration(seconds: float) -> Duration:
     return Duration(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
 
 
+def seconds_to_time(seconds: float) -> Time:
+    """Return a ``builtin_interfaces/Time`` for a non-negative clock reading in seconds."""
+    nanoseconds = round(seconds * 1e9)
+    return Time(sec=nanoseconds // 1_000_000_000, nanosec=nanoseconds % 1_000_000_000)
+
+
 def to_joint_trajectory(command: np.ndarray, joint_names: Sequence[str],
                         time_from_start_s: float) -> JointTrajectory:
     """One-point ``JointTrajectory`` (joint_trajectory_controller) reaching ``command``.

@@ -13,6 +13,10 @@ A thin adapter over :mod:`act_ros.core`:
 - activate: reset the runtime and the release gate, start the control tick.
 - deactivate: stop the tick at once; nothing is published while not active.
 
+What the policy plans (``visualization.enabled``, default on): ``~/planned_path`` and
+``~/markers`` for RViz, built at a low rate off the control tick
+(:mod:`act_ros.ros.node.visualization`).
+
 Threads: input callbacks (their own callback group) only convert and store the latest
 message; the control tick runs in another group, and in ``async`` execution the model
 runs on the runtime's worker thread (``process``: in a child process), so neither ever
@@ -70,6 +74,7 @@ class ActNode(LifecycleNode):
         self.input_group = MutuallyExclusiveCallbackGroup()
         self.control_group = MutuallyExclusiveCallbackGroup()
         self.status_group = MutuallyExclusiveCallbackGroup()
+        self.visualization_group = MutuallyExclusiveCallbackGroup()
         self.lock = threading.RLock()
         self._active = False
         self.settings: NodeSettings | None = None

@@ -37,6 +37,7 @@ from act_ros.core.control import (ControlCounters, ControlLoop, EePosition, PadP
 from act_ros.core.inputs import EE_POSE, JOINT_STATES, PAD_POSE, image_stream, object_pose_stream
 from act_ros.core.object_state import OBJECTS
 from act_ros.ros.node.parameters import NodeSettings
+from act_ros.ros.node.visualization import PlanVisualizer
 
 
 
@@ -46,6 +47,7 @@ class PolicyNodeHooks(Protocol):
 
     input_group: Any
     control_group: Any
+    visualization_group: Any
     status: Any
 
     def store(self, stream: str, msg: Any, convert: Callable[[Any], Any]) -> None: ...
@@ -73,8 +75,13 @@ class Interfaces:
     control_timer: Timer | None = None  # timer trigger; created cancelled, runs while active
     observation_ready: GuardCondition | None = None
     subscriptions: list[Subscription] = field(default_factory=list)
+    # visualization.enabled: ~/planned_path and ~/markers with their low-rate timer.
+    visualizer: PlanVisualizer | None = None
 
     def destroy(self, node: Any) -> None:
+        if self.visualizer is not None:
+            self.visualizer.destroy(node)
+            self.visualizer = None
         for sub in self.subscriptions:
             node.destroy_subscription(sub)
         self.subscriptions.clear()
@@ -144,7 +151,9 @@ def _pad_source(settings: NodeSettings) -> PadPosition:
 def create_interfaces(node: PolicyNodeHooks, settings: NodeSettings, contract: Contract, *,
                       cameras: tuple[str, ...] | None = None,
                       object_poses: bool = False) -> Interfaces:
-    """Subscriptions (sensor QoS), command and diagnostics publishers, ``~/reset``, timers.
+    """Subscriptions (sensor QoS), command and diagnostics publishers, ``~/reset``, timers
+and, with ``visualization.enabled``, the plan's view
+(:mod:`act_ros.ros.node.visualization`).
 
     ``cameras``: those the checkpoint takes (default: every contract camera);
     ``object_poses``: subscribe one ``PoseStamped`` per object
@@ -211,4 +220,7 @@ def create_interfaces(node: PolicyNodeHooks, settings: NodeSettings, contract: C
         control_timer=timer,
         observation_ready=guard,
         subscriptions=subs,
+        visualizer=PlanVisualizer(node, settings, contract.gripper_index,
+                                  callback_group=node.visualization_group)
+        if settings.visualization_enabled else None,
     )

@@ -146,6 +146,17 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           choices=EXECUTORS, read_only=True),
         P('diagnostics_period_s', 1.0, 'Period of the diagnostics message on /diagnostics.',
           low=0.05, high=60.0),
+        # What the policy plans, for RViz or Foxglove (act_ros.ros.node.visualization).
+        P('visualization.enabled', True, 'Publish ~/planned_path (nav_msgs/Path: end-effector '
+          'poses of the chunk being played, by forward kinematics) and ~/markers '
+          '(visualization_msgs/MarkerArray: release region around the pad coloured by the gate '
+          'state, end effector, planned gripper requests, a text with the gate state and the '
+          'input ages). Built at visualization.rate_hz off the control tick; false: no such '
+          'publishers at all.'),
+        P('visualization.rate_hz', 5.0, 'Rate at which the markers are published and a new '
+          'chunk becomes a new path.', low=0.1, high=30.0),
+        P('visualization.frame_id', 'base_link', 'Frame of the path and the markers: the robot '
+          'base frame of the joint model (the URDF root), in which the pad position is given.'),
         # Topics and message types (structural).
         P('joint_states_topic', 'joint_states', 'sensor_msgs/JointState input.', read_only=True),
         P('image_transport', 'raw', 'raw: sensor_msgs/Image on each camera topic; compressed: '
@@ -307,6 +318,9 @@ class NodeSettings:
     urdf_path: str = ''
     ee_frame: str = 'ee_link'
     inference_timeout_s: float = 30.0
+    visualization_enabled: bool = True
+    visualization_rate_hz: float = 5.0
+    visualization_frame_id: str = 'base_link'
     # Object -> PoseStamped topic (act_ros.core.object_state.OBJECTS), for a checkpoint that
     # takes observation.environment_state.
     object_pose_topics: dict[str, str] = field(
@@ -358,6 +372,8 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         if not topic:
             raise ValueError(f'{key}: topic name is empty')
     gate = {key.split('.', 1)[1]: v[key] for key in v if key.startswith('release_gate.')}
+    if not v['visualization.frame_id']:
+        raise ValueError('visualization.frame_id: frame name is empty')
     return NodeSettings(
         model_path=v['model_path'], device=v['device'], compile_model=v['compile_model'],
         compile_mode=v['compile_mode'], precision=v['precision'], backend=v['backend'],
@@ -372,4 +388,7 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         gate=gate, pad_source=v['pad_source'], pad_position_m=pad,
         pad_pose_topic=v['pad_pose_topic'], ee_source=v['ee_source'],
         ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'],
-        inference_timeout_s=v['inference_timeout_s'], object_pose_topics=pose_topics)
+        inference_timeout_s=v['inference_timeout_s'], object_pose_topics=pose_topics,
+        visualization_enabled=v['visualization.enabled'],
+        visualization_rate_hz=v['visualization.rate_hz'],
+        visualization_frame_id=v['visualization.frame_id'])

@@ -112,6 +112,9 @@ class NodeStatus:
             'gate_state': loop.gate_state.value,
             'gate_distance_m': loop.last_distance_m if loop.last_distance_m is not None else 'n/a',
             'input_problems': snap.describe_problems() or 'none',
+            # ~/planned_path and ~/markers (act_ros.ros.node.visualization)
+            'visualization': (node.io.visualizer.describe() if node.io is not None
+                              and node.io.visualizer is not None else 'off'),
             'message_rejections': inputs.rejections,
             'last_rejection': inputs.last_rejection or 'none',
         }
