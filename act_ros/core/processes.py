@@ -11,7 +11,7 @@ trainer shut down cleanly), then SIGTERM, then SIGKILL; descendants that left th
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 import contextlib
 import ctypes
 import ctypes.util
@@ -228,3 +228,17 @@ def _exists(pid: int) -> bool:
         except ProcessLookupError:
             return False
         return True
+
+
+def run_continuable[T](prog: str, call: Callable[[], T]) -> tuple[int, T | None]:
+    """Run a command whose results stay on disk (a recipe, DAgger iterations), mapping its
+    end to an exit status: ``(0, result)``; a failed stage (``RuntimeError``): 1; Ctrl-C: 130,
+    with the hint that the same command continues. Errors are printed as ``prog: message``."""
+    try:
+        return 0, call()
+    except RuntimeError as exc:
+        print(f'{prog}: {exc}', file=sys.stderr)
+        return 1, None
+    except KeyboardInterrupt:
+        print(f'{prog}: interrupted; run the same command to continue', file=sys.stderr)
+        return 130, None

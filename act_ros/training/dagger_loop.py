@@ -221,15 +221,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f'act-ros dagger: {exc}', file=sys.stderr)
         return 2
     print(HEADER, flush=True)
-    try:
-        run(config)
-    except RuntimeError as exc:
-        print(f'act-ros dagger: {exc}', file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print('act-ros dagger: interrupted; run the same command to continue', file=sys.stderr)
-        return 130
-    return 0
+    from act_ros.core.processes import run_continuable
+
+    return run_continuable('act-ros dagger', lambda: run(config))[0]
 
 
 if __name__ == '__main__':

@@ -174,14 +174,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f'act-ros recipe: unknown stages {unknown}', file=sys.stderr)
         return 2
-    try:
-        record = run(recipe, args.run_dir, only=only)
-    except RuntimeError as exc:
-        print(f'act-ros recipe: {exc}', file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print('act-ros recipe: interrupted; run the same command to continue', file=sys.stderr)
-        return 130
+    from act_ros.core.processes import run_continuable
+
+    code, record = run_continuable('act-ros recipe',
+                                   lambda: run(recipe, args.run_dir, only=only))
+    if code:
+        return code
     print('\n' + '\n'.join(f'{name:<12} {sec / 60:6.1f} min'
                            for name, sec in record['stage_seconds'].items()))
     print(f"{'total':<12} {record['total_seconds'] / 60:6.1f} min  ({args.run_dir}/recipe.json)")
