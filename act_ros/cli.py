@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'package-model': ('act_ros.training.package_model', 'check a checkpoint and copy it to a '
                       'deployable model folder (fp16 weights)'),
     'export': ('act_ros.core.export', 'export a checkpoint to ONNX (openvino / onnxruntime backends)'),
+    'report': ('act_ros.report', 'write the tables of figures in README.md and docs/ from the '
+               'committed result files (--check: fail when a page is stale)'),
     'plot-plan': ('act_ros.ros.plan_plot', "a picture of act_node's planned path and release "
                   'gate, from its visualization topics'),
 }

@@ -1,0 +1,515 @@
+"""``act-ros report``: every table of figures in the README and ``docs/`` from result files.
+
+A generated part of a page sits between two marker comments::
+
+    <!-- report:NAME -->
+    ...written by act-ros report...
+    <!-- /report:NAME -->
+
+``act-ros report`` rewrites every such part of ``README.md`` and ``docs/**/*.md`` from the
+result files it names (committed under ``docs/``, and a shipped model's own evaluation
+files under ``models/``); ``act-ros report --check`` writes nothing and exits 1 when a
+committed page differs from what it would write (``test/test_docs_report.py`` runs it).
+
+Every result file a part reads names the command, commit and machine that made it: a JSON
+file in a top-level ``provenance`` object, any other file in the ``provenance.json`` of its
+folder (``{"files": {NAME: {...}}}``). A file put together by hand says so there
+(``assembled_by_hand``). Each generated part ends with a line naming its files.
+
+To add a result (for example a new evaluation of a shipped policy), commit the file with
+its provenance and name it in the part's source list below (``POSES_EVALUATIONS``,
+``DEMO_SUMMARY``); to add a table, write a function returning its markdown and register it
+in ``PARTS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+import json
+import os
+from pathlib import Path
+import re
+import statistics
+import sys
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# The object-state policy's 100-seed evaluation: the first of these that exists is used;
+# before any is committed, the recipe's own printed evaluation line.
+POSES_EVALUATIONS = ('docs/results/sim_port_pick_align_poses/evaluation_100_seeds.json',
+                     'docs/results/sim_port_pick_align_poses/evaluation.json')
+POSES_RECIPE_LOG = 'docs/results/sim_port_pick_align_poses/recipe_log_excerpt.txt'
+VISION_CHUNK = 'models/sim_port_pick_align/evaluation_chunk_100.json'
+VISION_ENSEMBLE = 'models/sim_port_pick_align/evaluation_ensemble_30.json'
+VISION_METRICS = 'models/sim_port_pick_align/training_metrics.json'
+EXPERT = 'docs/results/expert/expert_eval.json'
+DEMO_SUMMARY = 'docs/results/demo/summary.json'
+BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
+NODE_REALTIME = 'docs/benchmarks/node_realtime.json'
+FAULTS = 'docs/benchmarks/faults.json'
+COMPARISON = 'docs/results/sim_port_pick_align/comparison_20_seeds.json'
+TRAINING_STEP = 'docs/results/training/step_times_cpu.json'
+RECIPE = 'docs/results/sim_port_pick_align_poses/recipe.json'
+DAGGER = 'docs/results/sim_port_pick_align_poses/dagger.jsonl'
+
+PROVENANCE_KEYS = ('command', 'commit', 'machine')
+MARKER = re.compile(r'<!-- report:([a-z0-9_]+) -->\n(.*?)<!-- /report:\1 -->', re.S)
+
+
+class ReportError(Exception):
+    """A part cannot be generated: a missing file, or a file without its provenance."""
+
+
+class Sources:
+    """Reads result files relative to the repository root and remembers which were read."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.read: list[str] = []
+
+    def exists(self, rel: str) -> bool:
+        return (self.root / rel).is_file()
+
+    def text(self, rel: str) -> str:
+        path = self.root / rel
+        if not path.is_file():
+            raise ReportError(f'{rel}: result file missing')
+        if rel not in self.read:
+            self.read.append(rel)
+        return path.read_text()
+
+    def json(self, rel: str) -> Any:
+        return json.loads(self.text(rel))
+
+    def jsonl(self, rel: str) -> list[dict]:
+        return [json.loads(line) for line in self.text(rel).splitlines() if line.strip()]
+
+
+def provenance(root: Path, rel: str) -> dict:
+    """The command, commit and machine that made a result file (see the module's doc)."""
+    path = root / rel
+    if path.suffix == '.json':
+        data = json.loads(path.read_text())
+        if isinstance(data, dict) and isinstance(data.get('provenance'), dict):
+            return data['provenance']
+    folder = path.parent / 'provenance.json'
+    if folder.is_file():
+        entry = json.loads(folder.read_text()).get('files', {}).get(path.name)
+        if isinstance(entry, dict):
+            return entry
+    raise ReportError(f'{rel}: no provenance (a top-level "provenance" object in a JSON file, '
+                      f'else an entry in {path.parent.relative_to(root)}/provenance.json)')
+
+
+def check_provenance(root: Path, rel: str) -> dict:
+    entry = provenance(root, rel)
+    missing = [key for key in PROVENANCE_KEYS if not str(entry.get(key, '')).strip()]
+    if missing:
+        raise ReportError(f'{rel}: provenance lacks {", ".join(missing)}')
+    return entry
+
+
+# -- formatting -----------------------------------------------------------------------------
+
+def table(header: list[str], rows: list[list[Any]]) -> str:
+    lines = ['| ' + ' | '.join(header) + ' |', '|' + '---|' * len(header)]
+    lines += ['| ' + ' | '.join(str(c) for c in row) + ' |' for row in rows]
+    return '\n'.join(lines) + '\n'
+
+
+def rate(value: float, count: int) -> str:
+    return f'{value:.2f} ({round(value * count)}/{count})'
+
+
+def failures_text(failures: dict) -> str:
+    names = {'release': 'still held', 'grasp': 'grasp', 'carry': 'dropped in carry',
+             'position': 'position', 'yaw': 'yaw', 'settle': 'settle'}
+    items = sorted(((n, c) for n, c in failures.items() if c), key=lambda kv: -kv[1])
+    return ', '.join(f'{names.get(n, n)} {c}' for n, c in items) or 'none'
+
+
+def md_tables_after(text: str, heading: str) -> list[list[list[str]]]:
+    """The markdown tables between ``heading`` (a line starting with it) and the next
+    heading, as rows of cells (header included)."""
+    lines = text.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(heading)), None)
+    if start is None:
+        raise ReportError(f'no section "{heading}"')
+    tables, current = [], []
+    for line in lines[start + 1:]:
+        if line.startswith('#'):
+            break
+        if line.startswith('|'):
+            cells = [c.strip() for c in line.strip().strip('|').split('|')]
+            if not all(set(c) <= {'-', ':'} for c in cells):
+                current.append(cells)
+        elif current:
+            tables.append(current)
+            current = []
+    if current:
+        tables.append(current)
+    return tables
+
+
+def table_dict(rows: list[list[str]]) -> dict[str, dict[str, str]]:
+    header = rows[0]
+    return {row[0]: dict(zip(header, row, strict=True)) for row in rows[1:]}
+
+
+# -- the shipped policies --------------------------------------------------------------------
+
+def _poses_chunk(src: Sources) -> dict:
+    for rel in POSES_EVALUATIONS:
+        if src.exists(rel):
+            return src.json(rel)['modes']['chunk']
+    text = src.text(POSES_RECIPE_LOG)
+    m = re.search(r'chunk: align_rate ([\d.]+)\s+mean_position_error ([\d.]+) cm\s+'
+                  r'mean_yaw_error ([\d.]+) deg\s+\((\d+) episodes', text)
+    f = re.search(r'failed at: ([^(]+)\(', text[m.end():]) if m else None
+    if not m:
+        raise ReportError(f'{POSES_RECIPE_LOG}: no chunk evaluation line')
+    failures = {}
+    for item in (f.group(1).split(',') if f else []):
+        name, count = item.split()
+        failures[name] = int(count)
+    return {'align_rate': float(m.group(1)), 'mean_position_error': float(m.group(2)) / 100,
+            'mean_yaw_error': float(m.group(3)), 'count': int(m.group(4)),
+            'failures': failures}
+
+
+def part_shipped_policies(src: Sources) -> str:
+    poses = _poses_chunk(src)
+    vision = src.json(VISION_CHUNK)['modes']['chunk']
+    expert = src.json(EXPERT)['runs']['plain']
+    rows = [
+        ['`sim_port_pick_align_poses`', 'both cameras, joints, box and pad poses',
+         f"**{rate(poses['align_rate'], poses['count'])}**",
+         f"{100 * poses['mean_position_error']:.2f} cm / {poses['mean_yaw_error']:.1f} deg",
+         failures_text(poses['failures'])],
+        ['`sim_port_pick_align`', 'both cameras, joints',
+         rate(vision['align_rate'], vision['count']),
+         f"{100 * vision['mean_position_error']:.1f} cm / {vision['mean_yaw_error']:.1f} deg",
+         failures_text(vision['failures'])],
+        ['scripted expert (`act_ros/sim/expert.py`)', 'simulator state',
+         rate(expert['align_rate'], expert['count']),
+         f"{1000 * expert['mean_position_error']:.2f} mm / {expert['mean_yaw_error']:.4f} deg",
+         'none'],
+    ]
+    return table(['policy in `models/`', 'inputs', 'align rate, chunk mode',
+                  'mean position / yaw error', 'failures by stage'], rows)
+
+
+def part_demo_result(src: Sources) -> str:
+    if not src.exists(DEMO_SUMMARY):
+        return ('No run of `make demo` with both shipped policies is committed yet '
+                f'(`{DEMO_SUMMARY}`, written by `act-ros report` once it is); the 100-seed '
+                'evaluations above are what each policy reaches.\n')
+    summary = src.json(DEMO_SUMMARY)
+    rows = []
+    for label, m in summary['ros_eval'].items():
+        rows.append([label, rate(m['align_rate'], m['count']),
+                     f"{1000 * m['mean_position_error']:.1f}", f"{m['mean_yaw_error']:.1f}",
+                     failures_text(m.get('failures', {}))])
+    e = summary['expert']
+    rows.append(['scripted expert (ceiling)', rate(e['align_rate'], e['count']),
+                 f"{1000 * e['mean_position_error']:.1f}", f"{e['mean_yaw_error']:.1f}", ''])
+    stages = ', '.join(f'{k} {v / 60:.1f} min' for k, v in summary['stage_seconds'].items())
+    return (table(['policy, mode, over ROS 2', 'align rate', 'position error (mm)',
+                   'yaw error (deg)', 'failures by stage'], rows)
+            + f"\n{summary['wall_seconds'] / 60:.1f} min in all ({stages}).\n")
+
+
+def part_vision_policy(src: Sources) -> str:
+    chunk = src.json(VISION_CHUNK)
+    ens = src.json(VISION_ENSEMBLE)
+    rows = []
+    for data in (chunk, ens):
+        for mode, m in data['modes'].items():
+            rows.append([mode, f"{data['seed']}+", rate(m['align_rate'], m['count']),
+                         f"{100 * m['mean_position_error']:.1f} cm",
+                         f"{m['mean_yaw_error']:.1f} deg", failures_text(m['failures']),
+                         m.get('suppressed_releases', '')])
+    return table(['mode', 'seeds', 'align rate', 'mean position error', 'mean yaw error',
+                  'failures by stage', 'open requests the gate suppressed'], rows)
+
+
+def part_vision_training(src: Sources) -> str:
+    m = src.json(VISION_METRICS)
+    best = m['best']['closed_loop_chunk']
+    cache = m.get('feature_cache', {}).get('layer4', {})
+    val = [h['val_l1'] for h in m['history']['val'] if h.get('val_l1') is not None]
+    rows = [[f"{m['dataset']['episodes']} episodes, {m['dataset']['frames']} frames, "
+             f"{m['dataset']['stored_image_size'][0]}x{m['dataset']['stored_image_size'][1]}",
+             f"backbone from step {cache.get('frozen_at_step', '-')}",
+             m['steps_completed'], f"{m['wall_time_s'] / 60:.0f} min",
+             f"{cache.get('build_s', 0) / 60:.0f} min",
+             f"{m['steps_per_s']:.1f}", f'{min(val):.3f}' if val else '-',
+             f"{best['align_rate']:.2f} at step {best['step']}",
+             f"{100 * best['mean_position_error']:.1f} cm / {best['mean_yaw_error']:.0f} deg"]]
+    return table(['data', 'frozen and cached', 'steps', 'wall clock', 'cache build',
+                  'steps/s (this session)', 'best val L1',
+                  'align, chunk (10 trainer seeds)', 'position / yaw error there'], rows)
+
+
+def part_comparison_20_seeds(src: Sources) -> str:
+    data = src.json(COMPARISON)
+    rows = []
+    for mode, m in data['modes'].items():
+        ip, ros = m['in_process'], m['over_ros']
+        n = len(m['episodes'])
+        rows.append([mode, f"{rate(ip['align_rate'], n)}, {1000 * ip['mean_position_error']:.1f} mm",
+                     f"{rate(ros['align_rate'], n)}, {1000 * ros['mean_position_error']:.1f} mm",
+                     f"{m['episodes_identical_within_0.1_mm']} of {n} (largest difference "
+                     f"{m['largest_difference_mm']:.1f} mm)", ros.get('lockstep_timeouts', 0)])
+    return table(['mode', 'in process: align, mean position error', 'over ROS 2',
+                  'episodes equal within 0.1 mm', 'lock-step timeouts'], rows)
+
+
+# -- the expert and the object-state recipe --------------------------------------------------
+
+def part_expert_runs(src: Sources) -> str:
+    runs = src.json(EXPERT)['runs']
+    rows = []
+    for run in runs.values():
+        err = (f"{1000 * run['mean_position_error']:.2f} mm / {run['mean_yaw_error']:.4f} deg"
+               if run.get('mean_position_error') is not None else 'not recorded')
+        rows.append([f"`{run['args']}`", run['count'], round(run['align_rate'] * run['count']),
+                     err])
+    return table(['`python -m act_ros.sim.expert_eval` run', 'episodes', 'aligned',
+                  'mean position / yaw error'], rows)
+
+
+def part_expert_perturbations(src: Sources) -> str:
+    data = src.json(EXPERT)['runs']['perturbed']['by_perturbation']
+    return table(['perturbation', 'aligned'],
+                 [[f'`{k}`', f"{v['aligned']} / {v['count']}"] for k, v in data.items()])
+
+
+def part_recipe_stages(src: Sources) -> str:
+    recipe = src.json(RECIPE)
+    stages = recipe['stage_seconds']
+    iters = src.jsonl(DAGGER)
+    rows = [['demos', f"{stages['demos'] / 60:.1f} min"]]
+    if 'bc' in stages:
+        rows.append(['bc', f"{stages['bc'] / 60:.1f} min"])
+    elif 'bc_wall_time_s' in recipe:
+        rows.append(['bc', f"{recipe['bc_wall_time_s'] / 60:.1f} min (its training_metrics.json)"])
+    for it in iters:
+        rows.append([f"dagger {it['iteration']}: collect + fine-tune",
+                     f"{it['collect_s'] / 60:.1f} + {it['train_s'] / 60:.1f} min"])
+    rows.append(['dagger in all', f"{stages['dagger'] / 60:.1f} min"])
+    rows.append(['final', f"{stages['final'] / 60:.1f} min"])
+    total = sum(stages.values()) + (recipe.get('bc_wall_time_s', 0) if 'bc' not in stages else 0)
+    rows.append(['**total**', f'**{total / 60:.1f} min**'])
+    return table(['stage', 'wall clock'], rows)
+
+
+def part_dagger_iterations(src: Sources) -> str:
+    rows = []
+    for it in src.jsonl(DAGGER):
+        failed = failures_text(it.get('collection_failures', {}))
+        rows.append([it['iteration'], it['episodes'], f"{it['beta']:.2f}",
+                     f"{it['collection_align_rate']:.2f} (failures: {failed})",
+                     f"{it['expert_share']:.2f}", it['dataset_frames'],
+                     f"{it['policy_closed_loop_align_rate']:.2f}"])
+    return table(['iteration', 'episodes', 'beta', 'align while collecting (policy driving)',
+                  'expert share of ticks', 'dataset frames',
+                  'new policy, closed loop (10 trainer seeds)'], rows)
+
+
+# -- benchmarks ------------------------------------------------------------------------------
+
+def part_runtime_loop(src: Sources) -> str:
+    text = src.text(BENCH_REPORT)
+    rows = []
+    for size in ('240x320', '480x640'):
+        loop = md_tables_after(text, f'### Control loop at 30 Hz, 20 s each, cameras {size}')[0]
+        for name, r in table_dict(loop).items():
+            rows.append([size, name, f"{r['median ms']} / {r['p99 ms']} / {r['max ms']}",
+                         r['overruns (>33.3 ms)'], r['ticks without action'],
+                         r['chunks too late to play']])
+    return table(['cameras', 'loop', 'median / p99 / max tick (ms)', 'overruns',
+                  'ticks without action', 'chunks too late to play'], rows)
+
+
+def part_model_time(src: Sources) -> str:
+    # The report's column header holds two pipes of its own.
+    text = src.text(BENCH_REPORT).replace('max |action diff|', 'max abs action diff')
+    cols = ['LeRobot eager fp32', 'act_ros compiled fp32', 'act_ros openvino fp32',
+            'act_ros onnxruntime fp32']
+    rows = []
+    for size in ('240x320', '480x640'):
+        t = table_dict(md_tables_after(text, f'### Model time per chunk, cameras {size}')[0])
+        row = [size]
+        for col in cols:
+            r = t[col]
+            ms = float(r['ms / chunk (median)'])
+            row.append(f'{ms:.0f}' if col == cols[0] else
+                       f"{ms:.0f} ({float(r['speed-up vs LeRobot']):.2f}x, "
+                       f"{r['max abs action diff (normalized)']})")
+        rows.append(row)
+    return table(['cameras', 'LeRobot eager', 'act_ros compiled fp32', 'OpenVINO fp32',
+                  'ONNX Runtime fp32'], rows)
+
+
+def part_node_realtime(src: Sources) -> str:
+    runs = src.json(NODE_REALTIME)['runs']
+    rows = []
+    for key in ('a_in240_c30_openvino', 'b_in480_c100_openvino', 'c_in480_c30_openvino'):
+        r = runs[key]
+        feasible = str(r['realtime_feasible']) == 'True'
+        verdict = (f"{'feasible' if feasible else '**not feasible**'} "
+                   f"({r['realtime_latency_median_ms']:.0f} ms: "
+                   f"{r['realtime_verdict'].split(':')[0]})")
+        rows.append([r['label'], verdict, f"{r['command_rate_hz']:.2f}", r['missed_periods'],
+                     int(r['chunks_late']),
+                     f"{r['latency_p50_ms']:.0f} / {r['latency_p99_ms']:.0f} ms",
+                     f"{r['node_cpu_percent']:.0f} % ({r['node_main_process_cpu_percent']:.0f} %)",
+                     f"{r['time_to_first_command_s']:.1f} s"])
+    return table(['run', 'verdict at configure (model latency median)', 'commands/s',
+                  'missed periods', 'chunks late', 'command latency p50 / p99',
+                  'CPU node (main process)', 'first command'], rows)
+
+
+def part_node_startup(src: Sources) -> str:
+    runs = src.json(NODE_REALTIME)['runs']
+    rows = []
+    for key in ('start_openvino_in240', 'start_torch_in240'):
+        r = runs[key]
+        phases = {k.split('.', 1)[1][:-2].replace('_', ' '): v for k, v in r.items()
+                  if k.startswith('startup.') and k.endswith('_s')
+                  and k not in ('startup.time_to_first_command_s',
+                                'startup.inputs_complete_at_s')}
+        top = sorted(phases.items(), key=lambda kv: -kv[1])[:3]
+        rows.append([r.get('backend', key), f"{r['time_to_first_command_s']:.1f} s",
+                     ', '.join(f'{k} {v:.1f} s' for k, v in top)])
+    return table(['backend (default ACT, 240x320 input)', 'first command after process start',
+                  'largest phases'], rows)
+
+
+def part_faults(src: Sources) -> str:
+    data = src.json(FAULTS)
+    kinds: dict[str, list[dict]] = {}
+    for r in data['results']:
+        kinds.setdefault(r['kind'], []).append(r)
+    rows = []
+    for kind, items in kinds.items():
+        measured = [r['recovery_s'] for r in items if r.get('recovery_s')]
+        rows.append([kind, len(items), sum(bool(r['recovered']) for r in items),
+                     sum(r.get('stale_commands', 0) for r in items),
+                     sum(r.get('releases_outside', 0) for r in items),
+                     f'{statistics.median(measured):.2f}' if measured
+                     else 'not measured (the benchmark writes 0.0 when the node keeps '
+                          'commanding)'])
+    rows.append(['**all**', len(data['results']),
+                 sum(bool(r['recovered']) for r in data['results']),
+                 sum(r.get('stale_commands', 0) for r in data['results']),
+                 sum(r.get('releases_outside', 0) for r in data['results']),
+                 f"after SIGTERM: exited in {float(data['exit_s']):.1f} s, "
+                 f"{data['children_left']} children left"])
+    return table(['fault', 'injected', 'recovered', 'commands from stale inputs',
+                  'releases outside the radius', 'time to recover, median (s)'], rows)
+
+
+def part_training_step(src: Sources) -> str:
+    data = src.json(TRAINING_STEP)
+    rows = [[r['step'], f"{r['ms_per_step']:.0f}", f"{r['samples_per_s']:.1f}",
+             f"{r['speedup_vs_lerobot']:.2f}x"] for r in data['rows']]
+    return table(['training step', 'ms / step', 'samples / s', 'vs LeRobot `update_policy`'],
+                 rows)
+
+
+PARTS: dict[str, Callable[[Sources], str]] = {
+    'shipped_policies': part_shipped_policies,
+    'demo_result': part_demo_result,
+    'vision_policy': part_vision_policy,
+    'vision_training': part_vision_training,
+    'comparison_20_seeds': part_comparison_20_seeds,
+    'expert_runs': part_expert_runs,
+    'expert_perturbations': part_expert_perturbations,
+    'recipe_stages': part_recipe_stages,
+    'dagger_iterations': part_dagger_iterations,
+    'runtime_loop': part_runtime_loop,
+    'model_time': part_model_time,
+    'node_realtime': part_node_realtime,
+    'node_startup': part_node_startup,
+    'faults': part_faults,
+    'training_step': part_training_step,
+}
+
+
+# -- pages -----------------------------------------------------------------------------------
+
+def pages(root: Path) -> list[Path]:
+    """The pages a report may write: README.md and every markdown page under docs/."""
+    return [root / 'README.md'] + sorted((root / 'docs').rglob('*.md'))
+
+
+def render_part(root: Path, page: Path, name: str) -> tuple[str, list[str]]:
+    if name not in PARTS:
+        raise ReportError(f'{page.relative_to(root)}: unknown report part "{name}" '
+                          f'(known: {", ".join(PARTS)})')
+    src = Sources(root)
+    body = PARTS[name](src)
+    links = []
+    for rel in src.read:
+        entry = check_provenance(root, rel)
+        link = os.path.relpath(root / rel, page.parent)
+        hand = ', assembled by hand' if entry.get('assembled_by_hand') else ''
+        links.append(f'[`{rel}`]({link}){hand}')
+    footer = f"\n<sub>Generated by `act-ros report` from {', '.join(links)}.</sub>\n"
+    return body + footer, src.read
+
+
+def render_page(root: Path, page: Path) -> str:
+    text = page.read_text()
+
+    def replace(match: re.Match) -> str:
+        name = match.group(1)
+        body, _ = render_part(root, page, name)
+        return f'<!-- report:{name} -->\n{body}<!-- /report:{name} -->'
+
+    return MARKER.sub(replace, text)
+
+
+def render_all(root: Path = ROOT) -> dict[Path, tuple[str, str]]:
+    """Every page with a generated part: (committed text, text the report writes)."""
+    out = {}
+    for page in pages(root):
+        text = page.read_text()
+        if '<!-- report:' in text:
+            out[page] = (text, render_page(root, page))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog='act-ros report', description=__doc__.splitlines()[0])
+    p.add_argument('--check', action='store_true', help='write nothing; exit 1 when a page '
+                   'differs from what the report would write')
+    p.add_argument('--root', type=Path, default=ROOT, help='repository root (default: this '
+                   'checkout)')
+    args = p.parse_args(argv)
+    try:
+        rendered = render_all(args.root)
+    except ReportError as exc:
+        print(f'act-ros report: {exc}', file=sys.stderr)
+        return 1
+    stale = [page for page, (old, new) in rendered.items() if old != new]
+    for page in stale:
+        rel = page.relative_to(args.root)
+        if args.check:
+            print(f'stale: {rel} (run act-ros report)', file=sys.stderr)
+        else:
+            page.write_text(rendered[page][1])
+            print(f'wrote {rel}')
+    if args.check and stale:
+        return 1
+    if not stale:
+        print(f'{len(rendered)} page(s) up to date')
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
