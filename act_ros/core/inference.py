@@ -32,8 +32,8 @@ from act_ros.core.options import COMPILE_MODES, PRECISIONS, PredictorOptions  # 
 def cpu_has_native_bf16() -> bool:
     """True when the CPU computes bfloat16 natively (AVX512-BF16 or AMX on x86).
 
-    Without it, bf16 autocast is emulated: measured 38x slower than fp32 for ACT on an
-    AMD EPYC without AVX512-BF16, so it is refused rather than silently slow.
+    Without it, bf16 autocast is emulated in software, so it is refused rather than run
+    slowly (``act-ros bench runtime`` measures what native bf16 gives where it exists).
     """
     capabilities = getattr(torch.cpu, 'get_capabilities', None)
     if capabilities is None:
@@ -64,7 +64,7 @@ def autocast_context(device: torch.device, precision: str) -> contextlib.Abstrac
     if device.type == 'cpu' and not cpu_has_native_bf16():
         raise DeviceUnavailableError(
             "precision 'bf16' was requested but this CPU has no native bfloat16 (AVX512-BF16 "
-            'or AMX): it would be emulated, many times slower than fp32; use fp32')
+            'or AMX), so it would be emulated in software; use fp32')
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
