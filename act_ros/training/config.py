@@ -296,7 +296,9 @@ def build_parser() -> argparse.ArgumentParser:
     """Parser of ``act-ros train``; options left unset take the preset's value."""
     p = argparse.ArgumentParser(
         prog='act-ros train', description='Train an ACT policy (LeRobot) on a LeRobot v3 dataset.',
-        epilog='Several GPUs: see README (accelerate launch). Presets: config/train_<preset>.yaml.')
+        epilog='Several GPUs or machines: accelerate launch --multi_gpu --num_processes N -m '
+               'act_ros.training.train OPTIONS (docs/training.md, "Several GPUs or machines"). '
+               'Presets: config/train_<preset>.yaml.')
     p.add_argument('--dataset-root', type=Path, help='LeRobot v3 dataset directory')
     p.add_argument('--output-dir', type=Path, required=True, help='run directory (checkpoints, '
                    'training_metrics.json, plots)')

@@ -46,7 +46,7 @@ def check_launch_env() -> int:
                 f'but {", ".join(missing)} {"is" if len(missing) == 1 else "are"} not set: '
                 'start the processes with accelerate launch (or torchrun), which sets them '
                 'all, e.g. accelerate launch --multi_gpu --num_processes 2 -m '
-                'act_ros.training.train ... (README: "Training on several GPUs or '
+                'act_ros.training.train ... (docs/training.md: "Several GPUs or '
                 'machines"); for one process unset WORLD_SIZE')
     return world
 

@@ -5,9 +5,9 @@ Writes LeRobot checkpoint directories (``best/``, ``best_te/``, ``last/``,
 docs/architecture.md section 8 and :mod:`act_ros.training.loop`.
 
 Several GPUs or machines: the same command under ``accelerate launch`` trains
-data-parallel (DDP; :mod:`act_ros.training.distributed`, README "Training on several GPUs
-or machines"); the global batch is processes x ``--batch-size`` and only process 0
-writes to ``--output-dir``::
+data-parallel (DDP; :mod:`act_ros.training.distributed`; commands for one or several
+machines in docs/training.md, "Several GPUs or machines"); the global batch is
+processes x ``--batch-size`` and only process 0 writes to ``--output-dir``::
 
     accelerate launch --multi_gpu --num_processes 2 -m act_ros.training.train \
         --preset sim --dataset-root DATASET --output-dir OUT
