@@ -1,0 +1,203 @@
+"""Every launch file's description is built, with recording stand-ins for `launch` and
+`launch_ros` (not installable from the Python package index), and what it would start is
+checked against the nodes' own parameter declarations.
+
+`generate_launch_description()` runs for real: its Python executes, and every
+`DeclareLaunchArgument`, `LaunchConfiguration`, `Node`, `LifecycleNode`, `ParameterValue`
+and included launch file is recorded with its arguments. Then, for each node of this
+package: every parameter the launch file sets is one the node declares (`act_node`:
+`act_ros.ros.node.parameters.parameter_specs`, `sim_bridge`: `BRIDGE_PARAMETERS`,
+`record_node`: `record_parameters`), with a value of the declared type (a literal, a
+`ParameterValue(value_type=...)` whose launch argument's default converts to it, or a string
+substitution for a string parameter); every launch argument used is declared, with a
+default among its choices; an included launch file receives only arguments it declares.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+import sys
+import types
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LAUNCH_DIR = ROOT / 'launch'
+STUBBED = ('launch', 'launch.actions', 'launch.conditions', 'launch.launch_description_sources',
+           'launch.substitutions', 'launch_ros', 'launch_ros.actions',
+           'launch_ros.parameter_descriptions', 'launch_ros.substitutions')
+
+
+class Recorded:
+    """A stand-in for any launch class: remembers how it was made."""
+
+    kind = 'Recorded'
+
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+    def __repr__(self):
+        return f'{self.kind}{self.args}'
+
+
+class _StubModule(types.ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith('__'):
+            raise AttributeError(name)
+        cls = type(name, (Recorded,), {'kind': name})
+        setattr(self, name, cls)
+        return cls
+
+
+def build(path: Path, monkeypatch) -> Recorded:
+    for name in STUBBED:
+        monkeypatch.setitem(sys.modules, name, _StubModule(name))
+    spec = importlib.util.spec_from_file_location(f'launch_under_test_{path.stem}', path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    description = module.generate_launch_description()
+    assert description.kind == 'LaunchDescription'
+    return description
+
+
+def walk(value):
+    """Every Recorded object inside ``value`` (lists, tuples, dicts, dict items views)."""
+    if isinstance(value, Recorded):
+        yield value
+        for inner in (*value.args, *value.kwargs.values()):
+            yield from walk(inner)
+    elif isinstance(value, dict):
+        for inner in value.values():
+            yield from walk(inner)
+    elif isinstance(value, (list, tuple)) or type(value).__name__ == 'dict_items':
+        for inner in value:
+            yield from walk(inner)
+
+
+def declared(description: Recorded) -> dict[str, Recorded]:
+    return {d.args[0]: d for d in walk(description) if d.kind == 'DeclareLaunchArgument'}
+
+
+def node_specs() -> dict[str, dict]:
+    from act_ros.core.contract import load_contract
+    from act_ros.ros.node.parameters import parameter_specs
+    from act_ros.ros.recording.record_node import record_parameters
+    from act_ros.ros.sim_bridge.params import BRIDGE_PARAMETERS
+
+    contract = load_contract()
+    use_sim_time = types.SimpleNamespace(name='use_sim_time', default=False, choices=())
+    return {'act_node': {s.name: s for s in [*parameter_specs(contract), use_sim_time]},
+            'sim_bridge': {s.name: s for s in [*BRIDGE_PARAMETERS, use_sim_time]},
+            'record_node': {s.name: s for s in [*record_parameters(contract), use_sim_time]}}
+
+
+CONVERT = {bool: lambda s: {'true': True, 'false': False}[s.lower()], int: int, float: float,
+           str: str}
+
+
+def _type_of(spec) -> type | None:
+    return None if spec.default is None else type(spec.default)
+
+
+LAUNCH_FILES = sorted(p.name for p in LAUNCH_DIR.glob('*.launch.py'))
+
+
+@pytest.fixture(params=LAUNCH_FILES)
+def built(request, monkeypatch):
+    return request.param, build(LAUNCH_DIR / request.param, monkeypatch)
+
+
+def test_every_launch_file_is_checked():
+    assert {'act.launch.py', 'sim.launch.py', 'record.launch.py', 'rviz.launch.py'} <= \
+        set(LAUNCH_FILES)
+
+
+def test_arguments_used_are_declared_with_defaults_among_their_choices(built):
+    name, description = built
+    args = declared(description)
+    used = {c.args[0] for c in walk(description) if c.kind == 'LaunchConfiguration'}
+    assert used <= set(args), f'{name}: used but not declared: {used - set(args)}'
+    for arg, call in args.items():
+        assert len(call.kwargs.get('description', '')) > 10, f'{name}: {arg} undescribed'
+        choices, default = call.kwargs.get('choices'), call.kwargs.get('default_value')
+        if choices and isinstance(default, str):
+            assert default in choices, f'{name}: {arg} default {default!r} not in {choices}'
+
+
+def test_nodes_set_only_parameters_they_declare_with_their_types(built):
+    check_nodes(*built)
+
+
+def check_nodes(name: str, description: Recorded) -> None:
+    specs = node_specs()
+    args = declared(description)
+    nodes = [n for n in walk(description) if n.kind in ('Node', 'LifecycleNode')]
+    assert nodes, f'{name} starts no node'
+    for node in nodes:
+        if node.kwargs.get('package') != 'act_ros':
+            continue
+        executable = node.kwargs['executable']
+        assert executable in specs, f'{name}: no parameter declarations known for {executable}'
+        known = specs[executable]
+        for item in node.kwargs.get('parameters', []):
+            if not isinstance(item, dict):
+                continue  # a parameter file (checked against the declarations elsewhere)
+            for key, value in item.items():
+                assert key in known, f'{name}: {executable} declares no parameter {key!r}'
+                expected = _type_of(known[key])
+                if isinstance(value, Recorded) and value.kind == 'ParameterValue':
+                    value_type = value.kwargs.get('value_type', str)
+                    if expected is not None:
+                        assert value_type is expected, \
+                            f'{name}: {key} is {expected.__name__}, launch gives {value_type}'
+                    source = value.args[0]
+                    if isinstance(source, Recorded) and source.kind == 'LaunchConfiguration':
+                        default = args[source.args[0]].kwargs.get('default_value')
+                        if isinstance(default, str):
+                            CONVERT[value_type](default)  # the default must convert
+                elif isinstance(value, Recorded):  # a substitution: a string at launch
+                    assert value.kind in ('LaunchConfiguration', 'PythonExpression'), value
+                    assert expected in (str, None), \
+                        f'{name}: {key} is {expected.__name__} but gets a string substitution'
+                    choices = getattr(known[key], 'choices', ())
+                    if value.kind == 'LaunchConfiguration' and choices:
+                        arg = args[value.args[0]]
+                        for option in arg.kwargs.get('choices') or \
+                                [arg.kwargs.get('default_value')]:
+                            if isinstance(option, str):
+                                assert option in choices, (name, key, option, choices)
+                else:
+                    assert expected is None or isinstance(value, expected), \
+                        f'{name}: {key}={value!r}, declared {expected.__name__}'
+
+
+def test_included_launch_files_get_only_arguments_they_declare(built, monkeypatch):
+    name, description = built
+    for include in (n for n in walk(description) if n.kind == 'IncludeLaunchDescription'):
+        source = include.args[0]
+        path_parts = [p for p in source.args[0].args[0] if isinstance(p, str)]
+        included = LAUNCH_DIR / path_parts[-1]
+        assert included.is_file(), f'{name} includes a missing {included.name}'
+        given = {k for k, _ in include.kwargs.get('launch_arguments', [])}
+        inner = declared(build(included, monkeypatch))
+        assert given <= set(inner), f'{name} passes {given - set(inner)} to {included.name}'
+
+
+@pytest.mark.parametrize('file,old,new,problem', [
+    ('act.launch.py', "'device': Launch", "'devise': Launch", "declares no parameter 'devise'"),
+    ('sim.launch.py', "LaunchConfiguration('seed'), value_type=int",
+     "LaunchConfiguration('seed'), value_type=float", 'seed is int'),
+    ('record.launch.py', "'max_episode_s', default_value='0.0'",
+     "'max_episode_s', default_value='zero'", 'could not convert'),
+    ('sim.launch.py', "'autostart': True,", "'autostart': 'yes',", 'autostart'),
+])
+def test_the_checks_catch_a_broken_launch_file(file, old, new, problem, tmp_path, monkeypatch):
+    """A launch file with a parameter act_node lacks, a value of the wrong type, or a
+    default that does not convert fails the check above."""
+    text = (LAUNCH_DIR / file).read_text()
+    assert old in text
+    bad = tmp_path / file
+    bad.write_text(text.replace(old, new, 1))
+    with pytest.raises((AssertionError, ValueError), match=problem):
+        check_nodes(file, build(bad, monkeypatch))
