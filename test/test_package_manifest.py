@@ -1,36 +1,40 @@
-"""package.xml declares only dependency keys that exist, and every ROS package the code
-imports, so ``rosdep install --from-paths src`` resolves on a ROS machine.
+"""package.xml declares exactly the dependencies the code imports, so ``rosdep install
+--from-paths src`` resolves on a ROS machine and nothing stale is left in it.
 
-``rclpy.lifecycle`` ships inside ``rclpy`` (there is no ``rclpy_lifecycle`` package);
-Python libraries are declared by their rosdep keys (``python3-*``); LeRobot, PyTorch and
-MuJoCo are not in rosdep and come from pip (README). Test dependencies are what the tests
-use: pytest, pytest-timeout (the ``timeout`` of setup.cfg), and no ament linter that no
-test runs.
+The expected keys are derived from the imports of ``act_ros/`` and ``launch/`` (read with
+``ast``), not from a list in this test:
+
+- a ROS package is a module provided by a ``ros-*`` distribution (the ROS 2 wheels this
+  environment installs), or one a launch file imports that no distribution here provides
+  (``launch``, ``launch_ros``: they come with a ROS install); its key is its name
+  (``rclpy.lifecycle`` ships inside ``rclpy``);
+- a Python library is a module provided by a distribution of setup.py's
+  ``install_requires``; its rosdep key is ``python3-<module>``, except where rosdep names
+  it otherwise (``ROSDEP_NAMES``). LeRobot, PyTorch and the libraries that come with them
+  have no rosdep key and come from pip (README, ``NOT_IN_ROSDEP``); optional extras
+  (MuJoCo, ONNX, OpenVINO, ...) are not runtime dependencies of the ROS package.
+
+Test dependencies are what the tests use: pytest, pytest-timeout (the ``timeout`` of
+setup.cfg), and no ament linter that no test runs.
 """
 
 from __future__ import annotations
 
 import ast
 import configparser
+import importlib.metadata
+import importlib.util
+import os
 from pathlib import Path
+import re
+import sys
 import xml.etree.ElementTree as ET
 
 ROOT = Path(__file__).resolve().parents[1]
-# ROS 2 packages (Jazzy, Kilted) that this package may depend on.
-ROS_PACKAGES = {
-    'rclpy', 'lifecycle_msgs', 'sensor_msgs', 'std_msgs', 'std_srvs', 'trajectory_msgs',
-    'geometry_msgs', 'diagnostic_msgs', 'rosgraph_msgs', 'rcl_interfaces', 'builtin_interfaces',
-    'nav_msgs', 'visualization_msgs', 'launch', 'launch_ros', 'ament_index_python',
-}
-# rosdep keys (rosdistro's rosdep/python.yaml, base.yaml) for the Python libraries used.
-ROSDEP_KEYS = {
-    'python3-numpy', 'python3-yaml', 'python3-opencv', 'python3-matplotlib', 'python3-tqdm',
-    'python3-pytest', 'python3-pytest-timeout', 'python3-psutil', 'pinocchio',
-}
-# Imported top-level module -> dependency key, for modules that rosdep provides.
-MODULE_KEYS = {'numpy': 'python3-numpy', 'yaml': 'python3-yaml', 'cv2': 'python3-opencv',
-               'matplotlib': 'python3-matplotlib', 'tqdm': 'python3-tqdm',
-               'pinocchio': 'pinocchio', 'psutil': 'python3-psutil'}
+# Imported module -> rosdep key, where the key is not python3-<module>.
+ROSDEP_NAMES = {'cv2': 'python3-opencv', 'pinocchio': 'pinocchio'}
+# install_requires without a rosdep key: installed with pip beside the ROS package (README).
+NOT_IN_ROSDEP = {'lerobot', 'torch', 'huggingface-hub', 'safetensors', 'setuptools'}
 
 
 def _declared() -> dict[str, set[str]]:
@@ -41,31 +45,98 @@ def _declared() -> dict[str, set[str]]:
     return kinds
 
 
-def _imported_top_level() -> set[str]:
+def _imports(folder: str) -> set[str]:
     names = set()
-    for folder in ('act_ros', 'launch'):
-        for path in (ROOT / folder).rglob('*.py'):
-            for node in ast.walk(ast.parse(path.read_text(), str(path))):
-                if isinstance(node, ast.Import):
-                    names.update(alias.name.split('.')[0] for alias in node.names)
-                elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                    names.add(node.module.split('.')[0])
-    return names
+    for path in (ROOT / folder).rglob('*.py'):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                names.update(alias.name.split('.')[0] for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names.add(node.module.split('.')[0])
+    return names - set(sys.stdlib_module_names) - {'act_ros'}
 
 
-def test_every_declared_key_is_a_known_ros_package_or_rosdep_key():
-    declared = set().union(*_declared().values())
-    unknown = sorted(declared - ROS_PACKAGES - ROSDEP_KEYS)
-    assert not unknown, f'package.xml declares keys that rosdep cannot resolve: {unknown}'
+def _normalize(name: str) -> str:
+    return re.sub(r'[-_.]+', '-', name).lower()
 
 
-def test_every_imported_ros_or_rosdep_module_is_declared():
+def _install_requires() -> set[str]:
+    tree = ast.parse((ROOT / 'setup.py').read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.keyword) and node.arg == 'install_requires':
+            return {_normalize(re.split(r'[<>=!\[;]', item)[0].strip())
+                    for item in ast.literal_eval(node.value)}
+    raise AssertionError('setup.py has no install_requires')
+
+
+def _from_ros_install(module: str) -> bool:
+    """The module lives under a ROS install (an AMENT_PREFIX_PATH entry, as on a ROS machine
+    where rclpy and the messages have no distribution record)."""
+    prefixes = [p for p in os.environ.get('AMENT_PREFIX_PATH', '').split(os.pathsep) if p]
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return False
+    origin = str(getattr(spec, 'origin', None) or next(iter(
+        getattr(spec, 'submodule_search_locations', None) or []), ''))
+    return bool(origin) and any(origin.startswith(prefix) for prefix in prefixes)
+
+
+def expected_keys() -> tuple[set[str], set[str]]:
+    """(ROS package keys, Python library rosdep keys) the imports call for."""
+    providers = importlib.metadata.packages_distributions()
+    requires = _install_requires()
+    ros, python = set(), set()
+    launch_imports = _imports('launch')
+    for module in _imports('act_ros') | launch_imports:
+        dists = {_normalize(d) for d in providers.get(module, [])}
+        if module == 'pinocchio':
+            # From pip ('pin', whose wheel ships the module without a record) or from ROS:
+            # the same key either way.
+            dists.add('pin')
+        elif any(d.startswith('ros-') for d in dists) or _from_ros_install(module) or (
+                not dists and module in launch_imports):
+            ros.add(module)
+        if module not in ros and dists & (requires - NOT_IN_ROSDEP):
+            python.add(ROSDEP_NAMES.get(module, f'python3-{module}'))
+    return ros, python
+
+
+def test_runtime_dependencies_are_exactly_what_the_code_imports():
     runtime = _declared()['exec_depend'] | _declared()['depend']
-    imported = _imported_top_level()
-    wanted = {name for name in imported if name in ROS_PACKAGES}
-    wanted |= {MODULE_KEYS[name] for name in imported if name in MODULE_KEYS}
-    missing = sorted(wanted - runtime)
+    ros, python = expected_keys()
+    assert ros >= {'rclpy', 'sensor_msgs', 'launch', 'launch_ros'}  # the derivation works
+    missing = sorted((ros | python) - runtime)
+    unused = sorted(runtime - ros - python)
     assert not missing, f'imported but not declared as exec_depend in package.xml: {missing}'
+    assert not unused, f'declared in package.xml but imported nowhere: {unused}'
+
+
+def test_pip_only_requirements_are_current():
+    """NOT_IN_ROSDEP names requirements setup.py still has, and package.xml none of them."""
+    assert NOT_IN_ROSDEP <= _install_requires(), NOT_IN_ROSDEP - _install_requires()
+    declared = set().union(*_declared().values())
+    assert not {f'python3-{n}' for n in NOT_IN_ROSDEP} & declared
+
+
+def test_an_unused_or_missing_dependency_is_caught(monkeypatch):
+    declared = _declared()
+    extra = {**declared, 'exec_depend': declared['exec_depend'] | {'python3-scipy'}}
+    monkeypatch.setattr(sys.modules[__name__], '_declared', lambda: extra)
+    try:
+        test_runtime_dependencies_are_exactly_what_the_code_imports()
+    except AssertionError as exc:
+        assert 'python3-scipy' in str(exc)
+    else:
+        raise AssertionError('an undeclared-import check that passes with a stale key')
+    fewer = {**declared, 'exec_depend': declared['exec_depend'] - {'nav_msgs'}}
+    monkeypatch.setattr(sys.modules[__name__], '_declared', lambda: fewer)
+    try:
+        test_runtime_dependencies_are_exactly_what_the_code_imports()
+    except AssertionError as exc:
+        assert 'nav_msgs' in str(exc)
+    else:
+        raise AssertionError('a missing ROS dependency went unnoticed')
 
 
 def test_test_dependencies_are_what_the_tests_use():
