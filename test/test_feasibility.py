@@ -1,6 +1,8 @@
 """The real-time verdict as a table: chunk execution holds the rate when 2 (L + margin) <= C,
 ensembling when 2L <= C (and it reports the blend's refresh rate), synchronous execution
-when one call fits in a period; an infeasible verdict names what would fit."""
+when one call fits in a period; an infeasible verdict names what would fit. At the
+boundary (C = 30, L = 13 vs 14) the runtime itself runs the schedule against simulated
+time and holds the rate exactly where the verdict says it does."""
 
 import pytest
 
@@ -55,3 +57,72 @@ def test_latency_needs_measurements():
         Latency.from_samples([float('nan')])
     lat = Latency.from_samples([0.2, 0.1, 0.3])
     assert (lat.median_s, lat.worst_s, lat.samples) == (0.2, 0.3, 3)
+
+
+# ---- the verdict's boundary, run by the runtime against simulated time --------------------
+
+def _zero_observation():
+    import numpy as np
+
+    from act_ros.core.observation import Observation
+    img = np.zeros((48, 64, 3), np.uint8)
+    return Observation(images={'top': img, 'wrist': img}, state=np.zeros(6))
+
+
+def _run_simulated(checkpoint, delivery_ticks: int, ticks: int = 240):
+    """Chunk execution against simulated time: every chunk delivered ``delivery_ticks``
+    ticks after its request (execution 'simulated', the schedule of 'async'); the actions
+    of ``ticks`` ticks (None where the queue had none) and the runtime."""
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    runtime = PolicyRuntime(RuntimeConfig(model_path=checkpoint, device='cpu', mode='chunk',
+                                          execution='simulated', warmup=False,
+                                          simulated_latency_ticks=delivery_ticks))
+    # The schedule is under test, not the network: a fixed chunk stands for the model's.
+    chunk = runtime.predictor.predict(_zero_observation())
+    runtime.predictor.predict = lambda observation: chunk
+    obs = _zero_observation()
+    try:
+        return [runtime.act(obs) for _ in range(ticks)], runtime
+    finally:
+        runtime.close()
+
+
+@pytest.mark.parametrize('latency_ticks, feasible', [(13, True), (14, False)])
+def test_the_runtime_holds_the_rate_exactly_where_the_verdict_says(tiny_checkpoint,
+                                                                  latency_ticks, feasible):
+    """At C = 30 the verdict's boundary lies between L = 13 (2 x (13 + 2) = 30) and L = 14
+    (32 > 30). The margin of 2 ticks is slack for chunks that come later than measured: with
+    every chunk delivered L + 2 ticks after its request, the runtime never runs dry at
+    L = 13, and runs dry at L = 14, as the verdict says."""
+    from act_ros.core.runtime import REQUEST_MARGIN_TICKS
+
+    margin = REQUEST_MARGIN_TICKS
+    actions, runtime = _run_simulated(tiny_checkpoint, latency_ticks + margin)
+    assert runtime.chunk_size == 30 and runtime.config.n_action_steps == 30
+    period = runtime.period_s
+    measured = Latency(median_s=(latency_ticks - 0.5) * period,
+                       worst_s=(latency_ticks - 0.5) * period, samples=2)
+    v = runtime.feasibility(30.0, measured)
+    assert (v.latency_ticks, v.margin_ticks, v.feasible) == (latency_ticks, margin, feasible)
+    first = next(i for i, a in enumerate(actions) if a is not None)
+    assert first == latency_ticks + margin  # the first chunk: nothing to play before it
+    dry = [i for i, a in enumerate(actions) if a is None and i > first]
+    if feasible:
+        assert not dry and runtime.stats.chunks_late == 0
+    else:
+        # Each chunk lands 2 ticks after the previous one ran out: 2 silent ticks a cycle.
+        assert dry and runtime.stats.empty_ticks == first + len(dry), dry
+        assert len(dry) >= 2 * ((len(actions) - first) // (2 * (latency_ticks + margin)))
+
+
+@pytest.mark.parametrize('delivery_ticks, holds', [(13, True), (14, True), (15, True),
+                                                    (16, False)])
+def test_without_late_chunks_the_queue_holds_up_to_half_a_chunk(tiny_checkpoint,
+                                                                delivery_ticks, holds):
+    """Chunks exactly on time: one request in flight keeps the queue full while 2L <= C
+    (so the verdict's margin, not the schedule, is what separates 13 from 14), and not at
+    L = 16."""
+    actions, _ = _run_simulated(tiny_checkpoint, delivery_ticks, ticks=200)
+    first = next(i for i, a in enumerate(actions) if a is not None)
+    dry = [i for i, a in enumerate(actions) if a is None and i > first]
+    assert (not dry) is holds, dry
