@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +69,18 @@ def test_a_recipe_runs_its_stages_once_and_continues_after_a_stop(tmp_path, caps
     (run_dir / 'bc' / 'training_metrics.json').unlink()
     cmd = recipe_mod._stage_command(r.stages[1], run_dir)
     assert cmd[-1] == '--resume' and '--init-from' not in cmd
+
+
+def test_an_interrupted_training_inside_a_dagger_stage_is_not_done(tmp_path):
+    """`make demo DEMO_ARGS=--full-loop` runs the object_state recipe: its dagger stage is
+    done when the last iteration's training_metrics.json exists. An interrupted training
+    writes that file too (status interrupted): the stage must run again (the DAgger loop
+    resumes it), not count as done."""
+    r = recipe_mod.load_recipe('object_state')
+    (dagger,) = [s for s in r.stages if s.command == 'dagger']
+    marker = Path(recipe_mod._expand(dagger.done, tmp_path))
+    marker.parent.mkdir(parents=True)
+    marker.write_text(json.dumps({'status': 'interrupted', 'steps_completed': 1200}))
+    assert not recipe_mod._is_done(dagger, tmp_path)
+    marker.write_text(json.dumps({'status': 'completed', 'steps_completed': 4000}))
+    assert recipe_mod._is_done(dagger, tmp_path)

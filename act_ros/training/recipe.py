@@ -88,10 +88,13 @@ def _expand(text: str, run: Path) -> str:
 
 
 def _is_done(stage: Stage, run: Path) -> bool:
+    """Whether ``stage``'s result is on disk. A ``training_metrics.json`` marker counts
+    only once its run finished, whichever command wrote it (``dagger`` ends with a
+    training too): an interrupted training writes one with status ``interrupted``."""
     marker = Path(_expand(stage.done, run))
     if not marker.exists():
         return False
-    if stage.command == 'train' and marker.name == 'training_metrics.json':
+    if marker.name == 'training_metrics.json':
         status = json.loads(marker.read_text()).get('status')
         return status in ('completed', 'stopped_early')
     return True
