@@ -107,3 +107,139 @@ def test_stamp_matcher_pairs_instants_whatever_the_arrival_order():
     assert frame == {'a': 'a3', 'b': 'b3', 'c': 'c3', 'stamp_s': 3.0}
     assert matcher.dropped == 1
     assert matcher.put('c', 2.0, 'late') is None    # too late for a consumed instant
+
+
+# -- issue 25 -------------------------------------------------------------------------
+def test_stamp_matcher_counts_a_lost_instant_whichever_stream_it_lacks():
+    from act_ros.data.recording import StampMatcher
+
+    matcher = StampMatcher(['a', 'b', 'c'], tolerance_s=1e-3)
+    for stream in ('b', 'c'):  # instant 1.0 lacks only the first stream
+        assert matcher.put(stream, 1.0, f'{stream}1') is None
+    for stream in ('a', 'c'):  # instant 2.0 lacks only 'b'
+        assert matcher.put(stream, 2.0, f'{stream}2') is None
+    for stream in ('a', 'b'):
+        assert matcher.put(stream, 3.0, f'{stream}3') is None
+    assert matcher.put('c', 3.0, 'c3') == {'a': 'a3', 'b': 'b3', 'c': 'c3', 'stamp_s': 3.0}
+    assert matcher.dropped == 2
+    assert matcher.put('b', 2.0, 'late') is None  # a lost instant is not counted twice
+    for stream in ('a', 'b', 'c'):
+        frame = matcher.put(stream, 4.0, stream)
+    assert frame is not None and matcher.dropped == 2
+
+
+def test_each_camera_has_its_own_transport():
+    spec = _spec(camera_transports={'wrist': 'compressed'})
+    streams = spec.topic_streams()
+    assert streams['camera/top/image_raw'] == (image_stream('top'), 'sensor_msgs/msg/Image')
+    assert streams['camera/wrist/image_raw/compressed'] == (
+        image_stream('wrist'), 'sensor_msgs/msg/CompressedImage')
+    with pytest.raises(ValueError, match="camera 'wrist': transport must be one of"):
+        _spec(camera_transports={'wrist': 'jpeg'})
+    with pytest.raises(ValueError, match="names camera 'side'"):
+        _spec(camera_transports={'side': 'raw'})
+
+
+def _layout(use_video=False, size=16):
+    from act_ros.data.episode import DatasetLayout
+    return DatasetLayout(contract=CONTRACT, image_height=size, image_width=size,
+                         use_video=use_video, robot_type='test', task_text='a task')
+
+
+def _open(root):
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from act_ros.data.video_backend import video_backend
+    return LeRobotDataset(f'local/{root.name}', root=root, video_backend=video_backend())
+
+
+def test_a_save_appends_without_touching_the_episodes_already_saved(tmp_path):
+    pytest.importorskip('lerobot.datasets.lerobot_dataset')
+    from act_ros.data.episode_store import EpisodeStore
+    from act_ros.data.synthetic import synthetic_episode
+
+    layout = _layout()
+    out = tmp_path / 'demos'
+    store = EpisodeStore(out, layout)
+    episodes = [synthetic_episode(layout, n, seed) for seed, n in enumerate((7, 5, 9))]
+    assert store.save(episodes[0]) == 0
+    assert store.save(episodes[1]) == 1
+    before = {p.relative_to(out): (p.stat().st_ino, p.stat().st_mtime_ns)
+              for p in out.rglob('*.parquet') if 'chunk-' in p.as_posix()}
+    assert store.save(episodes[2]) == 2
+    after = {p.relative_to(out): (p.stat().st_ino, p.stat().st_mtime_ns)
+             for p in out.rglob('*.parquet') if 'chunk-' in p.as_posix()}
+    assert {k: after[k] for k in before} == before  # earlier files neither read nor rewritten
+    assert len(after) == len(before) + 2  # one data file and one metadata file more
+    ds = _open(out)
+    assert (ds.meta.total_episodes, ds.meta.total_frames) == (3, 21)
+    for index, episode in enumerate(episodes):
+        frames = [ds[i] for i in range(len(ds)) if int(ds[i]['episode_index']) == index]
+        assert len(frames) == episode.length
+        np.testing.assert_allclose(np.stack([f['observation.state'].numpy() for f in frames]),
+                                   episode.state, atol=1e-6)
+        assert [int(f['index']) for f in frames] == sorted(int(f['index']) for f in frames)
+    stats = ds.meta.stats['observation.state']
+    every = np.concatenate([e.state for e in episodes])
+    np.testing.assert_allclose(stats['mean'], every.mean(axis=0), atol=1e-5)
+    np.testing.assert_allclose(stats['max'], every.max(axis=0), atol=1e-6)
+    assert int(np.asarray(stats['count']).ravel()[0]) == 21
+
+
+def test_an_append_cut_short_is_repaired_by_the_next_session(tmp_path):
+    pytest.importorskip('lerobot.datasets.lerobot_dataset')
+    import shutil
+
+    from act_ros.data.episode_store import EpisodeStore
+    from act_ros.data.synthetic import synthetic_episode
+
+    layout = _layout()
+    out = tmp_path / 'demos'
+    store = EpisodeStore(out, layout)
+    for seed in range(2):
+        store.save(synthetic_episode(layout, 6, seed))
+    # A session killed in the middle of appending its third episode: the shard is saved,
+    # the dataset got the episode's data file but not its metadata nor info.json.
+    from act_ros.data.writer import AtomicDatasetWriter
+    shard = store.shards / 'episode_000002'
+    with AtomicDatasetWriter(layout, shard) as writer:
+        writer.add_episode(synthetic_episode(layout, 4, 9))
+    shutil.copy(out / 'data' / 'chunk-000' / 'file-001.parquet',
+                out / 'data' / 'chunk-000' / 'file-002.parquet')
+    again = EpisodeStore(out, layout)
+    assert again.needs_rebuild()
+    assert again.sync() == 1
+    ds = _open(out)
+    assert (ds.meta.total_episodes, ds.meta.total_frames) == (3, 16)
+    assert len(ds) == 16
+    np.testing.assert_allclose(ds[12]['observation.state'].numpy(),
+                               synthetic_episode(layout, 4, 9).state[0], atol=1e-6)
+
+
+def test_an_episode_streams_to_disk_and_opens_with_its_video(tmp_path):
+    pytest.importorskip('lerobot.datasets.lerobot_dataset')
+    from act_ros.data.episode import DatasetLayout
+    from act_ros.data.episode_store import EpisodeStore
+    from act_ros.data.synthetic import synthetic_episode
+
+    layout = DatasetLayout(contract=CONTRACT, image_height=48, image_width=64, use_video=True,
+                           robot_type='test', task_text='a task')
+    out = tmp_path / 'demos'
+    store = EpisodeStore(out, layout)
+    episode = synthetic_episode(layout, 40, 5)
+    kept = store.begin(queue_frames=4)
+    dropped = store.begin(queue_frames=4)
+    for t in range(episode.length):
+        images = {cam: episode.images[cam][t] for cam in CONTRACT.camera_names}
+        while not kept.add_frame(images, episode.state[t], episode.action[t]):
+            pass  # the queue holds 4 frames: wait for the writer (a recorder drops the tick)
+        dropped.add_frame(images, episode.state[t], episode.action[t])
+    assert dropped.discard() > 0
+    assert store.commit(kept.finish()) == 0
+    assert [p.name for p in store.shards.iterdir()] == [kept.path.name]  # nothing else left
+    ds = _open(out)
+    assert (ds.meta.total_episodes, ds.meta.total_frames) == (1, 40)
+    frame = ds[17]['observation.images.top'].permute(1, 2, 0).numpy() * 255
+    assert np.abs(frame - episode.images['top'][17]).mean() < 12  # lossy video
+    np.testing.assert_allclose(ds[17]['observation.state'].numpy(), episode.state[17],
+                               atol=1e-6)

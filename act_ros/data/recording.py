@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -49,7 +49,9 @@ class RecordingSpec:
     """Which topics hold what, and how frames are sampled (recorder and importer alike).
 
     ``camera_topics`` maps contract camera names to topics (``<topic>/compressed`` is read
-    for compressed transport, as image_transport publishes it). ``action_topic`` is the
+    for compressed transport, as image_transport publishes it). ``image_transport`` is the
+    transport of every camera not named in ``camera_transports`` (camera -> ``raw`` or
+    ``compressed``: real setups mix them). ``action_topic`` is the
     controller's command topic (``action_source: command``) or the leader arm's joint
     states (``leader``). ``leader_joint_names``: the leader's joint names in contract
     order, when they differ from the follower's ``joint_names``.
@@ -63,6 +65,7 @@ class RecordingSpec:
     command_type: str = 'JointTrajectory'
     leader_joint_names: tuple[str, ...] = ()
     image_transport: str = 'raw'
+    camera_transports: dict[str, str] = field(default_factory=dict)
     image_height: int = 480
     image_width: int = 640
     fps: int = 30
@@ -80,6 +83,13 @@ class RecordingSpec:
         if self.image_transport not in IMAGE_TRANSPORTS:
             raise ValueError(f"image_transport must be one of {IMAGE_TRANSPORTS}, got "
                              f"'{self.image_transport}'")
+        for cam, transport in self.camera_transports.items():
+            if cam not in self.camera_topics:
+                raise ValueError(f"camera_transports names camera '{cam}', expected one of "
+                                 f'{sorted(self.camera_topics)}')
+            if transport not in IMAGE_TRANSPORTS:
+                raise ValueError(f"camera '{cam}': transport must be one of {IMAGE_TRANSPORTS}, "
+                                 f"got '{transport}'")
         if self.fps < 1:
             raise ValueError(f'fps must be >= 1, got {self.fps}')
         if not (math.isfinite(self.tolerance_s) and self.tolerance_s > 0):
@@ -117,9 +127,13 @@ class RecordingSpec:
     def max_frames(self) -> int:
         return int(round(self.max_episode_s * self.fps)) if self.max_episode_s else 0
 
+    def transport(self, camera: str) -> str:
+        """``raw`` or ``compressed``: how ``camera`` is read."""
+        return self.camera_transports.get(camera, self.image_transport)
+
     def image_topic(self, camera: str) -> str:
         topic = self.camera_topics[camera]
-        return f'{topic}/compressed' if self.image_transport == 'compressed' else topic
+        return f'{topic}/compressed' if self.transport(camera) == 'compressed' else topic
 
     def topic_streams(self) -> dict[str, tuple[str, str]]:
         """Topic -> (stream name, ROS message type) of every input."""
@@ -127,7 +141,7 @@ class RecordingSpec:
         out[self.action_topic] = (ACTION, JOINT_STATE_TYPE if self.action_source == 'leader'
                                   else COMMAND_MSG_TYPES[self.command_type])
         for cam in self.camera_topics:
-            out[self.image_topic(cam)] = (image_stream(cam), IMAGE_TYPES[self.image_transport])
+            out[self.image_topic(cam)] = (image_stream(cam), IMAGE_TYPES[self.transport(cam)])
         return out
 
     def streams(self) -> list[str]:
@@ -148,7 +162,10 @@ class RecordingSpec:
                 return lambda msg: trajectory_positions(msg, names)
             count = len(self.joint_names)
             return lambda msg: multiarray_positions(msg, count)
-        decode = compressed_to_rgb if self.image_transport == 'compressed' else image_to_rgb
+        camera = next((c for c in self.camera_topics if image_stream(c) == stream), None)
+        if camera is None:
+            raise ValueError(f"unknown stream '{stream}', expected one of {self.streams()}")
+        decode = compressed_to_rgb if self.transport(camera) == 'compressed' else image_to_rgb
         return lambda msg: resize_rgb(decode(msg), size)
 
     def with_values(self, **values: Any) -> RecordingSpec:
@@ -184,6 +201,10 @@ def load_spec(path: str | Path, contract: Contract, **overrides: Any) -> Recordi
     for key in ('joint_names', 'leader_joint_names'):
         if key in values:
             values[key] = tuple(values[key])
+    for key in ('camera_topics', 'camera_transports'):
+        if key in values and not isinstance(values[key], dict):
+            raise ValueError(f'{path}: {key} must be a mapping camera -> value, got '
+                             f'{values[key]!r}')
     values.update({k: v for k, v in overrides.items() if v is not None})
     return RecordingSpec.for_contract(contract, **values)
 
@@ -207,44 +228,81 @@ class DropCounts:
         return dict(sorted(self.by_reason.items()))
 
 
+class FrameSink(Protocol):
+    """Where an :class:`EpisodeBuffer` streams its frames instead of keeping them
+    (:class:`act_ros.data.writer.AtomicDatasetWriter`, the recorder's episode writer)."""
+
+    def add_frame(self, images: dict[str, np.ndarray], state: np.ndarray,
+                  action: np.ndarray) -> bool:
+        """Take one frame; False when it could not be taken (the writer is behind)."""
+        ...
+
+
+#: Drop reason of a tick whose frame the writer could not take (its queue was full).
+WRITER_BEHIND = 'writer behind'
+
+
 class EpisodeBuffer:
     """The frames of the episode being recorded, one :meth:`sample` per tick.
 
     A tick whose inputs are incomplete or older than the tolerance is dropped: counted in
     :attr:`drops` (per reason; a tick can have several) and :attr:`dropped_ticks`.
+
+    With a ``sink`` every frame goes to it as it comes (to disk: memory does not grow with
+    the episode) and only the counts are kept here; a frame the sink refuses is a dropped
+    tick (``writer behind``). Without one the frames are kept in memory for
+    :meth:`episode` (short episodes, tests).
     """
 
-    def __init__(self, spec: RecordingSpec, contract: Contract) -> None:
+    def __init__(self, spec: RecordingSpec, contract: Contract,
+                 sink: FrameSink | None = None) -> None:
         self.spec = spec
         self.contract = contract
         self.cameras = tuple(spec.camera_topics)
         if set(self.cameras) != set(contract.camera_names):
             raise ValueError(f'camera_topics names {sorted(self.cameras)}, the contract has '
                              f'{sorted(contract.camera_names)}')
+        self.sink = sink
         self.clear()
 
     def clear(self) -> None:
+        """Forget the frames and counts (the sink keeps what it was given)."""
         self._images: dict[str, list[np.ndarray]] = {cam: [] for cam in self.cameras}
         self._state: list[np.ndarray] = []
         self._action: list[np.ndarray] = []
+        self._frames = 0
         self.drops = DropCounts()
         self.dropped_ticks = 0
 
     @property
     def frames(self) -> int:
-        return len(self._state)
+        return self._frames
 
     @property
     def full(self) -> bool:
         """Whether the automatic episode length (``max_episode_s``) is reached."""
         return bool(self.spec.max_frames) and self.frames >= self.spec.max_frames
 
-    def add_frame(self, values: dict[str, Any]) -> None:
+    def _append(self, images: dict[str, np.ndarray], state: Any, action: Any) -> bool:
+        state = np.asarray(state, dtype=np.float32)
+        action = np.asarray(action, dtype=np.float32)
+        if self.sink is not None:
+            if not self.sink.add_frame(images, state, action):
+                self.drops.by_reason[WRITER_BEHIND] += 1
+                self.dropped_ticks += 1
+                return False
+        else:
+            for cam in self.cameras:
+                self._images[cam].append(images[cam])
+            self._state.append(state)
+            self._action.append(action)
+        self._frames += 1
+        return True
+
+    def add_frame(self, values: dict[str, Any]) -> bool:
         """Add a frame of matched values (``{stream: value}``, lock-step recording)."""
-        for cam in self.cameras:
-            self._images[cam].append(values[image_stream(cam)])
-        self._state.append(np.asarray(values[JOINT_STATES], dtype=np.float32))
-        self._action.append(np.asarray(values[ACTION], dtype=np.float32))
+        return self._append({cam: values[image_stream(cam)] for cam in self.cameras},
+                            values[JOINT_STATES], values[ACTION])
 
     def sample(self, snap: Snapshot) -> bool:
         """Add the frame of this tick (True) or count why it was dropped (False)."""
@@ -252,17 +310,20 @@ class EpisodeBuffer:
             self.drops.add(snap.problems)
             self.dropped_ticks += 1
             return False
-        for cam in self.cameras:
-            self._images[cam].append(snap.value(image_stream(cam)))
-        self._state.append(np.asarray(snap.value(JOINT_STATES), dtype=np.float32))
-        self._action.append(np.asarray(snap.value(ACTION), dtype=np.float32))
-        return True
+        return self._append({cam: snap.value(image_stream(cam)) for cam in self.cameras},
+                            snap.value(JOINT_STATES), snap.value(ACTION))
+
+    def no_frames_error(self) -> ValueError:
+        return ValueError('the episode has no frames (every tick was dropped: '
+                          f'{self.drops.as_dict() or "no input was received"})')
 
     def episode(self) -> Episode:
-        """The recorded frames as an :class:`Episode` (ValueError when there are none)."""
+        """The recorded frames as an :class:`Episode` (ValueError when there are none;
+        RuntimeError with a sink: the frames are on disk)."""
+        if self.sink is not None:
+            raise RuntimeError('EpisodeBuffer.episode(): the frames went to the sink')
         if not self._state:
-            raise ValueError('the episode has no frames (every tick was dropped: '
-                             f'{self.drops.as_dict() or "no input was received"})')
+            raise self.no_frames_error()
         return Episode(images={cam: np.stack(frames) for cam, frames in self._images.items()},
                        state=np.stack(self._state), action=np.stack(self._action))
 
@@ -274,7 +335,7 @@ class StampMatcher:
     Messages of one instant may arrive in any order, interleaved with the next instant's
     (different topics are delivered independently); each stream keeps its last
     ``depth`` stamps. Instants older than a completed one that never completed are
-    dropped and counted.
+    dropped and counted, whichever streams they lack.
     """
 
     def __init__(self, streams: list[str], tolerance_s: float, depth: int = 8) -> None:
@@ -282,15 +343,20 @@ class StampMatcher:
         self.tolerance_s = float(tolerance_s)
         self.depth = depth
         self._pending: dict[str, list[tuple[float, Any]]] = {s: [] for s in self.streams}
+        self._done_until = -math.inf  # instants up to here are complete or counted
         self.dropped = 0
 
     def clear(self) -> None:
         for queue in self._pending.values():
             queue.clear()
+        self._done_until = -math.inf
 
     def put(self, stream: str, stamp_s: float, value: Any) -> dict[str, Any] | None:
         """Add a message; returns ``{stream: value}`` (and ``'stamp_s'``) when an instant
-        became complete, else ``None``."""
+        became complete, else ``None``. A message for an instant already completed or
+        counted as dropped is ignored."""
+        if stamp_s <= self._done_until:
+            return None
         queue = self._pending[stream]
         queue.append((stamp_s, value))
         del queue[:-self.depth]
@@ -301,13 +367,24 @@ class StampMatcher:
             if match is None:
                 return None
             picked[name] = match
-        for name, items in self._pending.items():  # consume this instant and older ones
-            older = [t for t, _ in items if t < anchor - self.tolerance_s]
-            if name == self.streams[0]:
-                self.dropped += len(older)
+        older: list[float] = []
+        for items in self._pending.values():  # consume this instant and older ones
+            older += [t for t, _ in items if t < anchor - self.tolerance_s]
             items[:] = [(t, v) for t, v in items if t > anchor + self.tolerance_s]
+        self.dropped += _instants(older, self.tolerance_s)
+        self._done_until = anchor + self.tolerance_s
         picked['stamp_s'] = anchor
         return picked
+
+
+def _instants(stamps: list[float], tolerance_s: float) -> int:
+    """How many instants ``stamps`` hold (stamps within ``tolerance_s`` are one)."""
+    count, last = 0, None
+    for t in sorted(stamps):
+        if last is None or t - last > tolerance_s:
+            count += 1
+            last = t
+    return count
 
 
 def make_store(spec: RecordingSpec) -> InputStore:

@@ -16,6 +16,7 @@ import queue
 from pathlib import Path
 import shutil
 import tempfile
+import time
 from types import TracebackType
 from typing import Self
 
@@ -92,7 +93,8 @@ class AtomicDatasetWriter:
 
     def __init__(self, layout: DatasetLayout, output: str | Path, *, overwrite: bool = False,
                  repo_id: str | None = None, streaming_encoding: bool = True,
-                 image_writer_threads: int = 2) -> None:
+                 image_writer_threads: int = 2,
+                 encoder_queue_frames: int = MAX_EPISODE_FRAMES) -> None:
         """Prepare a writer; nothing touches the disk before the ``with`` block.
 
         Args:
@@ -104,6 +106,10 @@ class AtomicDatasetWriter:
                 as LeRobot's PNG-then-encode path at 480x640); ignored for image datasets.
             image_writer_threads: threads writing PNG files (image datasets, and videos
                 when not streaming).
+            encoder_queue_frames: frames the streaming encoder may hold per camera. A
+                whole episode by default (:meth:`add_episode` writes from memory); frames
+                added one by one (:meth:`add_frame`) wait for room instead, so a small
+                queue bounds the memory of an episode of any length.
         """
         self.layout = layout
         self.output = Path(output).expanduser().absolute()
@@ -111,6 +117,9 @@ class AtomicDatasetWriter:
         self.repo_id = repo_id or local_repo_id(self.output)
         self.streaming_encoding = streaming_encoding and layout.use_video
         self.image_writer_threads = image_writer_threads
+        if encoder_queue_frames < 2:
+            raise ValueError(f'encoder_queue_frames must be >= 2, got {encoder_queue_frames}')
+        self.encoder_queue_frames = int(encoder_queue_frames)
         self.result: WriteResult | None = None
         # Dataset card (markdown), written as README.md beside meta/ when the dataset is
         # committed; set it any time before the with-block ends.
@@ -119,6 +128,7 @@ class AtomicDatasetWriter:
         self._dataset = None  # LeRobotDataset while open
         self._episodes = 0
         self._frames = 0
+        self._open_frames = 0  # frames of the episode being added frame by frame
 
     @property
     def episodes_written(self) -> int:
@@ -153,7 +163,7 @@ class AtomicDatasetWriter:
                 video_backend=video_backend(),  # decoder for read-back only
                 image_writer_threads=self.image_writer_threads,
                 streaming_encoding=self.streaming_encoding,
-                encoder_queue_maxsize=MAX_EPISODE_FRAMES,
+                encoder_queue_maxsize=self.encoder_queue_frames,
             )
         except BaseException:
             self._discard()
@@ -186,12 +196,88 @@ class AtomicDatasetWriter:
         self._episodes += 1
         self._frames += episode.length
 
+    @property
+    def open_frames(self) -> int:
+        """Frames of the episode being added with :meth:`add_frame`, not saved yet."""
+        return self._open_frames
+
+    def add_frame(self, images: dict[str, np.ndarray], state: np.ndarray, action: np.ndarray,
+                  extras: dict[str, np.ndarray] | None = None) -> bool:
+        """Append one frame to the open episode (:meth:`save_open_episode` ends it).
+
+        Images go to the streaming encoder (videos) or to PNG files (image datasets) as
+        they come; only the joint values stay in memory. When the encoder is behind this
+        waits for room in its queue (never drops a frame). Returns True (the
+        :class:`~act_ros.data.recording.FrameSink` protocol).
+        """
+        if self._dataset is None:
+            raise RuntimeError('AtomicDatasetWriter.add_frame() called outside its with-block')
+        if self._open_frames >= MAX_EPISODE_FRAMES:
+            raise ValueError(f'an episode holds at most {MAX_EPISODE_FRAMES} frames')
+        contract = self.layout.contract
+        expected = (self.layout.image_height, self.layout.image_width, 3)
+        frame: dict = {}
+        for cam in contract.cameras:
+            image = images[cam.name]
+            if image.shape != expected or image.dtype != np.uint8:
+                raise ValueError(f"camera '{cam.name}': expected a uint8 {expected} frame, got "
+                                 f'{image.dtype} {image.shape}')
+            frame[cam.feature] = image
+        state = np.asarray(state, dtype=np.float32)
+        action = np.asarray(action, dtype=np.float32)
+        if not (np.all(np.isfinite(state)) and np.all(np.isfinite(action))):
+            raise ValueError('frame state or action contains NaN or infinite values')
+        frame[contract.state_feature] = state
+        frame[contract.action_feature] = action
+        for key, values in (extras or {}).items():
+            frame[key] = np.asarray(values, dtype=np.float32)
+        frame['task'] = self.layout.task
+        self._wait_encoder_room()
+        self._dataset.add_frame(frame)
+        self._open_frames += 1
+        return True
+
+    def save_open_episode(self) -> int:
+        """Save the episode built with :meth:`add_frame`; its length."""
+        if self._dataset is None:
+            raise RuntimeError('AtomicDatasetWriter.save_open_episode() called outside its '
+                               'with-block')
+        if self._open_frames == 0:
+            raise ValueError('the open episode has no frames')
+        self._dataset.save_episode(parallel_encoding=False)
+        length, self._open_frames = self._open_frames, 0
+        self._episodes += 1
+        self._frames += length
+        return length
+
+    def discard_open_episode(self) -> int:
+        """Drop the frames added since the last save (their video is not written); how many."""
+        if self._dataset is None or self._open_frames == 0:
+            return 0
+        _drop_queued_video_frames(self._dataset)
+        self._dataset.clear_episode_buffer()  # also cancels the streaming encoder
+        dropped, self._open_frames = self._open_frames, 0
+        return dropped
+
+    def _wait_encoder_room(self) -> None:
+        """Block while a streaming encoder queue is full (LeRobot would drop the frame
+        after 0.1 s)."""
+        encoder = getattr(getattr(self._dataset, 'writer', None), '_streaming_encoder', None)
+        queues = getattr(encoder, '_frame_queues', None)
+        if not isinstance(queues, dict):
+            return
+        while any(q.maxsize and q.qsize() >= q.maxsize - 1 for q in queues.values()):
+            time.sleep(0.002)
+
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         if exc_type is not None:
             self._discard()
             return
         try:
+            if self._open_frames:
+                raise RuntimeError(f'{self._open_frames} frame(s) added with add_frame() were '
+                                   'neither saved nor discarded')
             if self._episodes == 0:
                 raise RuntimeError(f'no episode was written; refusing to create an empty '
                                    f'dataset at {self.output}')
