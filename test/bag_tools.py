@@ -13,12 +13,22 @@ from act_ros.core.contract import Contract
 def write_episode_bag(path: Path, episode, contract: Contract, *, storage: str = 'mcap',
                       compressed: bool = False, shuffle_joints: bool = True,
                       drop_camera_ticks: tuple[tuple[str, int], ...] = (),
-                      start_s: float = 100.0, extra_topics: dict[str, list[float]] | None = None
-                      ) -> Path:
+                      start_s: float = 100.0, extra_topics: dict[str, list[float]] | None = None,
+                      compressed_cameras: tuple[str, ...] = (),
+                      offsets_s: dict[str, np.ndarray] | None = None,
+                      gap_after: int | None = None, gap_s: float = 0.0,
+                      zstd_chunks: bool = False) -> Path:
     """One message per stream and tick at ``start_s + t / fps``: joint states (joints
     shuffled, plus an extra joint), the two cameras and the commanded JointTrajectory.
     ``drop_camera_ticks``: (camera, tick) pairs whose image is left out. ``extra_topics``:
-    topic -> times (s) of ``std_msgs/Empty`` messages (episode markers)."""
+    topic -> times (s) of ``std_msgs/Empty`` messages (episode markers).
+    ``compressed_cameras``: cameras published as PNG ``CompressedImage`` on
+    ``<topic>/compressed`` whatever ``compressed`` says. ``offsets_s``: stream
+    (``joint_states``, ``command`` or a camera name) -> per-tick offset of its log time
+    and header stamp (publishers that mean the same instant, logged a little apart).
+    ``gap_after``: ticks after this one are logged ``gap_s`` later (a pause in the
+    recording). ``zstd_chunks``: MCAP chunks compressed with zstd (rosbags closes a chunk
+    at 1 MiB)."""
     import cv2
     from rosbags.rosbag2 import StoragePlugin, Writer
     from rosbags.typesys import Stores, get_typestore
@@ -36,19 +46,35 @@ def write_episode_bag(path: Path, episode, contract: Contract, *, storage: str =
         ns = int(round(t * 1e9))
         return Header(stamp=Time(sec=ns // 10**9, nanosec=ns % 10**9), frame_id='')
 
-    with Writer(path, version=9, storage_plugin=plugin) as writer:
+    offsets = offsets_s or {}
+
+    def when(stream: str, t: int) -> float:
+        base = start_s + t / contract.fps + (gap_s if gap_after is not None and t > gap_after
+                                            else 0.0)
+        return base + (float(offsets[stream][t]) if stream in offsets else 0.0)
+
+    writer_cm = Writer(path, version=9, storage_plugin=plugin)
+    if zstd_chunks:
+        from rosbags.rosbag2 import CompressionFormat, CompressionMode
+
+        writer_cm.set_compression(CompressionMode.STORAGE, CompressionFormat.ZSTD)
+    with writer_cm as writer:
         js = writer.add_connection('/joint_states', 'sensor_msgs/msg/JointState', typestore=store)
         cmd = writer.add_connection('/arm_controller/joint_trajectory',
                                     'trajectory_msgs/msg/JointTrajectory', typestore=store)
-        image_type = 'sensor_msgs/msg/CompressedImage' if compressed else 'sensor_msgs/msg/Image'
+
+        def packed(cam: str) -> bool:
+            return compressed or cam in compressed_cameras
+
         cams = {cam: writer.add_connection(
-            f'/camera/{cam}/image_raw' + ('/compressed' if compressed else ''), image_type,
+            f'/camera/{cam}/image_raw' + ('/compressed' if packed(cam) else ''),
+            'sensor_msgs/msg/CompressedImage' if packed(cam) else 'sensor_msgs/msg/Image',
             typestore=store) for cam in contract.camera_names}
         markers = {topic: writer.add_connection(topic, 'std_msgs/msg/Empty', typestore=store)
                    for topic in (extra_topics or {})}
         events = []
         for t in range(episode.length):
-            now = start_s + t / contract.fps
+            now = when('joint_states', t)
             ns = int(round(now * 1e9))
             state = episode.state[t]
             msg = T['sensor_msgs/msg/JointState'](
@@ -60,6 +86,8 @@ def write_episode_bag(path: Path, episode, contract: Contract, *, storage: str =
                 positions=episode.action[t].astype(np.float64), velocities=np.zeros(0),
                 accelerations=np.zeros(0), effort=np.zeros(0),
                 time_from_start=Duration(sec=0, nanosec=33_333_333))
+            now = when('command', t)
+            ns = int(round(now * 1e9))
             msg = T['trajectory_msgs/msg/JointTrajectory'](header=stamp(now), joint_names=names,
                                                            points=[point])
             events.append((ns, 1, cmd, store.serialize_cdr(msg, cmd.msgtype)))
@@ -67,7 +95,9 @@ def write_episode_bag(path: Path, episode, contract: Contract, *, storage: str =
                 if (cam, t) in dropped:
                     continue
                 rgb = episode.images[cam][t]
-                if compressed:
+                now = when(cam, t)
+                ns = int(round(now * 1e9))
+                if packed(cam):
                     ok, buf = cv2.imencode('.png', cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR))
                     msg = T['sensor_msgs/msg/CompressedImage'](
                         header=stamp(now), format='png', data=np.frombuffer(buf, np.uint8))

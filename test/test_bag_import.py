@@ -6,6 +6,7 @@ fail with one clear line."""
 from __future__ import annotations
 
 from pathlib import Path
+import struct
 
 import numpy as np
 import pytest
@@ -113,3 +114,167 @@ def test_bad_bags_fail_with_one_clear_line(tmp_path, episode, capsys):
                  '--no-progress'])
     assert code == 2
     assert 'no such bag' in capsys.readouterr().err
+
+
+# -- issue 25: gaps, jitter, per-camera transport, bags cut short -----------------------
+def test_split_gap_keeps_the_last_frame_before_each_gap(tmp_path, episode):
+    # A 3 s pause after tick 99: two episodes, every tick of each (the frame just before
+    # the pause included).
+    bag = write_episode_bag(tmp_path / 'paused', episode, CONTRACT, gap_after=99, gap_s=3.0)
+    report = import_bags([bag], tmp_path / 'ds', _spec(), split='gap', gap_s=1.0,
+                         use_video=False, progress=False)
+    assert [e['frames'] for e in report.episodes] == [100, episode.length - 100]
+    assert report.dropped_ticks == 0
+    _, store = _read(tmp_path / 'ds')
+    np.testing.assert_allclose(store.state.numpy(), episode.state, atol=1e-6)
+
+
+def test_jittered_stamps_between_streams_pair_the_same_instant(tmp_path, episode):
+    # Each publisher logs the same instant a few milliseconds apart (up to +-8 ms, a
+    # quarter of a period): every frame still pairs the images, state and action of one
+    # instant, none is dropped at a tolerance of 20 ms.
+    rng = np.random.default_rng(3)
+    n = episode.length
+    offsets = {'joint_states': rng.uniform(-0.008, 0.008, n),
+               'command': rng.uniform(-0.008, 0.008, n),
+               'top': rng.uniform(-0.008, 0.008, n), 'wrist': rng.uniform(-0.008, 0.008, n)}
+    bag = write_episode_bag(tmp_path / 'jitter', episode, CONTRACT, offsets_s=offsets)
+    report = import_bags([bag], tmp_path / 'ds', _spec(), use_video=False, progress=False)
+    assert report.dropped_ticks == 0, report.episodes
+    assert report.frames == n
+    _, store = _read(tmp_path / 'ds')
+    np.testing.assert_allclose(store.state.numpy(), episode.state, atol=1e-6)
+    np.testing.assert_allclose(store.action.numpy(), episode.action, atol=1e-6)
+    for cam in CONTRACT.camera_names:
+        got = store.images[f'observation.images.{cam}'].permute(0, 2, 3, 1).numpy()
+        assert np.array_equal(got, episode.images[cam]), cam
+
+
+def test_one_camera_raw_and_one_compressed(tmp_path, episode):
+    bag = write_episode_bag(tmp_path / 'mixed', episode, CONTRACT, compressed_cameras=('wrist',))
+    out = tmp_path / 'ds'
+    code = main([str(bag), '--output', str(out), '--joint-states-topic', '/joint_states',
+                 '--camera-topic', 'top=/camera/top/image_raw',
+                 '--camera-topic', 'wrist=/camera/wrist/image_raw',
+                 '--camera-transport', 'wrist=compressed',
+                 '--action-topic', '/arm_controller/joint_trajectory', '--tolerance', '0.02',
+                 '--image-size', f'{H}x{W}', '--no-video', '--no-progress'])
+    assert code == 0
+    _, store = _read(out)
+    assert len(store) == episode.length
+    for cam in CONTRACT.camera_names:  # PNG is lossless: both cameras exactly
+        got = store.images[f'observation.images.{cam}'].permute(0, 2, 3, 1).numpy()
+        assert np.array_equal(got, episode.images[cam]), cam
+    with pytest.raises(ValueError, match="NAME=raw or NAME=compressed, got 'wrist=jpeg'"):
+        from act_ros.data.bag_import import build_parser, spec_from_args
+        spec_from_args(build_parser().parse_args([str(bag), '--output', 'x',
+                                                  '--camera-transport', 'wrist=jpeg']),
+                       CONTRACT)
+
+
+def _mcap_file(bag: Path) -> Path:
+    (file,) = bag.glob('*.mcap')
+    return file
+
+
+def _truncate(src: Path, dst: Path, size: int) -> Path:
+    import shutil
+    shutil.copytree(src, dst)
+    with _mcap_file(dst).open('r+b') as f:
+        f.truncate(size)
+    return dst
+
+
+def _chunk_starts(file: Path) -> list[int]:
+    """Byte offsets of the chunk records of an MCAP file."""
+    data = file.read_bytes()
+    at, starts = 8, []
+    while at + 9 <= len(data):
+        op, length = data[at], struct.unpack_from('<Q', data, at + 1)[0]
+        if op == 0x06:
+            starts.append(at)
+        if op == 0x02:
+            break
+        at += 9 + length
+    return starts
+
+
+@pytest.mark.parametrize('zstd_chunks', [False, True], ids=['plain', 'zstd'])
+def test_truncated_mcap_imports_every_whole_message_up_to_the_cut(tmp_path, episode,
+                                                                  zstd_chunks):
+    full = write_episode_bag(tmp_path / 'full', episode, CONTRACT, zstd_chunks=zstd_chunks)
+    file = _mcap_file(full)
+    size = file.stat().st_size
+    chunks = _chunk_starts(file)
+    assert len(chunks) >= 3, chunks  # several chunks: cuts between and inside them
+    # The end of the data section: everything but the summary (index) and footer.
+    data = file.read_bytes()
+    end = chunks[-1]
+    while data[end] in (0x06, 0x07):  # the last chunk and its message indexes
+        end += 9 + struct.unpack_from('<Q', data, end + 1)[0]
+    cuts = {'no footer or index': end,
+            'inside the second chunk': chunks[1] + (chunks[2] - chunks[1]) // 2,
+            'at a chunk boundary': chunks[2],
+            'half the file': size // 2}
+    frames = {}
+    for name, cut in cuts.items():
+        bag = _truncate(full, tmp_path / name.replace(' ', '_'), cut)
+        with pytest.raises(BagImportError, match='--strict refuses bags cut short'):
+            import_bags([bag], tmp_path / f'strict_{len(frames)}', _spec(), use_video=False,
+                        progress=False, strict=True)
+        out = tmp_path / f'ds_{len(frames)}'
+        report = import_bags([bag], out, _spec(), use_video=False, progress=False)
+        (line,) = report.recovered  # one line: what was recovered and where the file ends
+        assert 'recovered' in line and 'message(s)' in line, line
+        if name in ('no footer or index', 'at a chunk boundary'):
+            assert f'ends between two records at byte {cut} (no footer or index)' in line, line
+        elif name == 'inside the second chunk':
+            assert 'ends inside a chunk' in line, line
+        else:
+            assert 'ends inside a' in line, line
+        _, store = _read(out)
+        n = len(store)
+        # A prefix of the episode, exactly: no frame invented, none out of order.
+        np.testing.assert_allclose(store.state.numpy(), episode.state[:n], atol=1e-6)
+        top = store.images['observation.images.top'].permute(0, 2, 3, 1).numpy()
+        assert np.array_equal(top, episode.images['top'][:n])
+        frames[name] = n
+    assert frames['no footer or index'] == episode.length  # every message was there
+    assert 0 < frames['inside the second chunk'] < frames['at a chunk boundary'] \
+        < episode.length
+    assert frames['half the file'] < episode.length
+
+
+def test_truncated_mcap_keeps_the_messages_of_a_cut_chunk(tmp_path, episode):
+    # Cut inside the second chunk: the first chunk's ticks and the whole messages of the
+    # second one before the cut are imported, no more.
+    full = write_episode_bag(tmp_path / 'full', episode, CONTRACT)
+    chunks = _chunk_starts(_mcap_file(full))
+    inside = _truncate(full, tmp_path / 'inside', chunks[1] + (chunks[2] - chunks[1]) // 2)
+    boundary = _truncate(full, tmp_path / 'boundary', chunks[1])
+    a = import_bags([inside], tmp_path / 'a', _spec(), use_video=False, progress=False)
+    b = import_bags([boundary], tmp_path / 'b', _spec(), use_video=False, progress=False)
+    assert a.frames > b.frames > 0
+    assert a.messages > b.messages
+
+
+def test_sqlite_bag_without_metadata_yaml(tmp_path, episode):
+    bag = write_episode_bag(tmp_path / 'db_bag', episode, CONTRACT, storage='sqlite3')
+    (bag / 'metadata.yaml').unlink()
+    with pytest.raises(BagImportError, match='--strict'):
+        import_bags([bag], tmp_path / 'strict', _spec(), use_video=False, progress=False,
+                    strict=True)
+    report = import_bags([bag], tmp_path / 'ds', _spec(), use_video=False, progress=False)
+    (line,) = report.recovered
+    assert 'no metadata.yaml' in line and f'{4 * episode.length} message(s)' in line, line
+    assert report.frames == episode.length and report.dropped_ticks == 0
+    _, store = _read(tmp_path / 'ds')
+    np.testing.assert_allclose(store.state.numpy(), episode.state, atol=1e-6)
+
+
+def test_a_file_that_is_not_a_bag_is_refused_with_what_was_found(tmp_path):
+    bag = tmp_path / 'junk'
+    bag.mkdir()
+    (bag / 'junk_0.mcap').write_bytes(b'not an mcap file at all')
+    with pytest.raises(BagImportError, match=r"not an MCAP file \(its first bytes are"):
+        import_bags([bag], tmp_path / 'ds', _spec(), use_video=False, progress=False)

@@ -2,14 +2,23 @@
 
 Reads the bags with ``rosbags`` (pure Python: no ROS install needed) and applies the
 recorder's rules (:mod:`act_ros.data.recording`): the inputs are sampled at the
-contract's fps on the bag's log time, each tick takes the newest message of every input
-and is kept only if all of them are younger than the tolerance, joints are matched by
-name, images are converted to RGB and resized. Ticks before every input has appeared
-are not counted; later ticks without a fresh set are dropped and counted by reason.
+contract's fps on the bag's log time, each tick takes, of every input, the message
+nearest to it within half a period (messages meant for one instant but logged a few
+milliseconds apart by different publishers pair up) and is kept only if all of them are
+at most the tolerance older than the tick; joints are matched by name, images are
+converted to RGB and resized. Ticks before every input has appeared are not counted;
+later ticks without a fresh set are dropped and counted by reason.
 
 Episodes: one per bag (default), or split where a marker topic publishes (any message
-type) or where no input arrived for ``--split-gap`` seconds. The dataset appears at
-``--output`` only when every bag has been read and written (atomic writer).
+type) or where no input arrived for ``--split-gap`` seconds. Frames stream to the
+dataset writer as they are sampled (videos encoded as they come), so memory does not
+grow with the length of a bag. The dataset appears at ``--output`` only when every bag
+has been read and written (atomic writer).
+
+A bag cut short (a recorder that crashed or lost power: an MCAP file without its footer
+and index, a SQLite3 bag without ``metadata.yaml``) is imported up to the cut, every
+whole message of it, with one line saying what was recovered and where the file ends
+(:mod:`act_ros.data.bag_recovery`); ``--strict`` refuses such a bag instead.
 """
 
 from __future__ import annotations
@@ -25,17 +34,17 @@ from typing import Any
 
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.decode import MalformedMessageError
-from act_ros.data.episode import DatasetLayout, Episode
-from act_ros.data.recording import EpisodeBuffer, RecordingSpec, load_spec, make_store
+from act_ros.core.inputs import Sample, Snapshot
+from act_ros.data.episode import DatasetLayout
+from act_ros.data.recording import EpisodeBuffer, FrameSink, RecordingSpec, load_spec
 
 logger = logging.getLogger(__name__)
 SPLITS = ('bag', 'marker', 'gap')
 # A stream whose first messages are all rejected for the same reason is misconfigured
 # (wrong joint names, unsupported encoding): the import stops and says so.
 SYSTEMATIC_REJECTIONS = 5
-# A message logged up to this long after a tick still counts for that tick (clock jitter
-# between publishers that mean the same instant).
-TICK_SLACK_NS = 1_000_000
+# Frames the video encoder may hold per camera while importing (the reader waits).
+ENCODER_QUEUE_FRAMES = 60
 
 
 class BagImportError(ValueError):
@@ -49,6 +58,7 @@ class ImportReport:
     episodes: list[dict[str, Any]] = field(default_factory=list)
     messages: int = 0
     rejected: Counter = field(default_factory=Counter)
+    recovered: list[str] = field(default_factory=list)  # one line per bag read past a cut
 
     @property
     def frames(self) -> int:
@@ -61,7 +71,7 @@ class ImportReport:
     def as_dict(self) -> dict[str, Any]:
         return {'episodes': self.episodes, 'frames': self.frames,
                 'dropped_ticks': self.dropped_ticks, 'messages': self.messages,
-                'rejected': dict(self.rejected)}
+                'rejected': dict(self.rejected), 'recovered': self.recovered}
 
 
 def _typestore():
@@ -70,15 +80,87 @@ def _typestore():
     return get_typestore(Stores.ROS2_JAZZY)
 
 
+class _TickSampler:
+    """What a tick of an import sees: per input, of its recent messages, the one nearest to
+    the tick among those logged up to half a period after it (the sampler is asked only
+    once those are all read); stale when that one is more than the tolerance older than
+    the tick. A rejected message makes its input unusable until the next good one (as
+    :class:`~act_ros.core.inputs.InputStore`)."""
+
+    def __init__(self, streams: list[str], tolerance_s: float, depth: int = 8) -> None:
+        self.streams = list(streams)
+        self.tolerance_s = tolerance_s
+        self.depth = depth
+        self.clear()
+
+    def clear(self) -> None:
+        self._recent: dict[str, list[tuple[float, Any]]] = {s: [] for s in self.streams}
+        self._invalid: dict[str, str] = {}
+
+    def put(self, stream: str, value: Any, stamp_s: float) -> None:
+        recent = self._recent[stream]
+        recent.append((stamp_s, value))
+        del recent[:-self.depth]
+        self._invalid.pop(stream, None)
+
+    def reject(self, stream: str, reason: str) -> None:
+        self._recent[stream].clear()
+        self._invalid[stream] = f'rejected ({reason})'
+
+    def snapshot(self, tick_s: float) -> Snapshot:
+        samples, problems = {}, {}
+        for stream in self.streams:
+            recent = self._recent[stream]
+            if not recent:
+                problems[stream] = self._invalid.get(stream, 'never received')
+                continue
+            stamp, value = min(recent, key=lambda item: abs(item[0] - tick_s))
+            samples[stream] = Sample(value, stamp, stamp, 0)
+            if tick_s - stamp > self.tolerance_s:
+                problems[stream] = (f'stale ({tick_s - stamp:.3f} s old, max '
+                                    f'{self.tolerance_s:.3f} s)')
+        return Snapshot(samples, problems, tick_s)
+
+
+def _open_bag(bag: Path, strict: bool, report: ImportReport) -> Any:
+    """A reader of ``bag`` (context manager): rosbags for a whole bag; for one cut short,
+    its readable part (unless ``strict``), announced with one line."""
+    from rosbags.highlevel import AnyReader
+
+    from act_ros.data.bag_recovery import RecoveryError, recover
+
+    try:
+        reader = AnyReader([bag], default_typestore=_typestore())
+        reader.open()
+        return reader
+    except Exception as exc:  # rosbags raises its own error types per storage
+        problem = f'{type(exc).__name__}: {exc}'
+    if strict:
+        raise BagImportError(f'{bag}: cannot be read as a complete rosbag2 recording '
+                             f'({problem}); --strict refuses bags cut short (without it, '
+                             'the whole messages before the cut are imported)')
+    try:
+        recovered = recover(bag, _typestore())
+    except RecoveryError as exc:
+        raise BagImportError(f'{bag}: cannot be read as a rosbag2 recording ({problem}); '
+                             f'nothing to recover either: {exc}') from None
+    logger.warning('%s', recovered.summary)
+    report.recovered.append(recovered.summary)
+    return recovered
+
+
 class _BagEpisodes:
-    """Iterates the episodes of one bag (see the module docstring)."""
+    """Streams the frames of one bag into ``sink`` and yields the
+    :class:`~act_ros.data.recording.EpisodeBuffer` (counts) at the end of every episode:
+    the caller then saves or discards the sink's open episode (see the module docstring).
+    """
 
     def __init__(self, bag: Path, spec: RecordingSpec, contract: Contract, *, split: str,
                  marker_topic: str | None, gap_s: float, report: ImportReport,
-                 progress: Any = None) -> None:
+                 sink: FrameSink, progress: Any = None, strict: bool = False) -> None:
         self.bag, self.spec, self.contract = bag, spec, contract
         self.split, self.marker_topic, self.gap_s = split, marker_topic, gap_s
-        self.report, self.progress = report, progress
+        self.report, self.progress, self.sink, self.strict = report, progress, sink, strict
         self.streams = spec.topic_streams()
         self.convert = {stream: spec.converter(stream) for stream, _ in self.streams.values()}
         self._first_reasons: dict[str, list[str] | None] = {}
@@ -117,34 +199,37 @@ class _BagEpisodes:
             self.report.rejected[stream] += 1
             raise
 
-    def __iter__(self) -> Iterator[tuple[Episode, EpisodeBuffer]]:
-        from rosbags.highlevel import AnyReader
-
-        try:
-            reader_cm = AnyReader([self.bag], default_typestore=_typestore())
-            reader = reader_cm.__enter__()
-        except Exception as exc:  # rosbags raises its own error types per storage
-            raise BagImportError(f'{self.bag}: cannot be read as a rosbag2 recording '
-                                 f'({type(exc).__name__}: {exc})') from exc
+    def __iter__(self) -> Iterator[EpisodeBuffer]:
+        reader = _open_bag(self.bag, self.strict, self.report)
         try:
             yield from self._episodes(reader)
         finally:
-            reader_cm.__exit__(None, None, None)
+            reader.__exit__(None, None, None)
 
-    def _episodes(self, reader: Any) -> Iterator[tuple[Episode, EpisodeBuffer]]:
+    def _episodes(self, reader: Any) -> Iterator[EpisodeBuffer]:
         connections = self._check_connections(reader)
-        store = make_store(self.spec)
-        buffer = EpisodeBuffer(self.spec, self.contract)
+        sampler = _TickSampler(self.spec.streams(), self.spec.tolerance_s)
+        buffer = EpisodeBuffer(self.spec, self.contract, sink=self.sink)
         period_ns = 1e9 / self.spec.fps
+        half_ns = period_ns / 2  # a tick takes messages logged up to half a period after it
         # Ticks in integer nanoseconds of log time (start + round(k * period)), so that a
         # message stamped at a tick's time always counts for that tick.
         start_ns: int | None = None
         tick = 0
         last_input_ns: int | None = None
-        seen: set[str] = set()
+        latest: dict[str, int] = {}
 
         def tick_ns() -> int:
             return start_ns + round(tick * period_ns)
+
+        def sample_while(more) -> Iterator[EpisodeBuffer]:
+            nonlocal tick
+            while more(tick_ns()):
+                buffer.sample(sampler.snapshot(tick_ns() * 1e-9))
+                tick += 1
+                if buffer.full:
+                    yield buffer
+                    buffer.clear()
 
         for conn, stamp_ns, raw in reader.messages(connections=connections):
             self.report.messages += 1
@@ -153,19 +238,19 @@ class _BagEpisodes:
             marker = self.split == 'marker' and conn.topic == self.marker_topic
             gap = (self.split == 'gap' and last_input_ns is not None
                    and (stamp_ns - last_input_ns) * 1e-9 > self.gap_s)
-            if start_ns is not None and not gap:  # the ticks up to this message
-                while tick_ns() + TICK_SLACK_NS < stamp_ns:
-                    buffer.sample(store.snapshot(tick_ns() * 1e-9))
-                    tick += 1
-                    if buffer.full:
-                        yield buffer.episode(), buffer
-                        buffer.clear()
+            if start_ns is not None:
+                if marker:  # the ticks up to the marker end this episode
+                    yield from sample_while(lambda t, end=stamp_ns: t <= end)
+                elif gap:  # the ticks the inputs before the gap belong to
+                    yield from sample_while(lambda t, last=last_input_ns: t - half_ns <= last)
+                else:  # the ticks whose messages have all been read
+                    yield from sample_while(lambda t, now=stamp_ns: t + half_ns < now)
             if marker or gap:  # end the episode; the next one starts with a complete set
-                if buffer.frames:
-                    yield buffer.episode(), buffer
+                if buffer.frames or buffer.dropped_ticks:
+                    yield buffer
                 buffer.clear()
-                store.clear()
-                seen.clear()
+                sampler.clear()
+                latest.clear()
                 start_ns = None
                 if marker:
                     continue
@@ -175,29 +260,26 @@ class _BagEpisodes:
             try:
                 value = self._convert(stream, msg)
             except MalformedMessageError as exc:
-                store.reject(stream, str(exc))
+                sampler.reject(stream, str(exc))
                 continue
             self._first_reasons[stream] = None  # a good message: rejections are not systematic
-            store.put(stream, value, stamp_ns * 1e-9, stamp_ns * 1e-9)
-            seen.add(stream)
-            if start_ns is None and len(seen) == len(self.streams):
-                start_ns, tick = stamp_ns, 0  # the first tick with every input present
+            sampler.put(stream, value, stamp_ns * 1e-9)
+            latest[stream] = stamp_ns
+            if start_ns is None and len(latest) == len(self.streams):
+                # The first tick: the earliest of the newest message of every input, so that
+                # one instant's messages, logged a little apart, make its first frame.
+                start_ns, tick = min(latest.values()), 0
         if start_ns is not None and last_input_ns is not None:
-            while tick_ns() <= last_input_ns + TICK_SLACK_NS:
-                buffer.sample(store.snapshot(tick_ns() * 1e-9))
-                tick += 1
-        if buffer.frames:
-            yield buffer.episode(), buffer
-        elif buffer.dropped_ticks:
-            logger.warning('%s: the last segment has no complete frame (%s)', self.bag,
-                           buffer.drops.as_dict())
+            yield from sample_while(lambda t: t - half_ns <= last_input_ns)
+        if buffer.frames or buffer.dropped_ticks:
+            yield buffer
 
 
 def import_bags(bags: Sequence[Path], output: Path, spec: RecordingSpec, *,
                 contract: Contract | None = None, split: str = 'bag',
                 marker_topic: str | None = None, gap_s: float = 1.0, min_frames: int = 2,
                 use_video: bool = True, overwrite: bool = False, robot_type: str = 'ros2_bag',
-                progress: bool = True) -> ImportReport:
+                progress: bool = True, strict: bool = False) -> ImportReport:
     """Import ``bags`` into a dataset at ``output`` (see the module docstring)."""
     from tqdm import tqdm
 
@@ -208,6 +290,8 @@ def import_bags(bags: Sequence[Path], output: Path, spec: RecordingSpec, *,
         raise ValueError(f"split must be one of {SPLITS}, got '{split}'")
     if split == 'marker' and not marker_topic:
         raise ValueError('split by marker needs --marker-topic')
+    if split == 'gap' and not gap_s > 0:
+        raise ValueError(f'--split-gap must be > 0 seconds, got {gap_s}')
     if not bags:
         raise ValueError('no bag given')
     for bag in bags:
@@ -221,20 +305,23 @@ def import_bags(bags: Sequence[Path], output: Path, spec: RecordingSpec, *,
     total = _message_count(bags)
     bar = tqdm(total=total, unit='msg', desc='import', disable=not progress, dynamic_ncols=True)
     try:
-        with AtomicDatasetWriter(layout, output, overwrite=overwrite) as writer:
+        with AtomicDatasetWriter(layout, output, overwrite=overwrite,
+                                 encoder_queue_frames=ENCODER_QUEUE_FRAMES) as writer:
             for bag in bags:
                 episodes = _BagEpisodes(Path(bag), spec, contract, split=split,
                                         marker_topic=marker_topic, gap_s=gap_s, report=report,
-                                        progress=bar)
-                for episode, buffer in episodes:
-                    entry = {'bag': str(bag), 'frames': episode.length,
+                                        sink=writer, progress=bar, strict=strict)
+                for buffer in episodes:
+                    entry = {'bag': str(bag), 'frames': buffer.frames,
                              'dropped_ticks': buffer.dropped_ticks,
                              'drops': buffer.drops.as_dict()}
-                    if episode.length < min_frames:
-                        logger.warning('%s: skipping an episode of %d frame(s) (fewer than %d)',
-                                       bag, episode.length, min_frames)
+                    if buffer.frames < min_frames:
+                        writer.discard_open_episode()
+                        logger.warning('%s: skipping an episode of %d frame(s) (fewer than %d;'
+                                       ' drops %s)', bag, buffer.frames, min_frames,
+                                       buffer.drops.as_dict())
                         continue
-                    writer.add_episode(episode)
+                    writer.save_open_episode()
                     report.episodes.append(entry)
             if not report.episodes:
                 raise BagImportError(f'no episode with at least {min_frames} frames in {list(bags)}'
@@ -268,7 +355,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--joint-states-topic')
     p.add_argument('--camera-topic', action='append', default=[], metavar='NAME=TOPIC',
                    help='camera topic, e.g. top=/camera/top/image_raw (repeatable)')
-    p.add_argument('--image-transport', choices=('raw', 'compressed'))
+    p.add_argument('--image-transport', choices=('raw', 'compressed'),
+                   help='transport of every camera not named by --camera-transport')
+    p.add_argument('--camera-transport', action='append', default=[], metavar='NAME=TRANSPORT',
+                   help='raw or compressed for one camera, e.g. wrist=compressed (repeatable)')
     p.add_argument('--action-source', choices=('command', 'leader'))
     p.add_argument('--action-topic', help='controller command topic or leader joint states')
     p.add_argument('--command-type', choices=('JointTrajectory', 'Float64MultiArray'))
@@ -286,6 +376,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--overwrite', action='store_true')
     p.add_argument('--contract', type=Path)
     p.add_argument('--no-progress', action='store_true')
+    p.add_argument('--strict', action='store_true', help='refuse a bag cut short (an MCAP file '
+                   'without footer or index, a SQLite3 bag without metadata.yaml) instead of '
+                   'importing its whole messages up to the cut')
     return p
 
 
@@ -304,6 +397,15 @@ def spec_from_args(args: argparse.Namespace, contract: Contract) -> RecordingSpe
                 raise ValueError(f"--camera-topic expects NAME=TOPIC, got '{item}'")
             cameras[name] = topic
         overrides['camera_topics'] = cameras
+    if args.camera_transport:
+        transports = {}
+        for item in args.camera_transport:
+            name, sep, transport = item.partition('=')
+            if not sep or transport not in ('raw', 'compressed'):
+                raise ValueError(f"--camera-transport expects NAME=raw or NAME=compressed, got "
+                                 f"'{item}'")
+            transports[name] = transport
+        overrides['camera_transports'] = transports
     if args.image_size:
         overrides['image_height'], overrides['image_width'] = parse_image_size(args.image_size)
     if args.spec:
@@ -324,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         report = import_bags(args.bags, args.output, spec, contract=contract, split=args.split,
                              marker_topic=args.marker_topic, gap_s=args.split_gap,
                              min_frames=args.min_frames, use_video=args.video,
-                             overwrite=args.overwrite, progress=not args.no_progress)
+                             overwrite=args.overwrite, progress=not args.no_progress,
+                             strict=args.strict)
     except (BagImportError, ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f'act-ros import-bag: {exc}', file=sys.stderr)
         return 2
