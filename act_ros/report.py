@@ -213,8 +213,8 @@ def part_poses_policy(src: Sources) -> str:
 
 def part_demo_result(src: Sources) -> str:
     if not src.exists(DEMO_SUMMARY):
-        return ('No run of `make demo` with both shipped policies is committed yet '
-                f'(`{DEMO_SUMMARY}`, written by `act-ros report` once it is); the 100-seed '
+        return ('No run of `make demo` is committed yet: once its `summary.json` is, as '
+                f'`{DEMO_SUMMARY}`, `act-ros report` writes its table here. The 100-seed '
                 'evaluations above are what each policy reaches.\n')
     summary = src.json(DEMO_SUMMARY)
     rows = []
