@@ -182,10 +182,11 @@ def test_resume_after_sigint_equals_uninterrupted_run(dataset, tmp_path):
     full = run(_config(dataset, tmp_path / 'full', **kw))
 
     def interrupt(trainer, step):
-        # What the trainer's SIGINT/SIGTERM handler does (a real signal reaches it in
-        # test_distributed_training's SIGTERM test). Not raised here: a SIGINT inside this
-        # long-lived test process, after the ROS and simulation tests, twice ended the suite
-        # with a segmentation fault (undiagnosed; a C library's signal handler is suspected).
+        # What the trainer's SIGINT/SIGTERM handler does. A real Ctrl-C reaches it in a
+        # child process in test_train_sigint (and SIGTERM in test_distributed_training),
+        # not in this long-lived test process: a SIGINT here once ended the suite with
+        # SIGSEGV, OpenVINO's freed alternate signal stack left on the main thread by the
+        # backend tests (fixed: act_ros.core.signal_stack, test_signal_stack).
         if step == 3:
             trainer.request_stop('SIGINT')
 

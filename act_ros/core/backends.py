@@ -32,6 +32,7 @@ from act_ros.core.export import OnnxExport, cache_export_dir, ensure_onnx_export
 # The backend table and option checks live in a torch-free module; re-exported here.
 from act_ros.core.options import (BACKEND_PACKAGES, BACKEND_PRECISIONS, BACKENDS,  # noqa: F401
                                   CPU_DEVICES, check_backend_options, installed_backends)
+from act_ros.core.signal_stack import kept_signal_stack
 
 if TYPE_CHECKING:  # torch only where a backend stands in for a torch module (__call__)
     import torch
@@ -121,30 +122,33 @@ class OpenVINOBackend(OnnxBackend):
         import openvino.properties as props
         import openvino.properties.hint as hints
 
-        core = ov.Core()
-        wanted = getattr(ov.Type, self.HINTS[precision])
-        capabilities = list(core.get_property('CPU', props.device.capabilities))
-        if precision in self.CAPABILITY and self.CAPABILITY[precision] not in capabilities:
-            raise DeviceUnavailableError(self._refusal(precision, capabilities))
-        config: dict[str, Any] = {hints.inference_precision: wanted,
-                                  hints.performance_mode: hints.PerformanceMode.LATENCY}
-        if threads:
-            config[props.inference_num_threads] = int(threads)
-        cache_dir = _openvino_cache_dir(export) if cache else None
-        start = time.perf_counter()
-        if cache_dir is not None:
-            # OpenVINO keys its blobs on the model file, the device and this config; the
-            # folder is keyed on the file's content (its sha256, checked with the export).
-            self.compiled_cache = 'hit' if any(cache_dir.glob('*.blob')) else 'miss'
-            core.set_property({props.cache_dir: str(cache_dir)})
-            self._compiled = core.compile_model(str(export.path), 'CPU', config)
-        else:
-            self._compiled = core.compile_model(core.read_model(str(export.path)), 'CPU', config)
-        self.compile_seconds = time.perf_counter() - start
-        compiled_as = self._compiled.get_property(hints.inference_precision)
-        if compiled_as != wanted:
-            raise DeviceUnavailableError(self._refusal(precision, capabilities, compiled_as))
-        self._request = self._compiled.create_infer_request()
+        # The CPU plugin installs its own alternate signal stack on this thread and may free
+        # it while still installed: keep ours (act_ros.core.signal_stack).
+        with kept_signal_stack():
+            core = ov.Core()
+            wanted = getattr(ov.Type, self.HINTS[precision])
+            capabilities = list(core.get_property('CPU', props.device.capabilities))
+            if precision in self.CAPABILITY and self.CAPABILITY[precision] not in capabilities:
+                raise DeviceUnavailableError(self._refusal(precision, capabilities))
+            config: dict[str, Any] = {hints.inference_precision: wanted,
+                                      hints.performance_mode: hints.PerformanceMode.LATENCY}
+            if threads:
+                config[props.inference_num_threads] = int(threads)
+            cache_dir = _openvino_cache_dir(export) if cache else None
+            start = time.perf_counter()
+            if cache_dir is not None:
+                # OpenVINO keys its blobs on the model file, the device and this config; the
+                # folder is keyed on the file's content (its sha256, checked with the export).
+                self.compiled_cache = 'hit' if any(cache_dir.glob('*.blob')) else 'miss'
+                core.set_property({props.cache_dir: str(cache_dir)})
+                self._compiled = core.compile_model(str(export.path), 'CPU', config)
+            else:
+                self._compiled = core.compile_model(core.read_model(str(export.path)), 'CPU', config)
+            self.compile_seconds = time.perf_counter() - start
+            compiled_as = self._compiled.get_property(hints.inference_precision)
+            if compiled_as != wanted:
+                raise DeviceUnavailableError(self._refusal(precision, capabilities, compiled_as))
+            self._request = self._compiled.create_infer_request()
 
     @staticmethod
     def _refusal(precision: str, capabilities: list[str], compiled_as: Any = None) -> str:
