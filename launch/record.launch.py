@@ -3,6 +3,8 @@
     ros2 launch act_ros record.launch.py output:=/data/my_demos
     ros2 launch act_ros record.launch.py output:=/data/my_demos action_source:=leader \
         action_topic:=/leader/joint_states
+    ros2 launch act_ros record.launch.py output:=/data/my_demos \
+        wrist_image_topic:=/wrist_cam/image wrist_image_transport:=compressed
 
 Then, per episode: ``ros2 service call /record_node/start_episode std_srvs/srv/Trigger``,
 teleoperate, and ``.../save_episode`` (or ``.../discard_episode``).
@@ -46,6 +48,13 @@ def generate_launch_description() -> LaunchDescription:
         DeclareLaunchArgument(
             'wrist_image_topic', default_value='camera/wrist/image_raw',
             description="Remap the 'wrist' camera input."),
+        DeclareLaunchArgument(
+            'top_image_transport', default_value='',
+            description="raw or compressed for the 'top' camera (empty: image_transport of "
+                        'the parameter file); compressed reads <top_image_topic>/compressed.'),
+        DeclareLaunchArgument(
+            'wrist_image_transport', default_value='',
+            description="raw or compressed for the 'wrist' camera (empty: image_transport).")
     ]
     node = Node(
         package='act_ros',
@@ -62,12 +71,21 @@ def generate_launch_description() -> LaunchDescription:
                 'action_topic': LaunchConfiguration('action_topic'),
                 'max_episode_s': ParameterValue(LaunchConfiguration('max_episode_s'),
                                                 value_type=float),
+                'cameras.top.transport': ParameterValue(
+                    LaunchConfiguration('top_image_transport'), value_type=str),
+                'cameras.wrist.transport': ParameterValue(
+                    LaunchConfiguration('wrist_image_transport'), value_type=str),
             },
         ],
+        # A compressed camera is read on <topic>/compressed: both names follow the remap.
         remappings=[
             ('joint_states', LaunchConfiguration('joint_states_topic')),
             ('camera/top/image_raw', LaunchConfiguration('top_image_topic')),
+            ('camera/top/image_raw/compressed',
+             [LaunchConfiguration('top_image_topic'), '/compressed']),
             ('camera/wrist/image_raw', LaunchConfiguration('wrist_image_topic')),
+            ('camera/wrist/image_raw/compressed',
+             [LaunchConfiguration('wrist_image_topic'), '/compressed']),
         ],
     )
     return LaunchDescription(arguments + [node])

@@ -77,3 +77,25 @@ def test_params_file_loads_into_the_node(ros_domain_id, tmp_path):
                 rclpy.parameter.Parameter('output', value='')])
     finally:
         rclpy.shutdown(context=context)
+
+
+def test_compressed_camera_topics_follow_the_remaps(tree):
+    """A compressed camera is read on ``<topic>/compressed``: remapping the camera's topic
+    must move that name as well (to the remapped topic plus ``/compressed``)."""
+    (node,) = _calls(tree, 'Node')
+    remaps = {}
+    for pair in _keyword(node, 'remappings').elts:
+        source, target = pair.elts
+        remaps[_string(source)] = target
+    for camera in ('top', 'wrist'):
+        raw = remaps[f'camera/{camera}/image_raw']
+        assert _string(raw.args[0]) == f'{camera}_image_topic'
+        compressed = remaps.get(f'camera/{camera}/image_raw/compressed')
+        assert compressed is not None, f'camera/{camera}/image_raw/compressed is not remapped'
+        assert isinstance(compressed, ast.List)
+        first, suffix = compressed.elts
+        assert _string(first.args[0]) == f'{camera}_image_topic'
+        assert _string(suffix) == '/compressed'
+    (overrides,) = [d for d in _keyword(node, 'parameters').elts if isinstance(d, ast.Dict)]
+    keys = {_string(k) for k in overrides.keys}
+    assert {'cameras.top.transport', 'cameras.wrist.transport'} <= keys

@@ -175,3 +175,135 @@ def test_sigint_during_recording_leaves_only_whole_episodes(rclpy_context, ros_d
     assert len(store) == 30 * saved  # whole 1 s episodes only
     info = json.loads((output / 'meta' / 'info.json').read_text())
     assert info['total_episodes'] == saved
+
+
+# -- issue 25 -------------------------------------------------------------------------
+def _call(client, timeout=60.0):
+    assert client.wait_for_service(timeout_sec=DISCOVERY_S)
+    future = client.call_async(Trigger.Request())
+    assert wait_until(future.done, timeout)
+    return future.result()
+
+
+def test_a_successful_save_clears_the_last_error(rclpy_context, tmp_path):
+    joints = dict(zip(CONTRACT.joint_names, np.zeros(CONTRACT.num_joints)))
+    recorder = _recorder(rclpy_context, tmp_path / 'rec', action_source='leader',
+                         action_topic='leader/joint_states', tolerance_s=0.2)
+    start = recorder.create_client(Trigger, '/record_node/start_episode')
+    save = recorder.create_client(Trigger, '/record_node/save_episode')
+    follower = RobotHarness(context=rclpy_context, joints=joints,
+                            image=np.full((H, W, 3), 40, np.uint8))
+    follower.enabled['joint_states'] = False  # no follower state yet: every tick dropped
+    leader = RobotHarness(context=rclpy_context, joints=joints, image=np.zeros((H, W, 3),
+                                                                                np.uint8),
+                          cameras=(), namespace='leader', name='leader')
+    with spinning(rclpy_context, follower, leader, recorder):
+        assert _call(start).success
+        assert wait_until(lambda: recorder.status_values()['dropped_ticks'] >= 5, 20.0)
+        failed = _call(save)
+        assert not failed.success and 'no frames' in failed.message, failed.message
+        assert 'save failed' in recorder.status_values()['last_error']
+        follower.enabled['joint_states'] = True
+        assert _call(start).success
+        assert wait_until(lambda: recorder.status_values()['frames'] >= 10, 20.0)
+        ok = _call(save)
+        assert ok.success, ok.message
+        status = recorder.status_values()
+    assert status['last_error'] == 'none'
+    assert status['episodes_saved'] == 1
+
+
+def test_one_camera_raw_and_one_compressed(rclpy_context, tmp_path):
+    joints = dict(zip(CONTRACT.joint_names, np.linspace(-0.2, 0.2, CONTRACT.num_joints)))
+    top = np.full((H, W, 3), 70, np.uint8)
+    wrist = np.full((H, W, 3), 150, np.uint8)
+    raw = RobotHarness(context=rclpy_context, joints=joints, image=top, cameras=('top',),
+                       name='raw_camera')
+    png = RobotHarness(context=rclpy_context, joints=joints, image=wrist, cameras=('wrist',),
+                       encoding='png', name='png_camera')
+    png.enabled['joint_states'] = False
+    leader = RobotHarness(context=rclpy_context, joints=joints, image=top, cameras=(),
+                          namespace='leader', name='leader')
+    recorder = _recorder(rclpy_context, tmp_path / 'rec', action_source='leader',
+                         action_topic='leader/joint_states', tolerance_s=0.2,
+                         **{'cameras.wrist.transport': 'compressed'})
+    assert recorder.spec.image_topic('wrist') == 'camera/wrist/image_raw/compressed'
+    assert recorder.spec.image_topic('top') == 'camera/top/image_raw'
+    start = recorder.create_client(Trigger, '/record_node/start_episode')
+    save = recorder.create_client(Trigger, '/record_node/save_episode')
+    with spinning(rclpy_context, raw, png, leader, recorder):
+        assert wait_until(lambda: not recorder.unconnected_topics(), DISCOVERY_S), \
+            recorder.unconnected_topics()
+        assert _call(start).success
+        assert wait_until(lambda: recorder.status_values()['frames'] >= 10, 20.0), \
+            recorder.status_values()
+        response = _call(save)
+        assert response.success, response.message
+    _, store = _read(tmp_path / 'rec')
+    assert len(store) >= 10
+    got_top = store.images['observation.images.top'].permute(0, 2, 3, 1).numpy()
+    got_wrist = store.images['observation.images.wrist'].permute(0, 2, 3, 1).numpy()
+    assert np.all(got_top == 70) and np.all(got_wrist == 150)
+
+
+def _record_process(output: Path, env: dict, log: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, '-m', 'act_ros.ros.recording.record_node', '--ros-args',
+         '-p', f'output:={output}', '-p', 'start_recording:=true', '-p', 'max_episode_s:=1.0',
+         '-p', f'image_height:={H}', '-p', f'image_width:={W}',
+         '-p', 'action_source:=leader', '-p', 'action_topic:=leader/joint_states',
+         '-p', 'tolerance_s:=0.2', '-p', 'restart_after_save:=true', *extra],
+        env=env, stdout=log.open('w'), stderr=subprocess.STDOUT)
+
+
+def test_sigkill_loses_at_most_the_open_episode_and_a_restart_continues(
+        rclpy_context, ros_domain_id, tmp_path):
+    """A real SIGKILL mid-episode (videos being encoded): every episode saved before it
+    opens in LeRobot, the killed episode leaves nothing, and a restarted recorder adds to
+    the same dataset."""
+    output = tmp_path / 'demos'
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    rng = np.random.default_rng(0)
+    joints = dict(zip(CONTRACT.joint_names, np.zeros(CONTRACT.num_joints)))
+    follower = RobotHarness(context=rclpy_context, joints=joints,
+                            image=rng.integers(0, 255, (H, W, 3), dtype=np.uint8))
+    leader = RobotHarness(context=rclpy_context, joints=joints, image=np.zeros((H, W, 3),
+                                                                                np.uint8),
+                          cameras=(), namespace='leader', name='leader')
+    logs = [tmp_path / 'first.log', tmp_path / 'second.log']
+    shards = output.parent / f'.{output.name}.episodes'
+    with spinning(rclpy_context, follower, leader):
+        proc = _record_process(output, env, logs[0])
+        try:
+            assert wait_until(lambda: 'holds 2 episode(s)' in logs[0].read_text(), 180.0), \
+                logs[0].read_text()[-3000:]
+            # Mid-episode: the third episode has frames on disk (its shard's staging).
+            assert wait_until(lambda: any(shards.glob('.episode_*.partial-*')), 30.0)
+            time.sleep(0.4)
+            proc.send_signal(signal.SIGKILL)
+            assert proc.wait(timeout=30) == -signal.SIGKILL
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        saved = len(list(shards.glob('episode_*/meta/info.json')))
+        assert saved >= 2
+        dataset, store = _read(output)
+        assert dataset.meta.total_episodes in (saved, saved - 1)  # a save may be cut short
+        assert len(store) == 30 * dataset.meta.total_episodes  # whole 1 s episodes only
+        proc = _record_process(output, env, logs[1])
+        try:
+            assert wait_until(lambda: f'holds {saved + 1} episode(s)' in logs[1].read_text(),
+                              180.0), logs[1].read_text()[-3000:]
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    text = logs[1].read_text()
+    assert 'never saved' in text  # the killed episode's staging directory was removed
+    dataset, store = _read(output)
+    total = dataset.meta.total_episodes
+    assert total >= saved + 1
+    assert len(store) == 30 * total
+    assert not any(shards.glob('.episode_*.partial-*'))
+    assert len(list(shards.glob('episode_*/meta/info.json'))) == total

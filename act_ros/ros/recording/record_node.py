@@ -11,9 +11,12 @@ Services (``std_srvs/Trigger``): ``~/start_episode``, ``~/save_episode`` (the da
 ``output`` then holds it), ``~/discard_episode``. With ``max_episode_s`` > 0 an episode
 is saved automatically when it reaches that length. Status (recording or not, frames,
 dropped ticks and why, per-input rates, episodes saved, last error) goes to
-``/diagnostics``. Saved episodes persist one by one (:mod:`act_ros.data.episode_store`):
-a crash or SIGINT loses only the episode being recorded, which is discarded with a log
-line.
+``/diagnostics``. Frames go to disk as they are sampled (a background writer thread per
+episode feeds the video encoder), so memory does not grow with the episode; a save runs in
+a saver thread, off the sampling timer, which keeps sampling the next episode. Saved
+episodes persist one by one (:mod:`act_ros.data.episode_store`): a crash, SIGKILL or
+SIGINT loses only the episode being recorded, and a restarted recorder continues the same
+dataset.
 
     record_node --ros-args -p output:=data/my_demos -p action_source:=leader \\
         -p action_topic:=/leader/joint_states
@@ -21,6 +24,8 @@ line.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+import queue
 import sys
 import threading
 from typing import Any
@@ -38,6 +43,7 @@ from act_ros.core.contract import load_contract
 from act_ros.core.decode import MalformedMessageError
 from act_ros.data.recording import (ACTION, ACTION_SOURCES, COMMAND_TYPES, IMAGE_TRANSPORTS,
                                     EpisodeBuffer, RecordingSpec, StampMatcher, make_store)
+from act_ros.data.episode_store import EpisodeStore, EpisodeWriter
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array
 from act_ros.ros.node.interfaces import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
 from act_ros.ros.node.parameters import CONTRACT_PATH, ParamSpec, declare_parameters
@@ -61,8 +67,8 @@ def record_parameters(contract) -> list[ParamSpec]:
         P('joint_states_topic', 'joint_states', 'sensor_msgs/JointState of the follower arm.',
           read_only=True),
         P('image_transport', 'raw', 'raw (sensor_msgs/Image) or compressed '
-          '(sensor_msgs/CompressedImage on <topic>/compressed).', choices=IMAGE_TRANSPORTS,
-          read_only=True),
+          '(sensor_msgs/CompressedImage on <topic>/compressed), for every camera whose '
+          'cameras.<name>.transport is empty.', choices=IMAGE_TRANSPORTS, read_only=True),
         P('action_source', 'command', 'command: the positions sent to the controller '
           '(action_topic, command_type); leader: a leader arm\'s sensor_msgs/JointState.',
           choices=ACTION_SOURCES, read_only=True),
@@ -94,11 +100,30 @@ def record_parameters(contract) -> list[ParamSpec]:
           '(back-to-back episodes of max_episode_s).'),
         P('diagnostics_period_s', 1.0, 'Period of the status on /diagnostics.',
           low=0.05, high=60.0),
+        P('writer_queue_s', 2.0, 'Seconds of frames that may wait for the disk writer and '
+          'the video encoder (bounds memory); a tick finding the queue full is dropped '
+          '(dropped.writer behind).', low=0.1, high=60.0, read_only=True),
     ]
     for camera in contract.cameras:
         specs.append(P(f'cameras.{camera.name}.topic', f'camera/{camera.name}/image_raw',
                        f"Image topic of the '{camera.name}' camera.", read_only=True))
+        specs.append(P(f'cameras.{camera.name}.transport', '',
+                       f"raw or compressed for the '{camera.name}' camera; empty: "
+                       'image_transport.', choices=('',) + IMAGE_TRANSPORTS, read_only=True))
     return specs
+
+
+@dataclass(eq=False)
+class _SaveJob:
+    """An episode handed to the saver thread; ``done`` is set once it is saved or failed."""
+
+    writer: EpisodeWriter | None
+    buffer: EpisodeBuffer | None
+    done: threading.Event = field(default_factory=threading.Event)
+    result: tuple[bool, str] = (False, 'not saved')
+
+
+_PREPARE = _SaveJob(None, None)  # saver thread: only make the next episode's writer
 
 
 class RecordNode(Node):
@@ -122,11 +147,13 @@ class RecordNode(Node):
             joint_states_topic=p['joint_states_topic'], action_source=p['action_source'],
             action_topic=p['action_topic'], command_type=p['command_type'],
             leader_joint_names=leader, image_transport=p['image_transport'],
+            camera_transports={c.name: p[f'cameras.{c.name}.transport']
+                               for c in self.contract.cameras
+                               if p[f'cameras.{c.name}.transport']},
             image_height=p['image_height'], image_width=p['image_width'],
             fps=self.contract.fps, tolerance_s=p['tolerance_s'], task=p['task'],
             max_episode_s=p['max_episode_s'])
         from act_ros.data.episode import DatasetLayout
-        from act_ros.data.episode_store import EpisodeStore
 
         layout = DatasetLayout(contract=self.contract, image_height=self.spec.image_height,
                                image_width=self.spec.image_width, use_video=p['use_video'],
@@ -139,22 +166,35 @@ class RecordNode(Node):
                              'Float64MultiArray commands have none (use JointTrajectory, a '
                              'leader JointState, or trigger timer)')
         self.episodes = EpisodeStore(p['output'], layout)
+        for path in self.episodes.remove_partial():
+            self.get_logger().warning(f'removed {path.name}: an episode an earlier session was '
+                                      'recording when it stopped (never saved)')
         if self.episodes.needs_rebuild():
             self.get_logger().warning(f'{self.episodes.output} misses episodes saved by an '
-                                      'interrupted session: rebuilding it')
-            self.episodes.rebuild()
+                                      'interrupted session: appending them')
+            self.episodes.sync()
+        self.queue_frames = max(2, int(round(p['writer_queue_s'] * self.contract.fps)))
         self.store = make_store(self.spec)
         self.matcher = StampMatcher(self.spec.streams(), self.sync_tolerance_s)
+        self.writer: EpisodeWriter | None = None
         self.buffer = EpisodeBuffer(self.spec, self.contract)
         self.recording = False
-        self.saved = len(self.episodes.saved())
+        self.saved = self.episodes.episodes_in_output()
         self.last_error = ''
         self.restart_after_save = p['restart_after_save']
         self._stopped = False
         self._lock = threading.Lock()
+        self._spare: EpisodeWriter | None = None  # the next episode's writer, made ahead
+        self._saves: queue.Queue = queue.Queue()
+        self.pending_saves = 0
+        self.last_save_s = 0.0
+        self._saver = threading.Thread(target=self._save_loop, name='record_node-saver',
+                                       daemon=True)
+        self._saver.start()
         self.rates = {stream: RateMeter() for stream in self.spec.streams()}
         self.rejections: dict[str, int] = {}
         inputs = MutuallyExclusiveCallbackGroup()
+        sampling = MutuallyExclusiveCallbackGroup()  # the timer alone: a service never delays it
         control = MutuallyExclusiveCallbackGroup()
         self._subs = []
         for topic, (stream, msgtype) in self.spec.topic_streams().items():
@@ -165,7 +205,7 @@ class RecordNode(Node):
                 qos_profile_sensor_data, callback_group=inputs))
         if self.trigger == 'timer':
             self._timer = self.create_timer(self.spec.period_s, self._tick,
-                                            callback_group=control)
+                                            callback_group=sampling)
         for name, handler in (('start_episode', self._start), ('save_episode', self._save),
                               ('discard_episode', self._discard)):
             self.create_service(Trigger, f'~/{name}', handler, callback_group=control)
@@ -179,6 +219,8 @@ class RecordNode(Node):
             '~/save_episode, ~/discard_episode')
         if p['start_recording']:
             self._begin()
+            if self.restart_after_save:
+                self._saves.put(_PREPARE)
 
     # -- inputs ------------------------------------------------------------------------
     def _now(self) -> float:
@@ -207,82 +249,178 @@ class RecordNode(Node):
             if not self.recording or self._stopped:
                 return
             self.buffer.add_frame(frame)
-            full = self.buffer.full
-            if full:
-                self.recording = False
-        if full:
-            self._save_after_full()
+            job = self._after_frame()
+        if job is not None:
+            self._saves.put(job)
 
     # -- episode -----------------------------------------------------------------------
     def _begin(self) -> None:
+        """Start an episode (its writer made now unless one was made ahead)."""
         with self._lock:
-            self.buffer.clear()
-            self.matcher.clear()
-            self.recording = True
-        self.get_logger().info(f'episode {self.episodes.next_index()}: recording')
+            writer, self._spare = self._spare, None
+        if writer is None:
+            writer = self.episodes.begin(self.queue_frames)
+        with self._lock:
+            self._attach(writer)
+        self.get_logger().info(f'episode {self.saved + self.pending_saves}: recording '
+                               f'(shard {writer.index})')
+
+    def _attach(self, writer: EpisodeWriter) -> None:
+        """(lock held) Record into ``writer`` from the next tick on."""
+        self.writer = writer
+        self.buffer = EpisodeBuffer(self.spec, self.contract, sink=writer)
+        self.matcher.clear()
+        self.recording = True
+
+    def _detach(self, restart: bool) -> _SaveJob | None:
+        """(lock held) End the open episode: its save job, or None when not recording.
+        With ``restart`` and a writer made ahead, the next episode starts at once."""
+        if self.writer is None:
+            return None
+        job = _SaveJob(self.writer, self.buffer)
+        self.writer, self.recording = None, False
+        self.buffer = EpisodeBuffer(self.spec, self.contract)
+        self.pending_saves += 1
+        if restart and self._spare is not None and not self._stopped:
+            spare, self._spare = self._spare, None
+            self._attach(spare)
+        return job
+
+    def _after_frame(self) -> _SaveJob | None:
+        """(lock held) After a tick: stop an episode whose writer failed; end a full one."""
+        if self.writer is not None and self.writer.error is not None:
+            writer = self.writer
+            self.writer, self.recording = None, False
+            self.buffer = EpisodeBuffer(self.spec, self.contract)
+            self.last_error = (f'episode (shard {writer.index}) stopped: writing failed: '
+                               f'{type(writer.error).__name__}: {writer.error}')
+            threading.Thread(target=writer.discard, daemon=True).start()
+            return None
+        if self.buffer.full:
+            return self._detach(self.restart_after_save)
+        return None
 
     def _tick(self) -> None:
         with self._lock:
             if not self.recording or self._stopped:
                 return
             self.buffer.sample(self.store.snapshot(self._now()))
-            full = self.buffer.full
-            if full:
-                self.recording = False  # no further frame joins this episode
-        if full:
-            self._save_after_full()
+            job = self._after_frame()
+        if job is not None:  # saved by the saver thread; sampling goes on
+            self.get_logger().info(f'episode reached max_episode_s '
+                                   f'({self.spec.max_episode_s:.1f} s): saving it')
+            self._saves.put(job)
 
-    def _save_after_full(self) -> None:
-        self.get_logger().info(f'episode reached max_episode_s ({self.spec.max_episode_s:.1f} s):'
-                               ' saving it')
-        ok, message = self._save_current()
-        if ok:
-            self.get_logger().info(message)
-        else:
-            self.get_logger().error(message)
+    def _save_loop(self) -> None:
+        """The saver thread: finish and append episodes in order, off the sampling path."""
+        while True:
+            job = self._saves.get()
+            if job is None:
+                return
+            if job is _PREPARE:
+                self._prepare_next()
+                continue
+            try:
+                ok, message = self._run_save(job)
+            except Exception as exc:  # noqa: BLE001 - the thread must go on
+                ok, message = False, f'save failed: {type(exc).__name__}: {exc}'
+                self.last_error = message
+            job.result = (ok, message)
+            job.done.set()
+            if ok:
+                self.get_logger().info(message)
+            else:
+                self.get_logger().error(message)
+            self._prepare_next()
+
+    def _run_save(self, job: _SaveJob) -> tuple[bool, str]:
+        import time
+
+        start = time.monotonic()
+        buffer = job.buffer
+        try:
+            if buffer.frames == 0:
+                job.writer.discard()
+                raise buffer.no_frames_error()
+            index = self.episodes.commit(job.writer.finish())
+        except (ValueError, OSError, RuntimeError) as exc:
+            with self._lock:
+                self.pending_saves -= 1
+                self.last_error = f'save failed: {exc}'
+            return False, self.last_error
+        with self._lock:
+            self.pending_saves -= 1
+            self.saved += 1
+            self.last_error = ''  # the dataset is fine again
+            self.last_save_s = time.monotonic() - start
+        return True, (f'episode {index} saved: {buffer.frames} frames, '
+                      f'{buffer.dropped_ticks} ticks dropped {buffer.drops.as_dict() or ""}; '
+                      f'{self.episodes.output} holds {self.saved} episode(s) '
+                      f'(save took {self.last_save_s:.2f} s)')
+
+    def _prepare_next(self) -> None:
+        """With restart_after_save, start the next episode if none is open, and make the
+        writer of the one after it ahead of time (so a full episode hands over at once)."""
+        if not self.restart_after_save or self._stopped:
+            return
+        try:
+            with self._lock:
+                idle = self.writer is None
+            if idle:
+                self._begin()
+            with self._lock:
+                need = self._spare is None and not self._stopped
+            if need:
+                spare = self.episodes.begin(self.queue_frames)
+                with self._lock:
+                    if self._spare is None and not self._stopped:
+                        self._spare, spare = spare, None
+                if spare is not None:
+                    spare.discard()
+        except (ValueError, OSError, RuntimeError) as exc:
+            self.last_error = f'cannot start the next episode: {exc}'
+            self.get_logger().error(self.last_error)
 
     def _save_current(self) -> tuple[bool, str]:
+        """Save the open episode and wait for it (the calling thread waits, the sampling
+        timer does not)."""
         with self._lock:
-            if not self.recording and not self.buffer.full:
-                return False, 'not recording: call ~/start_episode first'
-            self.recording = False
-            buffer, self.buffer = self.buffer, EpisodeBuffer(self.spec, self.contract)
-        try:
-            episode = buffer.episode()
-            index = self.episodes.save(episode)
-        except (ValueError, OSError, RuntimeError) as exc:
-            self.last_error = f'save failed: {exc}'
-            return False, self.last_error
-        self.saved += 1
-        if self.restart_after_save:
-            self._begin()
-        return True, (f'episode {index} saved: {episode.length} frames, '
-                      f'{buffer.dropped_ticks} ticks dropped {buffer.drops.as_dict() or ""}; '
-                      f'{self.episodes.output} holds {self.saved} episode(s)')
+            job = self._detach(self.restart_after_save)
+        if job is None:
+            return False, 'not recording: call ~/start_episode first'
+        self._saves.put(job)
+        job.done.wait()
+        return job.result
 
     def _start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         if self.recording:
             response.success, response.message = False, 'already recording an episode'
         else:
-            self._begin()
-            response.success, response.message = True, 'recording'
+            try:
+                self._begin()
+                response.success, response.message = True, 'recording'
+            except (ValueError, OSError, RuntimeError) as exc:
+                self.last_error = f'cannot start an episode: {exc}'
+                response.success, response.message = False, self.last_error
+        if self.restart_after_save:
+            self._saves.put(_PREPARE)
         return response
 
     def _save(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         response.success, response.message = self._save_current()
-        if response.success:
-            self.get_logger().info(response.message)
-        else:
+        if not response.success:
             self.get_logger().warning(response.message)
         return response
 
     def _discard(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         with self._lock:
-            was, frames = self.recording, self.buffer.frames
-            self.recording = False
-            self.buffer.clear()
-        response.success = was
-        response.message = f'discarded {frames} frames' if was else 'not recording'
+            writer, frames = self.writer, self.buffer.frames
+            self.writer, self.recording = None, False
+            self.buffer = EpisodeBuffer(self.spec, self.contract)
+        if writer is not None:
+            writer.discard()
+        response.success = writer is not None
+        response.message = f'discarded {frames} frames' if writer is not None else 'not recording'
         self.get_logger().info(response.message)
         return response
 
@@ -293,15 +431,28 @@ class RecordNode(Node):
             self.restart_after_save = False
 
     def discard_open_episode(self, why: str) -> None:
-        """Drop the episode being recorded (shutdown); saved episodes stay."""
+        """Drop the episode being recorded (shutdown), let saves under way finish; saved
+        episodes stay."""
         with self._lock:
-            frames = self.buffer.frames if self.recording else 0
-            self.recording = False
-            self.buffer.clear()
+            writer, frames = self.writer, self.buffer.frames
+            spare, self._spare = self._spare, None
+            self.writer, self.recording = None, False
+        for w in (writer, spare):
+            if w is not None:
+                w.discard()
+        if self._saver.is_alive():
+            self._saves.put(None)
+            self._saver.join()
         if frames:
             # stderr as well: at shutdown the ROS logger may already be gone.
             print(f'[record_node] {why}: discarding the open episode ({frames} frames, not '
                   'saved)', file=sys.stderr, flush=True)
+
+    def destroy_node(self) -> None:
+        """Stop recording, drop the open episode, finish the saves under way."""
+        self.stop_recording()
+        self.discard_open_episode('node destroyed')
+        super().destroy_node()
 
     # -- status ------------------------------------------------------------------------
     def unconnected_topics(self) -> list[str]:
@@ -314,6 +465,9 @@ class RecordNode(Node):
             values: dict[str, Any] = {
                 'recording': self.recording, 'frames': self.buffer.frames,
                 'dropped_ticks': self.buffer.dropped_ticks, 'episodes_saved': self.saved,
+                'saves_pending': self.pending_saves,
+                'last_save_s': round(self.last_save_s, 3),
+                'writer_queue': self.writer.queued if self.writer is not None else 0,
                 'output': str(self.episodes.output), 'last_error': self.last_error or 'none',
                 'unconnected_topics': ', '.join(self.unconnected_topics()) or 'none'}
             for reason, count in self.buffer.drops.as_dict().items():
@@ -346,7 +500,7 @@ def main(args: list[str] | None = None) -> int:
     from act_ros.ros.spin import run_node
 
     quiet_library_output()
-    return run_node(RecordNode, name='record_node', args=args, num_threads=3,
+    return run_node(RecordNode, name='record_node', args=args, num_threads=5,
                     # A save in progress finishes (its episode stays); the open one goes.
                     before_shutdown=lambda node: node.stop_recording(),
                     on_exit=lambda node: node.discard_open_episode('shutting down'),
