@@ -234,7 +234,8 @@ def test_bench_node_describes_the_created_checkpoint_and_checks_its_options(caps
     after = (0, 'ok', {'chunks_late': '3', 'missed_periods': '6', 'realtime.feasible': 'False',
                        'realtime.feasibility': '2 x (32 + 2 margin) = 68 > 30',
                        'realtime.latency_worst_ms': '1050.0'})
-    result = summarize(Received, 0.0, 2.0, 30.0, after, before=before)
+    # The window ends one period after the last command: no missed periods at its edges.
+    result = summarize(Received, 0.0, 33 / 30, 30.0, after, before=before)
     assert result['commands'] == 31 and result['missed_periods'] == 2
     assert result['missed_periods_at_callback'] > 2
     assert result['chunks_late'] == 3 and result['chunks_late_in_window'] == 2

@@ -2,12 +2,17 @@
 
 A harness in this process publishes two 480x640 rgb8 cameras and joint states at 30 Hz;
 ``act_node`` runs as its own process (the console-script entry point), with a default-size
-ACT checkpoint in async chunk mode unless told otherwise. After start-up the benchmark
-measures for ``--duration`` seconds and prints:
+ACT checkpoint and the node's own parameters (``config/act.yaml``: model in a child
+process, chunk mode, its executor, backend and threads) unless an option says otherwise.
+After start-up the benchmark measures for ``--duration`` seconds and prints:
 
-- command rate (Hz) and missed periods (gaps between commands longer than 1.5 periods,
-  counted in periods), as received here and as the node counts its own publishes
-  (``node_missed_periods_in_window``: a late subscriber does not count there);
+- command rate (Hz) and missed periods over the whole window: every control period
+  without a command, counted from the window's start to its end (a gap longer than 1.5
+  periods counts as its length in periods, less the one the next command fills; the
+  stretches before the first and after the last command of the window count too, so a
+  node that stalls reports the periods it missed), as received here and as the node
+  counts its own publishes (``node_missed_periods_in_window``: a late subscriber does not
+  count there);
 - observation-stamp-to-command latency, median and p99, as the node measures it
   (diagnostics: header stamp of the observation used by the tick -> publish);
 - CPU use of the node (with its inference child process, if any), of the node's main
@@ -83,13 +88,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--n-action-steps', type=int, default=None,
                    help='actions played per chunk in chunk mode (default: the chunk size)')
     p.add_argument('--device', default='auto')
-    p.add_argument('--mode', default='chunk', choices=('chunk', 'ensemble'))
-    p.add_argument('--execution', default='async', choices=('async', 'process', 'sync'))
-    p.add_argument('--torch-threads', type=int, default=0)
-    p.add_argument('--backend', default='torch', choices=('torch', 'openvino', 'onnxruntime'))
-    p.add_argument('--executor', default='auto',
+    # None: the node's own value (config/act.yaml), not passed on its command line.
+    p.add_argument('--mode', default=None, choices=('chunk', 'ensemble'),
+                   help="default: the node's (chunk)")
+    p.add_argument('--execution', default=None, choices=('async', 'process', 'sync'),
+                   help="default: the node's (process: the model in a child process)")
+    p.add_argument('--torch-threads', type=int, default=None,
+                   help="default: the node's (0: PyTorch's default)")
+    p.add_argument('--backend', default=None, choices=('torch', 'openvino', 'onnxruntime'),
+                   help="default: the node's (torch)")
+    p.add_argument('--executor', default=None,
                    choices=('auto', 'multi_threaded', 'single_threaded'),
-                   help="act_node's executor (default: the node's own default, 'auto')")
+                   help="act_node's executor (default: the node's own, auto)")
     p.add_argument('--startup-timeout', type=float, default=300.0)
     p.add_argument('--startup-only', action='store_true',
                    help='measure the time to the first command (and its phases) only')
@@ -105,6 +115,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     return args
+
+
+NODE_OPTIONS = ('mode', 'execution', 'torch_threads', 'backend', 'executor')
+
+
+def node_parameters(args: argparse.Namespace) -> dict[str, object]:
+    """The node's values of the options this benchmark can set: each option given, else the
+    node's own default from ``config/act.yaml``."""
+    import yaml
+
+    from act_ros.core.paths import config_path
+
+    defaults = yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node'][
+        'ros__parameters']
+    return {name: getattr(args, name) if getattr(args, name) is not None else defaults[name]
+            for name in NODE_OPTIONS}
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -150,12 +176,12 @@ def main(argv: list[str] | None = None) -> int:
         base_cmd = [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args',
                     '--params-file', str(config_path('act.yaml')),
                     '-p', f'model_path:={model_path}', '-p', f'device:={args.device}',
-                    '-p', f'mode:={args.mode}', '-p', f'execution:={args.execution}',
                     '-p', f'control_rate_hz:={float(args.rate)}',
-                    '-p', f'torch_threads:={args.torch_threads}',
-                    '-p', f'executor:={args.executor}',
-                    '-p', f'backend:={args.backend}',
                     '-p', 'diagnostics_period_s:=1.0']
+        for name in NODE_OPTIONS:  # only what was asked for: the node's own defaults else
+            if getattr(args, name) is not None:
+                base_cmd += ['-p', f'{name}:={getattr(args, name)}']
+        node = node_parameters(args)
         n_action_steps = args.n_action_steps or args.chunk_size
         if n_action_steps:
             base_cmd[-2:-2] = ['-p', f'n_action_steps:={n_action_steps}']
@@ -189,8 +215,9 @@ def main(argv: list[str] | None = None) -> int:
                           chunk_size=args.chunk_size or ('given' if args.model_path
                                                          else contract.chunk_size),
                           n_action_steps=n_action_steps or 'config/act.yaml',
-                          mode=f'{args.mode}/{args.execution}', executor=args.executor,
-                          backend=args.backend,
+                          mode=f"{node['mode']}/{node['execution']}",
+                          executor=node['executor'], backend=node['backend'],
+                          torch_threads=node['torch_threads'],
                           preset=args.preset if not args.model_path else 'given',
                           cpu_count=os.cpu_count())
         finally:
@@ -306,12 +333,29 @@ def startup_values(diag: tuple | None) -> dict[str, float | str]:
     return out
 
 
-def _missed(times: np.ndarray, period: float) -> tuple[int, np.ndarray]:
-    """Periods without a command between the times ``times``, and the gaps."""
+def missed_in_window(times: np.ndarray, t0: float, t1: float, period: float
+                     ) -> tuple[int, np.ndarray]:
+    """Control periods of the window ``[t0, t1]`` without a command (commands at the sorted
+    ``times``), and the gaps between the commands.
+
+    The window holds ``(t1 - t0) / period`` control periods. Between two commands, a gap
+    longer than 1.5 periods counts as its length in periods, less the one the next command
+    fills (:func:`act_ros.ros.diagnostics.missed_periods`). The stretches at the edges
+    count the same way, when longer than 1.5 periods: before the first command, every
+    period from the window's start is missed; after the last one, every period up to the
+    window's end. With no command at all, every period of the window is missed; with one,
+    all but one.
+    """
     from act_ros.ros.diagnostics import missed_periods
 
+    times = np.sort(np.asarray(times, dtype=np.float64))
     gaps = np.diff(times) if times.size > 1 else np.zeros(0)
-    return missed_periods(gaps, period), gaps
+    if times.size == 0:
+        return int(round((t1 - t0) / period)), gaps
+    lead = times[0] - t0
+    missed = missed_periods(np.append(gaps, t1 - times[-1]), period)
+    missed += int(round(lead / period)) if lead > 1.5 * period else 0
+    return missed, gaps
 
 
 def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) -> dict:
@@ -319,18 +363,21 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
     diagnostics at t0), the chunks that came late within the window; the node's real-time
     verdict from its configure-time measurement.
 
-    Gaps are counted twice: at the middleware's reception time of each command (what a
-    controller subscribed to the topic would see) and at this process's callback, which
-    runs late whenever the harness itself (publishing two full-size cameras from Python)
-    is busy."""
+    Missed periods are counted over the whole window (:func:`missed_in_window`), twice: at
+    the middleware's reception time of each command (what a controller subscribed to the
+    topic would see) and at this process's callback, which runs late whenever the harness
+    itself (publishing two full-size cameras from Python) is busy. The window's edges are
+    put on the middleware's clock with the smallest callback delay of the window's
+    commands."""
     window = [c for c in harness.commands if t0 <= c.received <= t1]
     times = np.array([c.received for c in window])
     period = 1.0 / rate_hz
-    missed_callback, gaps = _missed(times, period)
+    missed_callback, gaps = missed_in_window(times, t0, t1, period)
     missed = missed_callback
     stamps = [c.middleware_received_s for c in window]
     if window and all(s is not None for s in stamps):
-        missed, gaps = _missed(np.sort(np.array(stamps)), period)
+        shift = min(c.received - c.middleware_received_s for c in window)
+        missed, gaps = missed_in_window(np.array(stamps), t0 - shift, t1 - shift, period)
     values = diag[2] if diag else {}
 
     def number(key, report=diag):
@@ -351,6 +398,7 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
         'command_rate_hz': float(times.size / (t1 - t0)),
         'target_rate_hz': rate_hz,
         'missed_periods': missed,
+        'periods_in_window': int(round((t1 - t0) / period)),
         'missed_periods_at_callback': missed_callback,
         'max_gap_ms': float(gaps.max() * 1e3) if gaps.size else None,
         'latency_p50_ms': number('obs_to_command_p50_ms'),
