@@ -13,15 +13,30 @@ exercised. The faults, one after the other, each followed by a recovery check:
   non-finite end-effector pose (rejected; the stream counts as missing);
 - timing: out-of-order and duplicated header stamps, a burst of messages, half of the
   messages dropped (commands go on);
-- the inference child killed (SIGKILL) and hung (SIGSTOP): restarted by the node;
+- the inference child killed (SIGKILL) and hung (SIGSTOP): restarted by the node, which
+  must also end the hung child itself (a child still there 10 s after the node commands
+  again counts as leaked; only then does the benchmark kill it);
 - an open-gripper request far from the pad while holding (suppressed), then near it
   (passes);
 - at the end, SIGTERM (or SIGINT) to the node: it must exit, its child with it.
 
+Recovery is measured for every fault, from the moment the fault ends (the child faults:
+from the signal) until the node is back to normal:
+
+- stream faults (inputs stale, malformed, mistimed): the first command of a run of
+  ``STEADY_COMMANDS`` commands at the control rate (each gap at most 1.5 periods, at the
+  middleware's reception time). After a fault that silences the node this is its return;
+  after one it rides through, how soon its stream is regular again (about one period when
+  the fault never disturbed it);
+- the release gate: from the end effector reaching the pad to the release passing;
+- the inference child killed or hung: from the signal to a new child and commands at the
+  control rate again.
+
 It prints one table: the faults injected per kind, non-finite commands published (must
 be 0), commands published from stale inputs (0), releases outside the radius (0), time to
-recover (median and max) and whether the node was alive at the end. ``--quick`` is the
-short form the test suite runs.
+recover (median and max, per kind and per group of faults), inference children leaked
+(0) and whether the node was alive at the end. ``--quick`` is the short form the test
+suite runs.
 """
 
 from __future__ import annotations
@@ -49,6 +64,17 @@ PAD = (0.25, 0.0, 0.0)
 MAX_OBS_AGE_S = 0.2
 HELD_GRIPPER_OPENING = 0.6  # measured gripper while holding an object (normalized)
 SILENCE_GRACE_S = MAX_OBS_AGE_S + 0.15  # a command may still leave this long after a fault
+RATE_HZ = 30.0  # the harness's publishing rate = the node's control rate
+STEADY_COMMANDS = 5  # recovered: this many commands in a row at the control rate
+RECOVERY_TIMEOUT_S = 15.0
+LEAK_WAIT_S = 10.0  # how long a replaced child may take to be gone
+RECOVERY_DEFINITION = (
+    'seconds from the end of the fault (child faults: from the signal; the gate: from the end '
+    'effector reaching the pad) until the node is back to normal: the first command of '
+    f'{STEADY_COMMANDS} in a row at the control rate (gaps <= 1.5 periods, middleware reception '
+    'time; child faults: from the new child), the gate: the release passing')
+GROUPS = {  # how the summary groups the recovery times (fault kind -> group)
+    True: 'inputs that silence the node', False: 'faults the node rides through'}
 
 
 @dataclass
@@ -62,6 +88,8 @@ class FaultResult:
     recovery_s: float | None = None
     recovered: bool = False
     releases_outside: int = 0
+    children_leaked: int = 0
+    group: str = ''
     note: str = ''
 
 
@@ -74,19 +102,33 @@ class Report:
     exit_s: float | None = None
     children_left: int = 0
 
+    @property
+    def children_leaked(self) -> int:
+        return sum(r.children_leaked for r in self.results)
+
+    def recovery_by_group(self) -> dict[str, list[float]]:
+        groups: dict[str, list[float]] = {}
+        for r in self.results:
+            if r.recovery_s is not None:
+                groups.setdefault(r.group, []).append(r.recovery_s)
+        return groups
+
     def table(self) -> str:
         kinds: dict[str, list[FaultResult]] = {}
         for r in self.results:
             kinds.setdefault(r.kind, []).append(r)
         rows = ['| fault | injected | recovered | stale commands | releases outside radius | '
-                'recovery median / max (s) |', '|---|---|---|---|---|---|']
+                'children leaked | recovery median / max (s) |', '|---|---|---|---|---|---|---|']
         for kind, items in kinds.items():
             rec = [r.recovery_s for r in items if r.recovery_s is not None]
             timing = (f'{float(np.median(rec)):.2f} / {max(rec):.2f}' if rec else '-')
             rows.append(f'| {kind} | {len(items)} | {sum(r.recovered for r in items)} | '
                         f'{sum(r.stale_commands for r in items)} | '
-                        f'{sum(r.releases_outside for r in items)} | {timing} |')
+                        f'{sum(r.releases_outside for r in items)} | '
+                        f'{sum(r.children_leaked for r in items)} | {timing} |')
         all_rec = [r.recovery_s for r in self.results if r.recovery_s is not None]
+        by_group = [f'  - {group}: median {float(np.median(rec)):.2f} s, max {max(rec):.2f} s '
+                    f'({len(rec)} faults)' for group, rec in self.recovery_by_group().items()]
         summary = [
             f'- faults injected: {len(self.results)} of {len(kinds)} kinds; recovered: '
             f'{sum(r.recovered for r in self.results)}',
@@ -95,8 +137,10 @@ class Report:
             f'{sum(r.stale_commands for r in self.results)} (must be 0)',
             f'- releases outside the radius: {sum(r.releases_outside for r in self.results)} '
             '(must be 0)',
-            f'- time to recover: median {float(np.median(all_rec)):.2f} s, max '
-            f'{max(all_rec):.2f} s' if all_rec else '- time to recover: -',
+            (f'- time to recover (every fault): median {float(np.median(all_rec)):.2f} s, max '
+             f'{max(all_rec):.2f} s' if all_rec else '- time to recover: -'), *by_group,
+            f'- inference children leaked (still there {LEAK_WAIT_S:.0f} s after the node '
+            f'commanded again): {self.children_leaked} (must be 0)',
             f'- node alive at the end: {self.alive_at_end}; exit after the signal: '
             + (f'{self.exit_s:.1f} s' if self.exit_s is not None else 'did not exit')
             + f', processes left behind: {self.children_left}',
@@ -106,9 +150,22 @@ class Report:
     @property
     def ok(self) -> bool:
         return (self.nonfinite_commands == 0 and self.alive_at_end and self.exit_s is not None
-                and self.children_left == 0
+                and self.children_left == 0 and self.children_leaked == 0
                 and all(r.recovered and r.stale_commands == 0 and r.releases_outside == 0
                         for r in self.results))
+
+
+def first_steady(times: Any, period_s: float, count: int = STEADY_COMMANDS) -> float | None:
+    """The first of ``times`` (sorted) that starts ``count`` commands in a row with every gap
+    at most 1.5 periods; ``None`` if there is no such run."""
+    times = np.asarray(times, dtype=np.float64)
+    if times.size < count:
+        return None
+    regular = np.diff(times) <= 1.5 * period_s
+    for i in range(times.size - count + 1):
+        if regular[i:i + count - 1].all():
+            return float(times[i])
+    return None
 
 
 def _inference_children(pid: int) -> list[int]:
@@ -150,14 +207,31 @@ class Scenario:
     def _commands(self, since: float, until: float | None = None) -> list[Any]:
         return [c for c in self.h.commands_since(since) if until is None or c.received <= until]
 
-    def _wait_command(self, since: float, timeout_s: float) -> float | None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            got = self._commands(since)
-            if got:
-                return got[0].received
-            time.sleep(0.01)
-        return None
+    def _times(self, since: float) -> np.ndarray:
+        """When the commands after ``since`` arrived, on this process's monotonic clock: the
+        middleware's reception times (a callback runs late while this process is busy),
+        moved to that clock by the smallest callback delay seen; the callbacks' times where
+        the middleware gives none."""
+        commands = self.h.commands_since(since - 1.0)
+        stamps = [c.middleware_received_s for c in self.h.commands_since(0.0)]
+        if commands and all(s is not None for s in stamps):
+            shift = min(c.received - c.middleware_received_s
+                        for c in self.h.commands_since(0.0))
+            times = np.sort([c.middleware_received_s + shift for c in commands])
+        else:
+            times = np.sort([c.received for c in commands])
+        return times[times >= since]
+
+    def _steady_since(self, since: float, timeout_s: float = RECOVERY_TIMEOUT_S
+                      ) -> float | None:
+        """The time of the first command after ``since`` that starts ``STEADY_COMMANDS`` at
+        the control rate (waiting up to ``timeout_s`` for it); ``None`` if none came."""
+        deadline = since + timeout_s
+        while True:
+            found = first_steady(self._times(since), 1.0 / RATE_HZ)
+            if found is not None or time.monotonic() > deadline:
+                return found
+            time.sleep(0.02)
 
     def _releases(self, since: float, until: float) -> int:
         return sum(1 for c in self._commands(since, until)
@@ -171,10 +245,10 @@ class Scenario:
         time.sleep(self.hold_s)
         end = time.monotonic()
         restore()
-        r = FaultResult(kind, True)
+        r = FaultResult(kind, True, group=GROUPS[True])
         r.commands_during = len(self._commands(start, end))
         r.stale_commands = len(self._commands(start + SILENCE_GRACE_S, end))
-        back = self._wait_command(end, 15.0)
+        back = self._steady_since(end)
         r.recovered = back is not None
         r.recovery_s = back - end if back is not None else None
         self.report.results.append(r)
@@ -189,19 +263,21 @@ class Scenario:
         time.sleep(self.hold_s)
         end = time.monotonic()
         restore()
-        r = FaultResult(kind, False)
+        r = FaultResult(kind, False, group=GROUPS[False])
         r.commands_during = len(self._commands(start, end))
-        r.recovered = r.commands_during > 0 and self._wait_command(end, 15.0) is not None
-        r.recovery_s = 0.0 if r.recovered else None
+        back = self._steady_since(end)
+        r.recovered = r.commands_during > 0 and back is not None
+        r.recovery_s = back - end if back is not None else None
         if far_open:
             r.releases_outside = self._releases(start, end)
             self.h.image = self.closed_image
         self.report.results.append(r)
 
     def child(self, kind: str, sig: int) -> None:
-        """Kill or stop the inference process: the node must restart it and command again."""
+        """Kill or stop the inference process: the node must restart it (ending a hung one
+        itself) and command at the control rate again."""
         children = _inference_children(self.node_pid)
-        r = FaultResult(kind, False, note=f'children {children}')
+        r = FaultResult(kind, False, group='inference child restarted', note=f'children {children}')
         if not children:
             r.note = 'no inference child found (execution is not process?)'
             self.report.results.append(r)
@@ -209,21 +285,33 @@ class Scenario:
         start = time.monotonic()
         for pid in children:
             os.kill(pid, sig)
-        # Commands stop once the queued actions are played; they come back after a restart.
-        deadline = time.monotonic() + 60.0
+        # Commands stop once the queued actions are played; they come back after a restart,
+        # from the new child: a steady run that starts after it appeared.
+        deadline = start + 60.0
+        fresh_at = None
         while time.monotonic() < deadline:
-            fresh = [p for p in _inference_children(self.node_pid) if p not in children]
-            if fresh and self._commands(time.monotonic() - 0.2):
+            if fresh_at is None and [p for p in _inference_children(self.node_pid)
+                                     if p not in children]:
+                fresh_at = time.monotonic()
+            back = (self._steady_since(fresh_at, timeout_s=0.0) if fresh_at is not None
+                    else None)
+            if back is not None:
                 r.recovered = True
-                r.recovery_s = time.monotonic() - start
+                r.recovery_s = back - start
                 break
             time.sleep(0.05)
-        if sig == signal.SIGSTOP:  # the node kills a hung child; make sure nothing is left
-            for pid in children:
+        # The node must have ended the old child (a hung one included): counted before this
+        # benchmark cleans anything up.
+        leaked = wait_gone(children, LEAK_WAIT_S)
+        r.children_leaked = len(leaked)
+        if leaked:
+            r.note += f'; leaked {leaked} (killed by the benchmark after counting)'
+        for pid in leaked:
+            for cleanup in (signal.SIGCONT, signal.SIGKILL):
                 try:
-                    os.kill(pid, signal.SIGKILL)
+                    os.kill(pid, cleanup)
                 except ProcessLookupError:
-                    pass
+                    break
         self.report.results.append(r)
 
     def gate(self) -> None:
@@ -235,7 +323,8 @@ class Scenario:
         start = time.monotonic()
         time.sleep(self.hold_s)
         end = time.monotonic()
-        r = FaultResult('open request far from the pad while holding', False)
+        r = FaultResult('open request far from the pad while holding', False,
+                        group='release near the pad after a refused one')
         r.commands_during = len(self._commands(start, end))
         r.releases_outside = self._releases(start, end)
         self.h.ee_position = np.array(NEAR_EE)
@@ -440,10 +529,25 @@ def main(argv: list[str] | None = None) -> int:
             + '\n')
     print(text, flush=True)
     if args.json:
+        from act_ros.bench.report import library_versions, machine_description
+        source = [v for v in library_versions(('act_ros',)).split(', ') if v.startswith('source')]
         write_text_atomic(args.json, json.dumps({
+            'provenance': {'command': 'act-ros bench faults ' + ' '.join(
+                a for a in (argv if argv is not None else sys.argv[1:])
+                if not a.startswith('--json') and a != str(args.json)).strip(),
+                'commit': source[0].removeprefix('source ') if source else 'not a git checkout',
+                'machine': machine_description()},
             'ok': report.ok, 'results': [r.__dict__ for r in report.results],
             'nonfinite_commands': report.nonfinite_commands, 'alive_at_end': report.alive_at_end,
-            'exit_s': report.exit_s, 'children_left': report.children_left}, indent=2,
+            'exit_s': report.exit_s, 'children_left': report.children_left,
+            'children_leaked': report.children_leaked,
+            'recovery_definition': RECOVERY_DEFINITION,
+            'recovery_by_group': {group: {'median_s': float(np.median(rec)), 'max_s': max(rec),
+                                          'faults': len(rec)}
+                                  for group, rec in report.recovery_by_group().items()},
+            'settings': {'rounds': args.rounds, 'hold_s': args.hold_s, 'rate_hz': RATE_HZ,
+                         'steady_commands': STEADY_COMMANDS, 'max_obs_age_s': MAX_OBS_AGE_S}},
+            indent=2,
             default=lambda v: None if isinstance(v, float) and not math.isfinite(v) else str(v)))
     return 0 if report.ok else 1
 
