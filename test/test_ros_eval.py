@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 
+import numpy as np
 import pytest
 
 pytestmark = [pytest.mark.ros, pytest.mark.sim]
@@ -32,6 +33,25 @@ def started_pids(text: str) -> dict[str, int]:
     return {name: int(pid) for name, pid in PID_LINE.findall(text)}
 
 
+# Where the same commands take the arm in 15 ticks, over ROS 2 and in process. A gap of
+# 0.006-0.021 rad here once showed that the in-process run rendered its cameras at another
+# size than the bridge (the comparison must render what the bridge renders).
+JOINT_GAP_RAD = 1e-3
+
+
+def _start_joints(checkpoint, seeds):
+    """The arm's measured joints at the start of each seed's episode."""
+    from act_ros.sim.env import PortPickAlignEnv
+    from act_ros.training.rollout import make_sim_config
+
+    with PortPickAlignEnv(make_sim_config(checkpoint, episode_steps=15)) as env:
+        starts = []
+        for seed in seeds:
+            env.reset(seed=seed)
+            starts.append(env.joint_positions().copy())
+    return starts
+
+
 @pytest.mark.slow
 def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
         tiny_checkpoint, ros_domain_id, tmp_path, capsys):
@@ -45,20 +65,39 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
     assert set(results) == {'chunk', 'ensemble'}
     from act_ros.training.rollout import make_sim_config, run_policy_episodes
 
+    start_joints = _start_joints(tiny_checkpoint, [100, 101])
+    final, gaps = {}, []
     for mode, metrics in results.items():
         assert metrics['count'] == 2 and metrics['seeds'] == [100, 101]
         errors = [e['position_error_m'] for e in metrics['episodes']]
         assert metrics['mean_position_error'] == pytest.approx(sum(errors) / 2)
-        assert metrics['align_rate'] == 0.0  # 15 ticks never place the box
         # The same policy through the same control step in process: the same episodes.
+        # In 15 ticks the box does not move, so its errors are set by the seed; what the
+        # policy decided shows in the arm: where its commands took the joints.
         local = run_policy_episodes(tiny_checkpoint, episodes=2, mode=mode, seed=100,
-                                    sim_config=make_sim_config(tiny_checkpoint,
-                                                               episode_steps=15))
-        for over_ros, in_process in zip(metrics['episodes'], local.episodes):
+                                    sim_config=make_sim_config(
+                                        tiny_checkpoint, ros_eval.render_size(tiny_checkpoint),
+                                        episode_steps=15))
+        assert metrics['align_rate'] == local.summary['align_rate']
+        for over_ros, in_process, start in zip(metrics['episodes'], local.episodes,
+                                               start_joints, strict=True):
+            assert over_ros['seed'] == in_process['seed']
+            assert over_ros['failure_phase'] == in_process['failure_phase']
             assert over_ros['position_error_m'] == pytest.approx(
                 in_process['position_error_m'], abs=1e-3)
             assert over_ros['yaw_error_deg'] == pytest.approx(in_process['yaw_error_deg'],
                                                               abs=0.5)
+            moved = np.abs(np.subtract(in_process['final_joints'], start)).max()
+            assert moved > 0.01, f'the policy did not move the arm ({moved:.4f} rad)'
+            gaps.append((mode, over_ros['seed'], np.abs(np.subtract(
+                over_ros['final_joints'], in_process['final_joints'])).max()))
+        final[mode] = np.array([e['final_joints'] for e in metrics['episodes']])
+    # Chunk playing and ensembling command differently, and the arm shows it, by more than
+    # the over-ROS gap: the joints compared above are the policy's doing, not the seed's.
+    between_modes = np.abs(final['chunk'] - final['ensemble']).max()
+    assert max(g for _, _, g in gaps) < JOINT_GAP_RAD, gaps
+    assert between_modes > 10 * JOINT_GAP_RAD, between_modes
+    for mode, metrics in results.items():
         # Clean lock-step: every step was answered by a policy command.
         assert metrics['lockstep_timeouts'] == 0, metrics['episodes']
         for episode in metrics['episodes']:
@@ -124,6 +163,11 @@ def test_object_poses_reach_the_policy_over_ros(request, which, ros_domain_id, t
                                                          abs=1e-3)
     assert over_ros['max_box_height_m'] == pytest.approx(in_process['max_box_height_m'],
                                                          abs=1e-3)
+    # The poses steer the policy: where it took the arm is the same both ways.
+    np.testing.assert_allclose(over_ros['final_joints'], in_process['final_joints'],
+                               atol=JOINT_GAP_RAD)
+    start = _start_joints(checkpoint, [300])[0]
+    assert np.abs(np.subtract(in_process['final_joints'], start)).max() > 0.01
     capsys.readouterr()
 
 

@@ -331,6 +331,7 @@ class PortPickAlignEnv:
                              box_still=bool(still), max_box_height_m=self.max_box_height_m,
                              steps=self.step_index, seed=self.layout.seed,
                              max_lifted_tilt_deg=self.max_lifted_tilt_deg,
+                             final_joints=tuple(float(q) for q in self.joint_positions()),
                              failure_phase=failure_phase(
                                  success=success, max_box_height_m=self.max_box_height_m,
                                  released=released, box_on_pad=on_pad,

@@ -81,6 +81,9 @@ class EpisodeResult:
     # Largest tilt from any face-down orientation (degrees) while the box was lifted
     # (bottom above LIFT_HEIGHT_M): above TUMBLE_TILT_DEG it turned in the fingers.
     max_lifted_tilt_deg: float = 0.0
+    # Measured joints at the end (contract order, gripper normalized): where the policy's
+    # commands took the arm, which an evaluation over ROS 2 must reproduce in process.
+    final_joints: tuple[float, ...] = ()
 
     def to_dict(self) -> dict:
         return asdict(self)
