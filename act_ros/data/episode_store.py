@@ -91,11 +91,12 @@ class EpisodeStore:
             shutil.rmtree(path, ignore_errors=True)
         return removed
 
-    def begin(self, queue_frames: int = 60) -> EpisodeWriter:
+    def begin(self, queue_frames: int = 60, video_codec: str = 'h264',
+              nice: int = 0) -> EpisodeWriter:
         """Start streaming the next episode into its shard (see :class:`EpisodeWriter`)."""
         self.shards.mkdir(parents=True, exist_ok=True)
         return EpisodeWriter(self.layout, self.shards / f'{SHARD_PREFIX}{self._allocate():06d}',
-                             queue_frames=queue_frames)
+                             queue_frames=queue_frames, video_codec=video_codec, nice=nice)
 
     def save(self, episode: Episode) -> int:
         """Write ``episode`` (in memory) as the next saved episode and append it to
@@ -256,10 +257,13 @@ class EpisodeWriter:
     disk or the encoder is behind; the tick is counted as dropped). Memory is bounded by
     the queues, whatever the episode's length. :meth:`finish` saves the episode as a
     complete shard; :meth:`discard` drops it. A write error stops the episode:
-    :attr:`error` holds it and later frames are refused.
+    :attr:`error` holds it and later frames are refused. The writer thread, and the
+    encoder threads it starts, run ``nice`` steps below the process (Linux: per thread),
+    so the sampling keeps the CPU when encoding competes for it.
     """
 
-    def __init__(self, layout: DatasetLayout, path: Path, queue_frames: int = 60) -> None:
+    def __init__(self, layout: DatasetLayout, path: Path, queue_frames: int = 60,
+                 video_codec: str = 'h264', nice: int = 0) -> None:
         from act_ros.data.writer import AtomicDatasetWriter
 
         self.path = path
@@ -267,8 +271,9 @@ class EpisodeWriter:
         self.error: BaseException | None = None
         self._closed = False
         self._queue: queue.Queue = queue.Queue(maxsize=max(2, int(queue_frames)))
+        self.nice = int(nice)
         self._writer = AtomicDatasetWriter(layout, path, encoder_queue_frames=max(2, queue_frames),
-                                           image_writer_threads=2)
+                                           image_writer_threads=2, video_codec=video_codec)
         self._writer.__enter__()
         self._thread = threading.Thread(target=self._run, name=f'episode-writer-{self.index}',
                                         daemon=True)
@@ -293,6 +298,12 @@ class EpisodeWriter:
         return True
 
     def _run(self) -> None:
+        if self.nice > 0 and hasattr(os, 'setpriority'):
+            try:  # threads created from here on (the encoders) inherit it
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                               os.getpriority(os.PRIO_PROCESS, 0) + self.nice)
+            except OSError:
+                pass
         while True:
             item = self._queue.get()
             if item is None:

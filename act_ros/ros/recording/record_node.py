@@ -87,6 +87,14 @@ def record_parameters(contract) -> list[ParamSpec]:
         P('image_width', int(cam.width), 'Stored image width.', low=2, high=8192,
           read_only=True),
         P('use_video', True, 'Store cameras as MP4 (true) or PNG images.', read_only=True),
+        P('video_codec', 'h264', 'h264 (ultrafast: about 0.12 core per 480x640 camera at 30 '
+          'fps on a 2-core CPU) or libsvtav1 (LeRobot\'s default: smaller files, about 1.8 '
+          'cores per camera there, too slow to encode live on a CPU).',
+          choices=('h264', 'libsvtav1'), read_only=True),
+        P('writer_nice', 0, 'How much lower the priority of the writer and encoder threads is '
+          'than the sampling (0: the same; the saver thread runs 5 below the writers). On a '
+          'machine shared with other work a niced writer loses to it: keep 0 there.',
+          low=0, high=19, read_only=True),
         P('trigger', 'timer', 'timer: a frame every 1/fps of the node clock, pairing the newest '
           'message of each input; observation: a frame per set of messages with equal header '
           'stamps (lock-step simulation; needs stamped commands).',
@@ -174,6 +182,8 @@ class RecordNode(Node):
                                       'interrupted session: appending them')
             self.episodes.sync()
         self.queue_frames = max(2, int(round(p['writer_queue_s'] * self.contract.fps)))
+        self.writer_options = {'queue_frames': self.queue_frames,
+                               'video_codec': p['video_codec'], 'nice': p['writer_nice']}
         self.store = make_store(self.spec)
         self.matcher = StampMatcher(self.spec.streams(), self.sync_tolerance_s)
         self.writer: EpisodeWriter | None = None
@@ -259,7 +269,7 @@ class RecordNode(Node):
         with self._lock:
             writer, self._spare = self._spare, None
         if writer is None:
-            writer = self.episodes.begin(self.queue_frames)
+            writer = self.episodes.begin(**self.writer_options)
         with self._lock:
             self._attach(writer)
         self.get_logger().info(f'episode {self.saved + self.pending_saves}: recording '
@@ -312,7 +322,17 @@ class RecordNode(Node):
             self._saves.put(job)
 
     def _save_loop(self) -> None:
-        """The saver thread: finish and append episodes in order, off the sampling path."""
+        """The saver thread: finish and append episodes in order, off the sampling path,
+        below the writer threads' priority (a save can wait, frames cannot)."""
+        import os
+
+        nice = self.writer_options['nice'] + 5
+        if nice > 0 and hasattr(os, 'setpriority'):
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(),
+                               os.getpriority(os.PRIO_PROCESS, 0) + nice)
+            except OSError:
+                pass
         while True:
             job = self._saves.get()
             if job is None:
@@ -371,7 +391,7 @@ class RecordNode(Node):
             with self._lock:
                 need = self._spare is None and not self._stopped
             if need:
-                spare = self.episodes.begin(self.queue_frames)
+                spare = self.episodes.begin(**self.writer_options)
                 with self._lock:
                     if self._spare is None and not self._stopped:
                         self._spare, spare = spare, None
@@ -437,6 +457,7 @@ class RecordNode(Node):
             writer, frames = self.writer, self.buffer.frames
             spare, self._spare = self._spare, None
             self.writer, self.recording = None, False
+            self.buffer = EpisodeBuffer(self.spec, self.contract)
         for w in (writer, spare):
             if w is not None:
                 w.discard()
