@@ -362,7 +362,9 @@ class RecordNode(Node):
             if buffer.frames == 0:
                 job.writer.discard()
                 raise buffer.no_frames_error()
-            index = self.episodes.commit(job.writer.finish())
+            shard = job.writer.finish()
+            finished = time.monotonic()
+            index = self.episodes.commit(shard)
         except (ValueError, OSError, RuntimeError) as exc:
             with self._lock:
                 self.pending_saves -= 1
@@ -376,7 +378,8 @@ class RecordNode(Node):
         return True, (f'episode {index} saved: {buffer.frames} frames, '
                       f'{buffer.dropped_ticks} ticks dropped {buffer.drops.as_dict() or ""}; '
                       f'{self.episodes.output} holds {self.saved} episode(s) '
-                      f'(save took {self.last_save_s:.2f} s)')
+                      f'(save took {self.last_save_s:.2f} s: shard {finished - start:.2f} s, '
+                      f'append {time.monotonic() - finished:.2f} s)')
 
     def _prepare_next(self) -> None:
         """With restart_after_save, start the next episode if none is open, and make the
