@@ -56,3 +56,19 @@ def tiny_pose_checkpoint(tmp_path_factory):
     from act_ros.core.checkpoint import create_checkpoint
     return create_checkpoint(tmp_path_factory.mktemp('ckpt_poses') / 'tiny_poses',
                              preset='tiny', image_size=(48, 64), seed=0, environment_state=True)
+
+
+@pytest.fixture(scope='session')
+def exported_checkpoint(tmp_path_factory, tiny_checkpoint):
+    """A copy of the tiny checkpoint with its ONNX export (`act-ros export`), for the
+    ONNX backends; skips where OpenVINO and ONNX Runtime are both missing."""
+    import shutil
+
+    from act_ros.cli import main
+    from act_ros.core.options import installed_backends
+    if installed_backends() == ['torch']:
+        pytest.skip("no ONNX backend installed (pip install -e '.[openvino,onnxruntime]')")
+    ckpt = tmp_path_factory.mktemp('exported') / 'tiny'
+    shutil.copytree(tiny_checkpoint, ckpt)
+    assert main(['export', '--checkpoint', str(ckpt), '--format', 'onnx']) == 0
+    return ckpt

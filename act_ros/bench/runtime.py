@@ -164,7 +164,7 @@ def run_model_timing(path, contract, observations, iters, device, reduced, backe
                                                            PredictorOptions(compile_model=True))
         if reduced == 'bf16' and device.type == 'cpu' and not cpu_has_native_bf16():
             notes.append('torch bf16 rows skipped: this CPU has no native bfloat16 (AVX512-BF16 '
-                         'or AMX, detected with torch.cpu.get_capabilities), so the runtime '
+                         'or AMX, detected from the CPU flags by act_ros.core.precision), so the runtime '
                          'refuses bf16 here.')
         else:
             variants[f'act_ros eager {reduced}'] = ChunkPredictor(

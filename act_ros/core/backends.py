@@ -73,9 +73,10 @@ class OnnxBackend:
 
     name = ''
 
-    def __init__(self, export: OnnxExport, precision: str) -> None:
+    def __init__(self, export: OnnxExport, precision: str, threads: int | None = None) -> None:
         self.export = export
         self.precision = precision
+        self.threads = threads  # as asked (None: the backend's default); a rebuild reuses it
         self.input_names = export.input_names
         self.compile_seconds = 0.0
         self.compiled_cache = 'off'  # a cache of the compiled model: hit | miss | off
@@ -117,7 +118,7 @@ class OpenVINOBackend(OnnxBackend):
 
     def __init__(self, export: OnnxExport, *, precision: str = 'fp32',
                  threads: int | None = None, cache: bool = True) -> None:
-        super().__init__(export, precision)
+        super().__init__(export, precision, threads)
         ov = import_backend(self.name)
         import openvino.properties as props
         import openvino.properties.hint as hints
@@ -195,7 +196,7 @@ class OnnxRuntimeBackend(OnnxBackend):
     def __init__(self, export: OnnxExport, *, precision: str = 'fp32',
                  threads: int | None = None) -> None:
         check_backend_options(self.name, precision=precision, compile_model=False)
-        super().__init__(export, precision)
+        super().__init__(export, precision, threads)
         ort = import_backend(self.name)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL

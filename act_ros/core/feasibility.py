@@ -68,12 +68,14 @@ class Verdict:
     margin_ticks: int = 0
     effective_refresh_hz: float | None = None
     alternatives: list[str] = field(default_factory=list)
+    precision: str = ''  # what was measured: backend and precision, e.g. 'openvino bf16'
 
     def line(self) -> str:
         """One log line: the verdict, the numbers behind it and the alternatives."""
         head = 'feasible' if self.feasible else 'NOT feasible'
         text = (f'{head}: {self.mode}/{self.execution} at {self.rate_hz:g} Hz, chunk '
                 f'{self.chunk_size}, n_action_steps {self.n_action_steps}; model '
+                + (f'({self.precision}) ' if self.precision else '') +
                 f'{self.latency.median_s * 1e3:.0f} ms median, {self.latency.worst_s * 1e3:.0f} '
                 f'ms worst of {self.latency.samples} = {self.latency_ticks} tick(s): {self.reason}')
         if self.effective_refresh_hz is not None:
@@ -89,6 +91,8 @@ class Verdict:
             'latency_median_ms': self.latency.median_s * 1e3,
             'latency_worst_ms': self.latency.worst_s * 1e3,
             'latency_ticks': self.latency_ticks}
+        if self.precision:
+            values['measured_precision'] = self.precision
         if self.effective_refresh_hz is not None:
             values['ensemble_refresh_hz'] = self.effective_refresh_hz
         if self.alternatives:
@@ -98,14 +102,15 @@ class Verdict:
 
 def verdict(*, mode: str, execution: str, rate_hz: float, chunk_size: int,
             n_action_steps: int, latency: Latency, margin_ticks: int = 2,
-            image_size: tuple[int, int] | None = None, backends: Sequence[str] = ()
-            ) -> Verdict:
+            image_size: tuple[int, int] | None = None, backends: Sequence[str] = (),
+            precision: str = '') -> Verdict:
     """Judge a configuration (see the module docstring).
 
     ``latency``: the model's time per chunk on this machine; the worst measured value is
     used (the runtime schedules by the slowest recent latency). ``image_size``: the
     model's input, for the input-size suggestion; ``backends``: other installed inference
-    backends worth measuring.
+    backends worth measuring; ``precision``: the backend and precision the latency was
+    measured in (the verdict names it).
     """
     if rate_hz <= 0 or chunk_size < 1 or n_action_steps < 1:
         raise ValueError(f'need rate_hz > 0, chunk_size >= 1, n_action_steps >= 1; got '
@@ -116,7 +121,7 @@ def verdict(*, mode: str, execution: str, rate_hz: float, chunk_size: int,
     refresh = 1.0 / worst if mode == 'ensemble' and worst > 0 else None
     common = dict(mode=mode, execution=execution, rate_hz=rate_hz, chunk_size=chunk_size,
                   n_action_steps=n_action_steps, latency=latency, latency_ticks=ticks,
-                  margin_ticks=margin_ticks, effective_refresh_hz=refresh)
+                  margin_ticks=margin_ticks, effective_refresh_hz=refresh, precision=precision)
     if execution == 'sync':
         feasible = worst <= period
         reason = (f'one model call ({worst * 1e3:.0f} ms) fits in the {period * 1e3:.0f} ms period'

@@ -12,6 +12,7 @@ export instead (:mod:`act_ros.core.backends`); the processors stay the same.
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Any
 
 import numpy as np
@@ -27,19 +28,18 @@ from act_ros.core.observation import (Observation, environment_state_to_array, i
                                       state_to_tensor, timed_dummy_calls)
 # Torch-free (act_ros.core.options); re-exported here, where they were first defined.
 from act_ros.core.options import COMPILE_MODES, PRECISIONS, PredictorOptions  # noqa: F401
+from act_ros.core import precision as precision_rules
 
 
 def cpu_has_native_bf16() -> bool:
-    """True when the CPU computes bfloat16 natively (AVX512-BF16 or AMX on x86).
+    """True when the CPU computes bfloat16 natively (AVX512-BF16 or AMX on x86): the one
+    detection of :func:`act_ros.core.precision.cpu_has_native_bf16`, which ``precision:
+    auto`` uses too.
 
     Without it, bf16 autocast is emulated in software, so it is refused rather than run
     slowly (``act-ros bench runtime`` measures what native bf16 gives where it exists).
     """
-    capabilities = getattr(torch.cpu, 'get_capabilities', None)
-    if capabilities is None:
-        return False
-    caps = capabilities()
-    return bool(caps.get('avx512_bf16') or caps.get('amx_bf16'))
+    return precision_rules.cpu_has_native_bf16()
 
 
 def native_reduced_precision(device: torch.device) -> str | None:
@@ -98,6 +98,7 @@ class ChunkPredictor:
         self.model = ACTInferenceModel(checkpoint.policy.model).to(device).eval()
         self.compile_seconds = 0.0
         self.backend = None
+        self.last_timing: dict[str, float] = {}  # seconds of the last predict()'s parts
         if self.options.backend != 'torch':
             if device.type != 'cpu':
                 raise ValueError(f"backend '{self.options.backend}' runs on the CPU, the "
@@ -142,15 +143,49 @@ class ChunkPredictor:
         return actions.float()
 
     @torch.no_grad()
-    def predict_tensors(self, tensors: dict[str, torch.Tensor]) -> np.ndarray:
+    def predict_tensors(self, tensors: dict[str, torch.Tensor],
+                        started: float | None = None) -> np.ndarray:
+        """Tensors -> chunk; ``last_timing`` receives the seconds of its parts (from
+        ``started``, a ``time.perf_counter()`` moment, when the tensors were made for it)."""
+        start = time.perf_counter() if started is None else started
         batch = self.checkpoint.preprocessor(tensors)
+        preprocessed = time.perf_counter()
         actions = self.normalized_chunk(batch)
+        modelled = time.perf_counter()
         actions = self.checkpoint.postprocessor(actions)
-        return actions[0].detach().to('cpu', torch.float64).numpy()
+        chunk = actions[0].detach().to('cpu', torch.float64).numpy()
+        self.last_timing = {'preprocess_s': preprocessed - start, 'model_s': modelled - preprocessed,
+                            'postprocess_s': time.perf_counter() - modelled}
+        return chunk
 
     def predict(self, obs: Observation) -> np.ndarray:
         """One model call: the (T, J) action chunk, unnormalized, in contract order."""
-        return self.predict_tensors(self.observation_tensors(obs))
+        start = time.perf_counter()
+        return self.predict_tensors(self.observation_tensors(obs), started=start)
+
+    @torch.no_grad()
+    def normalized(self, obs: Observation) -> np.ndarray:
+        """The model's normalized ``(1, T, J)`` output for ``obs`` (precision checks)."""
+        batch = self.checkpoint.preprocessor(self.observation_tensors(obs))
+        return self.normalized_chunk(batch).detach().to('cpu', torch.float32).numpy()
+
+    @torch.no_grad()
+    def model_times(self, obs: Observation, iterations: int) -> list[float]:
+        """Seconds of ``iterations`` model calls alone on ``obs`` preprocessed once."""
+        batch = self.checkpoint.preprocessor(self.observation_tensors(obs))
+        times = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            self.normalized_chunk(batch)
+            times.append(time.perf_counter() - start)
+        return times
+
+    def use_backend(self, backend: Any) -> None:
+        """Run the network on another ONNX backend of the same export (precision auto)."""
+        if self.backend is None:
+            raise ValueError('the torch backend is the predictor\'s own model: nothing to replace')
+        self.backend = backend
+        self.forward = backend
 
     def warmup(self, iterations: int = 2) -> float:
         """Run the model on a dummy observation (compiles when asked); returns seconds."""

@@ -30,7 +30,7 @@ nothing and reports the error, then recovers by itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from multiprocessing.connection import Connection
 import os
 from pathlib import Path
@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from act_ros.core.contract import Contract
+from act_ros.core.latency_split import ChunkTiming
 from act_ros.core.observation import Observation
 
 START_TIMEOUT_S = 900.0  # loading + warm-up, compile included
@@ -67,6 +68,9 @@ class ProcessSpec:
     options: Any  # PredictorOptions (picklable dataclass)
     torch_threads: int | None
     warmup_iterations: int  # 0 = no warm-up
+    # act_ros.core.precision.PrecisionPlan: how the precision is settled after the warm-up
+    # (precision auto's check of bf16 against fp32); None: options.precision as it is.
+    precision_plan: Any = None
 
 
 class InferenceProcessError(RuntimeError):
@@ -77,8 +81,8 @@ class RemotePredictor:
     """``predict(observation) -> (T, J) chunk`` computed in a child process.
 
     ``predict`` blocks the calling thread on the socket (without holding the interpreter
-    lock) and is meant to be called from the runtime's worker thread; it is not safe to
-    call from several threads at once. See the module docstring for hangs and restarts.
+    lock) and is meant to be called from the runtime's worker thread; requests from
+    several threads (a model-only timing beside it) take turns. See the module docstring for hangs and restarts.
     """
 
     def __init__(self, spec: ProcessSpec, timeout_s: float = START_TIMEOUT_S, *,
@@ -107,6 +111,11 @@ class RemotePredictor:
         self.lean = False  # the child computes from the ONNX export without torch
         self.child_imported: list[str] = []  # of torch, lerobot, torchvision: those loaded
         self.startup_events: dict[str, float] = {}
+        self.precision_check = None  # act_ros.core.precision.PrecisionCheck, once ready
+        # act_ros.core.latency_split.ChunkTiming of the last chunk (parent's and child's
+        # moments on the shared monotonic clock).
+        self.last_split = None
+        self._request_lock = threading.Lock()
         self._launch()
         if wait:
             self.wait_ready()
@@ -141,6 +150,11 @@ class RemotePredictor:
             self.backend_cache = info['backend_cache']
             self.lean, self.child_imported = info['lean'], info['imported']
             self.startup_events = {**info['events'], 'ready': time.monotonic()}
+            self.precision_check = info['precision']
+            if self.precision_check is not None and self.spec.precision_plan is not None:
+                # A restarted child builds what this one settled on, without a new check.
+                self.spec = replace(self.spec, precision_plan=None, options=replace(
+                    self.spec.options, precision=self.precision_check.precision))
 
     @property
     def ready(self) -> bool:
@@ -157,15 +171,40 @@ class RemotePredictor:
         if self._process is None:
             self._restart_if_due()
         self.wait_ready()  # a child started without waiting: its first request waits here
-        try:
-            self._conn.send(('predict', obs.images, obs.state, obs.environment_state))
-        except (BrokenPipeError, OSError) as exc:
-            raise self._failed(self._death_message()) from exc
-        reply = self._receive(self.predict_timeout_s, 'a chunk')
+        reply, sent, back = self._request(('predict', obs.images, obs.state,
+                                           obs.environment_state), 'a chunk')
+        self._backoff_s = self.restart_backoff_s  # a good chunk: the next failure starts anew
+        _, chunk, timing = reply
+        self.last_split = ChunkTiming.from_child(sent, back, timing)
+        return chunk
+
+    def model_times(self, obs: Observation, iterations: int) -> list[float]:
+        """Seconds of ``iterations`` calls of the child's model alone (its backend,
+        precision and threads) on ``obs``, preprocessed once there."""
+        if self._closed:
+            raise InferenceProcessError('inference process is closed')
+        if self._process is None:
+            self._restart_if_due()
+        self.wait_ready()
+        reply, _, _ = self._request(('model_times', obs.images, obs.state,
+                                     obs.environment_state, int(iterations)), 'model-only timing')
+        return list(reply[1])
+
+    def _request(self, message: tuple, what: str) -> tuple[tuple, float, float]:
+        """Send ``message`` and take its reply, one request at a time (the runtime's worker
+        and a model-only timing may ask from two threads); also the monotonic moments
+        of the send and of the reply's arrival."""
+        with self._request_lock:
+            sent = time.monotonic()
+            try:
+                self._conn.send(message)
+            except (BrokenPipeError, OSError) as exc:
+                raise self._failed(self._death_message()) from exc
+            reply = self._receive(self.predict_timeout_s, what)
+            back = time.monotonic()
         if reply[0] == 'error':
             raise InferenceProcessError(reply[1])
-        self._backoff_s = self.restart_backoff_s  # a good chunk: the next failure starts anew
-        return reply[1]
+        return reply, sent, back
 
     def _restart_if_due(self) -> None:
         now = time.monotonic()
@@ -322,6 +361,11 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
     try:
         predictor = _build_predictor(spec, events)
         warmup_s = predictor.warmup(spec.warmup_iterations) if spec.warmup_iterations else 0.0
+        check = None
+        if spec.precision_plan is not None:
+            from act_ros.core.precision import settle
+            check = settle(predictor, spec.precision_plan, spec.contract.lower,
+                           spec.contract.upper)
         events['warmed_up'] = time.monotonic()
         backend = predictor.backend
         conn.send(('ready', {
@@ -331,6 +375,7 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
             # ONNX backends: export (and compiled model) reused ('hit') or made ('miss').
             'backend_cache': 'none' if backend is None else backend.cache_note,
             'lean': getattr(predictor, 'lean', False),  # onnx_predictor: no torch model
+            'precision': check,
             'imported': sorted(name for name in ('torch', 'lerobot', 'torchvision')
                                if name in sys.modules)}))
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
@@ -341,13 +386,19 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
             message = conn.recv()
         except (EOFError, OSError):
             return  # parent gone
+        received = time.monotonic()
         if message[0] == 'stop':
             return
-        _, images, state, environment_state = message
+        kind, images, state, environment_state, *rest = message
         try:
-            chunk = predictor.predict(Observation(images=images, state=state,
-                                                  environment_state=environment_state))
-            conn.send(('chunk', chunk))
+            obs = Observation(images=images, state=state, environment_state=environment_state)
+            if kind == 'model_times':
+                conn.send(('model_times', predictor.model_times(obs, rest[0])))
+                continue
+            chunk = predictor.predict(obs)
+            timing = {**predictor.last_timing, 'received': received}
+            timing['replied'] = time.monotonic()
+            conn.send(('chunk', chunk, timing))
         except Exception as exc:  # noqa: BLE001 - reported per request, the process lives on
             conn.send(('error', _describe(exc)))
 

@@ -200,13 +200,45 @@ class LeanOnnxPredictor:
         self.processors = processors
         self.backend = backend
         self.compile_seconds = backend.load_seconds
+        self.last_timing: dict[str, float] = {}  # seconds of the last predict()'s parts
         by_feature = {cam.feature: cam.name for cam in contract.cameras}
         # (contract camera name, feature key, (H, W)) in the model's camera order.
         self.cameras = [(by_feature[key], key, info.image_shapes[key])
                         for key in info.image_features]
 
     def predict(self, obs: Observation) -> np.ndarray:
-        """One model call: the (T, J) action chunk, unnormalized, in contract order."""
+        """One model call: the (T, J) action chunk, unnormalized, in contract order;
+        ``last_timing`` receives the seconds of its parts."""
+        start = time.perf_counter()
+        feed = self._feed(obs)
+        preprocessed = time.perf_counter()
+        normalized = self.backend.run(feed).astype(np.float32)
+        modelled = time.perf_counter()
+        chunk = self.processors.postprocess(normalized)[0].astype(np.float64)
+        self.last_timing = {'preprocess_s': preprocessed - start, 'model_s': modelled - preprocessed,
+                            'postprocess_s': time.perf_counter() - modelled}
+        return chunk
+
+    def normalized(self, obs: Observation) -> np.ndarray:
+        """The model's normalized ``(1, T, J)`` output for ``obs`` (precision checks)."""
+        return self.backend.run(self._feed(obs)).astype(np.float32)
+
+    def model_times(self, obs: Observation, iterations: int) -> list[float]:
+        """Seconds of ``iterations`` model calls alone on ``obs`` preprocessed once."""
+        feed = self._feed(obs)
+        times = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            self.backend.run(feed)
+            times.append(time.perf_counter() - start)
+        return times
+
+    def use_backend(self, backend: Any) -> None:
+        """Run on another backend of the same export (precision auto)."""
+        self.backend = backend
+
+    def _feed(self, obs: Observation) -> dict[str, np.ndarray]:
+        """The backend's normalized, batched float32 inputs for ``obs``."""
         missing = [name for name, _, _ in self.cameras if name not in obs.images]
         if missing:
             raise ObservationError(f'observation lacks cameras {missing} (has {sorted(obs.images)})')
@@ -217,10 +249,8 @@ class LeanOnnxPredictor:
         for name, feature, size in self.cameras:
             arrays[feature] = image_to_array(obs.images[name], size, name)
         batch = self.processors.preprocess(arrays)
-        feed = {name: np.ascontiguousarray(batch[name], dtype=np.float32)
+        return {name: np.ascontiguousarray(batch[name], dtype=np.float32)
                 for name in self.backend.input_names}
-        actions = self.processors.postprocess(self.backend.run(feed).astype(np.float32))
-        return actions[0].astype(np.float64)
 
     def warmup(self, iterations: int = 1) -> float:
         """Run the model on a dummy observation; returns seconds."""

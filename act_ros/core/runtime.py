@@ -49,11 +49,14 @@ from act_ros.core.contract import Contract, load_contract
 from act_ros.core.feasibility import Latency, Verdict, verdict
 from act_ros.core.hub import ResolvedCheckpoint, resolve_checkpoint
 from act_ros.core.inference_process import ProcessSpec, RemotePredictor
+from act_ros.core.latency_split import ChunkTiming, SplitStats
 from act_ros.core.observation import (Observation, dummy_observation,
                                       environment_state_to_array)
 # Torch-free: the process execution's parent never imports torch (see the docstring).
 from act_ros.core.options import (COMPILE_MODES, PRECISIONS, PredictorOptions,
                                   check_backend_options, installed_backends)
+from act_ros.core.precision import (AUTO, DEFAULT_TOLERANCE, PrecisionCheck, PrecisionPlan,
+                                    settle)
 
 if TYPE_CHECKING:
     import torch
@@ -83,7 +86,11 @@ class RuntimeConfig:
     compile_model: bool = False
     compile_mode: str = 'default'
     freeze_weights: bool = True
+    # fp32 | bf16 | fp16, or auto (act_ros.core.precision: bf16 with openvino on a CPU with
+    # native bf16, kept only within precision_tolerance of fp32; fp32 elsewhere).
     precision: str = 'fp32'
+    # precision auto: largest normalized action difference bf16 may show against fp32.
+    precision_tolerance: float = DEFAULT_TOLERANCE
     contract: Contract | None = None
     warmup: bool = True
     torch_threads: int | None = None  # also the thread count of a non-torch backend
@@ -108,8 +115,9 @@ class RuntimeConfig:
             raise ValueError(f'n_action_steps must be >= 1, got {self.n_action_steps}')
         if not math.isfinite(self.ensemble_coeff):
             raise ValueError(f'ensemble_coeff must be finite, got {self.ensemble_coeff}')
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"unknown precision '{self.precision}', expected one of {PRECISIONS}")
+        if self.precision not in (AUTO, *PRECISIONS):
+            raise ValueError(f"unknown precision '{self.precision}', expected one of "
+                             f'{(AUTO, *PRECISIONS)}')
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(f"unknown compile_mode '{self.compile_mode}', expected one of "
                              f'{COMPILE_MODES}')
@@ -120,8 +128,12 @@ class RuntimeConfig:
                              f'{self.simulated_latency_ticks}')
         if not (math.isfinite(self.inference_timeout_s) and self.inference_timeout_s > 0):
             raise ValueError(f'inference_timeout_s must be > 0, got {self.inference_timeout_s}')
-        check_backend_options(self.backend, precision=self.precision,
+        check_backend_options(self.backend, precision=self.plan().build,
                               compile_model=self.compile_model, device=self.device)
+
+    def plan(self) -> PrecisionPlan:
+        """How the precision is settled (``auto``: the rule of act_ros.core.precision)."""
+        return PrecisionPlan.make(self.precision, self.backend, self.precision_tolerance)
 
 
 @dataclass
@@ -145,6 +157,8 @@ class RuntimeStats:
     inference_ms_history: list[float] = field(default_factory=list, repr=False)
     latency: Latency | None = None  # measured at start-up (measure_latency)
     verdict: Verdict | None = None  # feasibility of the configured rate (feasibility)
+    # Each background chunk's time by part, and the model-only time (act_ros.core.latency_split).
+    split: SplitStats = field(default_factory=SplitStats, repr=False)
 
 
 class _DelayedWorker:
@@ -272,7 +286,10 @@ class PolicyRuntime:
         self.checkpoint: LoadedCheckpoint | None = None
         self.predictor: ChunkPredictor | None = None
         self._remote = None
-        options = PredictorOptions(precision=config.precision, compile_model=config.compile_model,
+        plan = config.plan()
+        # What the model runs in, settled once it is built (precision auto checks bf16).
+        self.precision_check: PrecisionCheck | None = None
+        options = PredictorOptions(precision=plan.build, compile_model=config.compile_model,
                                    compile_mode=config.compile_mode, freeze=config.freeze_weights,
                                    backend=config.backend, threads=config.torch_threads)
         warmup_iterations = (3 if config.compile_model else 1) if config.warmup else 0
@@ -291,7 +308,7 @@ class PolicyRuntime:
             self._remote = RemotePredictor(ProcessSpec(
                 model_path=str(model_path), contract=self.contract,
                 device=requested_device, options=options, torch_threads=config.torch_threads,
-                warmup_iterations=warmup_iterations),
+                warmup_iterations=warmup_iterations, precision_plan=plan),
                 predict_timeout_s=config.inference_timeout_s, wait=wait)
             if wait:
                 self.wait_ready()
@@ -318,6 +335,8 @@ class PolicyRuntime:
             self.stats.backend_cache = 'none' if backend is None else backend.cache_note
             if warmup_iterations:
                 self.stats.warmup_s = self.predictor.warmup(warmup_iterations)
+            self.precision_check = settle(self.predictor, plan, self.contract.lower,
+                                          self.contract.upper)
             self.stats.startup['warmed_up'] = time.monotonic()
         self.chunk_size = self.info.chunk_size
         self._lock = threading.Lock()
@@ -340,12 +359,26 @@ class PolicyRuntime:
         self._worker = None
         self._first_request_at: float | None = None
         if config.execution == 'async':
-            self._worker = _Worker(lambda obs: self.predictor.predict(obs))
+            self._worker = _Worker(self._predict_timed)
         elif config.execution == 'process':
-            self._worker = _Worker(self._remote.predict)
+            self._worker = _Worker(self._predict_remote)
         elif config.execution == 'simulated':
             self._worker = _DelayedWorker(lambda obs: self.predictor.predict(obs),
                                           config.simulated_latency_ticks, self.period_s)
+
+    def _predict_timed(self, obs: Observation) -> np.ndarray:
+        """In-process background chunk, its parts recorded (act_ros.core.latency_split)."""
+        start = time.perf_counter()
+        chunk = self.predictor.predict(obs)
+        self.stats.split.add(ChunkTiming.in_process(time.perf_counter() - start,
+                                                    self.predictor.last_timing))
+        return chunk
+
+    def _predict_remote(self, obs: Observation) -> np.ndarray:
+        """A chunk of the inference child, its parts recorded (transfer and return too)."""
+        chunk = self._remote.predict(obs)
+        self.stats.split.add(self._remote.last_split)
+        return chunk
 
     def _check_chunk_size(self) -> None:
         if self.config.n_action_steps > self.info.chunk_size:
@@ -360,6 +393,7 @@ class PolicyRuntime:
         if self._remote is None:
             return
         self._remote.wait_ready()
+        self.precision_check = self._remote.precision_check
         self.stats.warmup_s = self._remote.warmup_s
         self.device = self._remote.device
         self.stats.backend_cache = self._remote.backend_cache
@@ -540,10 +574,7 @@ class PolicyRuntime:
         runtime will run them (in the child process for ``execution='process'``)."""
         if calls < 1:
             raise ValueError(f'measure_latency needs at least 1 call, got {calls}')
-        cameras = [(name, key, self.info.image_shapes[key])
-                   for name, key in zip(self.cameras, self.info.image_features)]
-        obs = dummy_observation(cameras, self.contract.lower, self.contract.upper,
-                                self.environment_state_dim)
+        obs = self._dummy_observation()
         predict = self._remote.predict if self._remote is not None else self.predictor.predict
         seconds = []
         for _ in range(calls):
@@ -554,11 +585,40 @@ class PolicyRuntime:
         self.stats.startup.setdefault('latency_measured', time.monotonic())
         return self.stats.latency
 
+    def _dummy_observation(self) -> Observation:
+        """The warm-up's observation for this checkpoint's inputs."""
+        cameras = [(name, key, self.info.image_shapes[key])
+                   for name, key in zip(self.cameras, self.info.image_features)]
+        return dummy_observation(cameras, self.contract.lower, self.contract.upper,
+                                 self.environment_state_dim)
+
+    def measure_model_only(self, calls: int = LATENCY_CALLS) -> list[float]:
+        """Time ``calls`` calls of the model alone (same predictor: backend, precision and
+        threads; in the child for ``execution='process'``) on one observation preprocessed
+        once: the model-only time per chunk beside the split of the chunks
+        (``stats.split``)."""
+        if calls < 1:
+            raise ValueError(f'measure_model_only needs at least 1 call, got {calls}')
+        obs = self._dummy_observation()
+        source = self._remote if self._remote is not None else self.predictor
+        seconds = source.model_times(obs, calls)
+        self.stats.split.set_model_only(seconds)
+        return seconds
+
+    @property
+    def precision(self) -> str:
+        """The precision the model runs in (settled at start-up; precision auto: fp32 or
+        the bf16 that passed its check)."""
+        if self.precision_check is not None:
+            return self.precision_check.precision
+        return self.config.plan().build
+
     def feasibility(self, rate_hz: float, latency: Latency | None = None) -> Verdict:
         """Can this configuration hold ``rate_hz``? (:mod:`act_ros.core.feasibility`)"""
         latency = latency or self.stats.latency or self.measure_latency()
         others = [b for b in installed_backends() if b != self.config.backend]
         result = verdict(mode=self.config.mode, execution=self.config.execution,
+                         precision=f'{self.config.backend} {self.precision}',
                          rate_hz=rate_hz, chunk_size=self.chunk_size,
                          n_action_steps=self.config.n_action_steps, latency=latency,
                          margin_ticks=REQUEST_MARGIN_TICKS,

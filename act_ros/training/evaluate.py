@@ -17,6 +17,8 @@ import sys
 
 from act_ros.core.atomic import write_text_atomic
 from act_ros.core.backends import BACKENDS
+from act_ros.core.options import PRECISIONS
+from act_ros.core.precision import AUTO, DEFAULT_TOLERANCE
 from act_ros.core.checkpoint import parse_image_size
 from act_ros.core.errors import ActRosError
 
@@ -48,6 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--backend', choices=BACKENDS, default='torch',
                    help='inference backend: torch, or openvino / onnxruntime on the CPU from an '
                    'ONNX export of the checkpoint (made when missing or stale)')
+    p.add_argument('--precision', choices=(AUTO, *PRECISIONS), default=AUTO,
+                   help="as act_node's parameter: auto (the default) runs bf16 with backend "
+                   'openvino on a CPU with native bfloat16 (AVX512-BF16 or AMX) when its actions '
+                   'stay within --precision-tolerance of fp32 on the warm-up observations, fp32 '
+                   'everywhere else; fp32, bf16 (native only) or fp16 (CUDA/MPS) as set')
+    p.add_argument('--precision-tolerance', type=float, default=DEFAULT_TOLERANCE,
+                   help='precision auto: largest normalized action difference of bf16 against '
+                   'fp32 for bf16 to be kept (default %(default)s)')
     p.add_argument('--render-size', type=parse_image_size, default=None,
                    help='camera HxW (default: the size the training data was recorded at)')
     p.add_argument('--episode-steps', type=int, default=None,
@@ -90,6 +100,7 @@ def evaluate(args: argparse.Namespace) -> dict:
            'episode_steps': sim_config.episode_steps,
            'execution': 'sync' if latency_ticks is None else 'simulated',
            'latency_ticks': latency_ticks, 'ensemble_coeff': args.ensemble_coeff, 'backend': args.backend,
+           'precision': args.precision, 'precision_tolerance': args.precision_tolerance,
            'modes': {}}
     if args.workers > 1:
         out['workers'] = args.workers
@@ -112,14 +123,15 @@ def evaluate(args: argparse.Namespace) -> dict:
                 frame_sink=(lambda _k, images, w=writer: w.add(side_by_side(images)))
                 if writer else None,
                 sink_episodes=args.video_episodes, progress=args.progress, backend=args.backend,
-                latency_ticks=latency_ticks)
+                latency_ticks=latency_ticks, precision=args.precision,
+                precision_tolerance=args.precision_tolerance)
         finally:
             if writer is not None:
                 writer.close()
         out['modes'][mode] = result.to_dict()
         if writer is not None:
             out['modes'][mode]['video'] = str(writer.path)
-        _print_mode(mode, result.summary, result.seconds, result.suppressed_releases)
+        _print_mode(mode, out['modes'][mode], result.seconds, result.suppressed_releases)
     return out
 
 
@@ -134,6 +146,13 @@ def _print_mode(mode: str, s: dict, seconds: float, suppressed: int) -> None:
               'position/yaw: on the pad, beyond tolerance)')
     if s.get('tumbles'):
         print(f'{"":>8}  tumbles: {s["tumbles"]} (the lifted box turned in the fingers)')
+    precision = s.get('precision') or {}
+    if precision:
+        check = (f", bf16 vs fp32 max normalized difference {precision['precision.check_max_diff']}"
+                 f" (tolerance {precision['precision.check_tolerance']})"
+                 if 'precision.check_max_diff' in precision else '')
+        print(f'{"":>8}  precision {precision["precision"]} (requested '
+              f'{precision["precision.requested"]}: {precision["precision.why"]}{check})')
 
 
 def _blocks(episodes: int, workers: int) -> list[tuple[int, int]]:
@@ -164,7 +183,8 @@ def _run_block(args: argparse.Namespace, mode: str, first: int, count: int,
                                    episode_steps=args.episode_steps),
         contract=contract, safety=SafetySettings.from_node_config(contract),
         ensemble_coeff=args.ensemble_coeff, backend=args.backend,
-        latency_ticks=latency_ticks).to_dict()
+        latency_ticks=latency_ticks, precision=args.precision,
+        precision_tolerance=args.precision_tolerance).to_dict()
 
 
 def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | None) -> dict:

@@ -79,10 +79,14 @@ class ModeResult:
     suppressed_releases: int = 0
     rejected_commands: int = 0
     seconds: float = 0.0
+    # The precision the policy ran in, as settled (act_ros.core.precision.PrecisionCheck
+    # values: precision, precision.requested, the auto check's figures).
+    precision: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {'mode': self.mode, **self.summary, 'suppressed_releases': self.suppressed_releases,
                 'rejected_commands': self.rejected_commands, 'seconds': self.seconds,
+                **({'precision': self.precision} if self.precision else {}),
                 'episodes': self.episodes}
 
 
@@ -103,6 +107,7 @@ def merge_mode_results(mode: str, parts: list[dict[str, Any] | None], *,
             'suppressed_releases': sum(p['suppressed_releases'] for p in parts),
             'rejected_commands': sum(p['rejected_commands'] for p in parts),
             'seconds': max(p['seconds'] for p in parts),
+            **({'precision': parts[0]['precision']} if 'precision' in parts[0] else {}),
             **({'episodes': [e for p in parts for e in p['episodes']]} if with_episodes else {})}
 
 
@@ -148,7 +153,8 @@ class SimPolicy:
     def __init__(self, checkpoint: str | Path, *, mode: str = 'chunk', device: str = 'cpu',
                  contract: Contract | None = None, safety: SafetySettings | None = None,
                  ensemble_coeff: float = 0.01, backend: str = 'torch',
-                 latency_ticks: int | None = None) -> None:
+                 latency_ticks: int | None = None, precision: str = 'fp32',
+                 precision_tolerance: float | None = None) -> None:
         from act_ros.core.control import (ControlLoop, ee_from_kinematics,
                                           environment_state_from_stream, position_from_stream)
         from act_ros.core.inputs import ENVIRONMENT_STATE, PAD_POSE, InputStore
@@ -163,6 +169,8 @@ class SimPolicy:
         self.runtime = PolicyRuntime(RuntimeConfig(
             model_path=checkpoint, device=device, mode=mode, ensemble_coeff=ensemble_coeff,
             contract=self.contract, warmup=False, backend=backend, **timing,
+            precision=precision,
+            **({} if precision_tolerance is None else dict(precision_tolerance=precision_tolerance)),
             **MODE_SETTINGS[mode]))
         try:
             self.cameras = self.runtime.cameras  # the checkpoint's (maybe none)
@@ -231,7 +239,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
                         frame_sink: Callable[[int, dict[str, np.ndarray]], None] | None = None,
                         sink_episodes: Sequence[int] = (), env: Any = None,
                         progress: bool = False, backend: str = 'torch',
-                        latency_ticks: int | None = None) -> ModeResult:
+                        latency_ticks: int | None = None, precision: str = 'fp32',
+                        precision_tolerance: float | None = None) -> ModeResult:
     """Run ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) of one mode and score them.
 
     ``frame_sink(episode, images)`` receives the camera images of every tick of the
@@ -239,6 +248,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     simulation (its config then wins over ``sim_config``). ``latency_ticks``: run the
     node's background schedule against simulated time, each chunk arriving that many ticks
     after its observation (``None``: synchronous, LeRobot's ``select_action`` semantics).
+    ``precision``: fp32, bf16, fp16 or auto (as ``act_node``'s parameter, with
+    ``precision_tolerance``: act_ros.core.precision).
     """
     import dataclasses
     import time
@@ -251,7 +262,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
         raise ValueError(f'episodes must be >= 1, got {episodes}')
     policy = SimPolicy(checkpoint, mode=mode, device=device, contract=contract, safety=safety,
                        ensemble_coeff=ensemble_coeff, backend=backend,
-                       latency_ticks=latency_ticks)
+                       latency_ticks=latency_ticks, precision=precision,
+                       precision_tolerance=precision_tolerance)
     own_env = env is None
     try:
         if own_env:
@@ -280,7 +292,9 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
         if own_env:
             env.close()
     counters = policy.counters
+    check = policy.runtime.precision_check
     return ModeResult(mode=mode, summary=summarize_results(results),
+                      precision=check.as_values() if check is not None else {},
                       episodes=[r.to_dict() for r in results],
                       suppressed_releases=counters.suppressed_releases,
                       rejected_commands=counters.commands_rejected,

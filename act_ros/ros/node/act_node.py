@@ -205,6 +205,11 @@ class ActNode(LifecycleNode):
         if settings.execution == 'process':
             self.startup.add_overlapped('node_setup', time.monotonic() - setup_start)
         runtime.wait_ready()
+        check = runtime.precision_check
+        if check is not None and check.fell_back:
+            self.get_logger().warning(check.line())
+        elif check is not None:
+            self.get_logger().info(check.line())
         self.verdict = None
         if settings.trigger == 'timer':
             # Measured here, on this machine: can this configuration hold its rate?
@@ -213,6 +218,8 @@ class ActNode(LifecycleNode):
                 self.get_logger().info(f'real time: {self.verdict.line()}')
             else:
                 self.get_logger().warning(f'real time: {self.verdict.line()}')
+            # The model alone, in the same predictor: beside the chunks' latency split.
+            runtime.measure_model_only()
         if not self.startup.complete:
             self.startup.merge(runtime.startup_events)
             self.startup.notes['backend_cache'] = runtime.stats.backend_cache

@@ -120,6 +120,7 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
         execution=settings.execution, n_action_steps=settings.n_action_steps,
         ensemble_coeff=settings.ensemble_coeff, compile_model=settings.compile_model,
         compile_mode=settings.compile_mode, precision=settings.precision,
+        precision_tolerance=settings.precision_tolerance,
         backend=settings.backend, contract=contract,
         warmup=settings.warmup, torch_threads=settings.torch_threads or None,
         inference_timeout_s=settings.inference_timeout_s), wait=False)

@@ -26,6 +26,7 @@ from rclpy.parameter import Parameter
 
 from act_ros.core.contract import Contract
 from act_ros.core.object_state import OBJECTS
+from act_ros.core.precision import DEFAULT_TOLERANCE
 
 COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
 EXECUTORS = ('auto', 'multi_threaded', 'single_threaded')
@@ -104,7 +105,16 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('compile_model', False, 'Compile the model with torch.compile at configure.'),
         P('compile_mode', 'default', 'torch.compile mode.',
           choices=('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')),
-        P('precision', 'fp32', 'Inference precision.', choices=('fp32', 'fp16', 'bf16')),
+        P('precision', 'auto', 'Inference precision: auto (bf16 with backend openvino on a CPU '
+          'with native bfloat16, AVX512-BF16 or AMX, kept only when its actions on the warm-up '
+          'observations stay within precision_tolerance of fp32; fp32 everywhere else), fp32, '
+          'fp16 (CUDA/MPS) or bf16 (native bfloat16 only).',
+          choices=('auto', 'fp32', 'fp16', 'bf16')),
+        P('precision_tolerance', DEFAULT_TOLERANCE, 'precision auto: largest difference of any '
+          'normalized action (units of its standard deviation in the training data) between '
+          'bf16 and fp32 on the warm-up observations for bf16 to be kept; over it, fp32 with '
+          'a warning. The measured difference is logged and on /diagnostics '
+          '(precision.check_max_diff).', low=0.0, high=10.0),
         P('backend', 'torch', 'Inference backend: torch (any device); openvino or onnxruntime '
           '(CPU only, from an ONNX export next to the checkpoint, made at configure when missing '
           'or stale; pip extras act_ros[openvino] / act_ros[onnxruntime]). onnxruntime is fp32 '
@@ -318,6 +328,7 @@ class NodeSettings:
     urdf_path: str = ''
     ee_frame: str = 'ee_link'
     inference_timeout_s: float = 30.0
+    precision_tolerance: float = DEFAULT_TOLERANCE
     visualization_enabled: bool = True
     visualization_rate_hz: float = 5.0
     visualization_frame_id: str = 'base_link'
@@ -389,6 +400,7 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         pad_pose_topic=v['pad_pose_topic'], ee_source=v['ee_source'],
         ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'],
         inference_timeout_s=v['inference_timeout_s'], object_pose_topics=pose_topics,
+        precision_tolerance=v['precision_tolerance'],
         visualization_enabled=v['visualization.enabled'],
         visualization_rate_hz=v['visualization.rate_hz'],
         visualization_frame_id=v['visualization.frame_id'])

@@ -120,6 +120,11 @@ class NodeStatus:
         }
         if node.verdict is not None:
             values.update({f'realtime.{k}': v for k, v in node.verdict.as_values().items()})
+        # What the model runs in (precision auto: the bf16 check against fp32).
+        if loop.runtime.precision_check is not None:
+            values.update(loop.runtime.precision_check.as_values())
+        # Background chunks by part: transfer, preprocess, model, postprocess, return.
+        values.update(stats.split.as_values())
         # Time from process start to the first command, by phase (act_ros.core.startup).
         values.update(node.startup.as_values())
         # Every input a tick needs (readiness): joint states, the checkpoint's cameras and,

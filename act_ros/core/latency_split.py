@@ -1,0 +1,117 @@
+"""Where a chunk's time goes: the observation-to-chunk latency split into its parts.
+
+For every chunk the runtime computes in the background (``async``, ``process``):
+
+- ``transfer``: the observation crossing to the inference child (pickling, the socket,
+  unpickling: from the parent's send to the child's receipt, on the shared monotonic
+  clock); 0 in a thread of the same process;
+- ``preprocess``: conversion to float tensors, resizing, normalization, batching;
+- ``model``: the network alone (the backend's call);
+- ``postprocess``: unnormalization and the conversion of the chunk;
+- ``return``: the chunk crossing back (child's send to the parent's receipt); 0 in-process;
+- ``other``: what is left of the total (thread hand-over, the socket wait's wake-up).
+
+``total`` is the request's time in the runtime's worker, from the request to the chunk
+back. :class:`SplitStats` keeps cumulative sums (counters: a benchmark differences two
+readings over its window) and the medians of the recent chunks, and beside them the
+model-only time per chunk measured at configure (:meth:`SplitStats.set_model_only`:
+the same predictor, backend, precision and threads, the model called alone on one
+preprocessed observation), for ``/diagnostics`` (``latency_split.*``).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+import threading
+from typing import Any
+
+import numpy as np
+
+PARTS = ('transfer', 'preprocess', 'model', 'postprocess', 'return')
+RECENT = 200  # chunks behind the medians
+
+
+@dataclass(frozen=True)
+class ChunkTiming:
+    """Seconds of one chunk's parts (see the module docstring)."""
+
+    total_s: float
+    transfer_s: float = 0.0
+    preprocess_s: float = 0.0
+    model_s: float = 0.0
+    postprocess_s: float = 0.0
+    return_s: float = 0.0
+
+    @property
+    def other_s(self) -> float:
+        return self.total_s - sum(getattr(self, f'{part}_s') for part in PARTS)
+
+    @classmethod
+    def in_process(cls, total_s: float, parts: Mapping[str, float]) -> ChunkTiming:
+        """A chunk computed in this process: the predictor's ``last_timing`` parts."""
+        return cls(total_s=total_s, **{f'{p}_s': float(parts.get(f'{p}_s', 0.0))
+                                       for p in ('preprocess', 'model', 'postprocess')})
+
+    @classmethod
+    def from_child(cls, sent: float, back: float, child: Mapping[str, float]) -> ChunkTiming:
+        """A chunk of the inference child: ``sent``/``back`` are the parent's monotonic
+        moments of the request and the reply; ``child`` holds the child's ``received`` and
+        ``replied`` moments (same clock) and its predictor's parts."""
+        return cls(total_s=back - sent, transfer_s=child['received'] - sent,
+                   return_s=back - child['replied'],
+                   **{f'{p}_s': float(child.get(f'{p}_s', 0.0))
+                      for p in ('preprocess', 'model', 'postprocess')})
+
+    def as_ms(self) -> dict[str, float]:
+        out = {f.name[:-2]: getattr(self, f.name) * 1e3 for f in fields(self)}
+        out['other'] = self.other_s * 1e3
+        return out
+
+
+class SplitStats:
+    """Thread-safe accumulation of :class:`ChunkTiming` (the worker adds, diagnostics read)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.chunks = 0
+        self._sums_ms = dict.fromkeys((*PARTS, 'other', 'total'), 0.0)
+        self._recent: deque[dict[str, float]] = deque(maxlen=RECENT)
+        self.model_only_s: list[float] = []
+
+    def add(self, timing: ChunkTiming) -> None:
+        ms = timing.as_ms()
+        with self._lock:
+            self.chunks += 1
+            for key in self._sums_ms:
+                self._sums_ms[key] += ms[key]
+            self._recent.append(ms)
+
+    def set_model_only(self, seconds: Sequence[float]) -> None:
+        with self._lock:
+            self.model_only_s = [float(s) for s in seconds]
+
+    def medians_ms(self) -> dict[str, float]:
+        """Median of each part (and total, other) over the recent chunks; empty before one."""
+        with self._lock:
+            recent = list(self._recent)
+        if not recent:
+            return {}
+        return {key: float(np.median([r[key] for r in recent])) for key in recent[0]}
+
+    def as_values(self) -> dict[str, Any]:
+        """``latency_split.*`` key/values: ``chunks``, ``<part>_sum_ms`` (since start),
+        ``<part>_p50_ms`` (recent chunks), ``model_only_ms`` (configure: median)."""
+        medians = self.medians_ms()
+        with self._lock:
+            values: dict[str, Any] = {'latency_split.chunks': self.chunks}
+            for key, total in self._sums_ms.items():
+                values[f'latency_split.{key}_sum_ms'] = total
+            model_only = list(self.model_only_s)
+        for key in self._sums_ms:
+            values[f'latency_split.{key}_p50_ms'] = medians.get(key, 'n/a')
+        values['latency_split.model_only_ms'] = (float(np.median(model_only)) * 1e3
+                                                 if model_only else 'n/a')
+        values['latency_split.model_only_calls'] = len(model_only)
+        return values

@@ -1,0 +1,252 @@
+"""Which precision the model runs in: ``precision: auto`` and its check against fp32.
+
+Torch-free, so that the node's process (``execution: process`` never imports torch there)
+decides as the inference child, the evaluator and training do, from one detection:
+
+- :func:`cpu_has_native_bf16`: the CPU computes bfloat16 natively (x86 flags
+  ``avx512_bf16`` or ``amx_bf16``: AVX512-BF16 or AMX), read from the kernel's CPU flags
+  (``/proc/cpuinfo``, what ``lscpu`` shows) on Linux and from
+  ``torch.cpu.get_capabilities()`` elsewhere. Training's ``--precision auto``
+  (:func:`act_ros.training.loop.resolve_precision`), the torch backend's refusal of
+  emulated bf16 and the rule below all use it.
+- :func:`auto_precision`: the inference rule of ``precision: auto`` (``act_node``'s
+  default, ``act-ros evaluate --precision auto``): bf16 with the OpenVINO backend on a
+  CPU with native bf16, fp32 everywhere else (the torch backend on a CPU gains little
+  from autocast, and ONNX Runtime runs fp32 only).
+- When auto picks bf16 it is only a candidate: the model is built in fp32 first, then
+  in bf16, and both run on the check observations (:func:`check_observations`: the
+  warm-up's observation and seeded random ones). bf16 is kept only when the largest
+  difference of any normalized action (units of the action's standard deviation in the
+  training data) stays within ``tolerance`` (:data:`DEFAULT_TOLERANCE`); otherwise, or
+  when the bf16 model cannot be built, the model stays fp32 and the result says why
+  (:class:`PrecisionCheck`, logged as a warning by the node and shown on
+  ``/diagnostics`` as ``precision.*``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+import functools
+from pathlib import Path
+import sys
+from typing import Any
+
+import numpy as np
+
+from act_ros.core.observation import Observation, dummy_observation
+
+AUTO = 'auto'
+# Instruction-set flags (Linux /proc/cpuinfo and torch.cpu.get_capabilities() spell them
+# alike) with which an x86 CPU computes bfloat16 natively.
+NATIVE_BF16_FLAGS = ('avx512_bf16', 'amx_bf16')
+# Largest normalized action difference between bf16 and fp32 accepted by precision auto.
+# bf16 keeps 8 bits of mantissa (about 0.4 % relative); an ACT forward pass at 480x640
+# measured 0.01 on a CPU with AVX512-BF16 (issue 23). 0.05 standard deviations of an arm
+# joint is a few hundredths of a radian: well under max_joint_step (0.1 rad per tick).
+DEFAULT_TOLERANCE = 0.05
+CHECK_OBSERVATIONS = 3  # the warm-up's observation and two seeded random ones
+CPUINFO = Path('/proc/cpuinfo')
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_flags() -> frozenset[str]:
+    """The CPU's instruction-set flags, lower case (see the module docstring)."""
+    if sys.platform.startswith('linux') and CPUINFO.is_file():
+        return parse_cpuinfo_flags(CPUINFO.read_text(errors='replace'))
+    try:
+        import torch
+    except ImportError:
+        return frozenset()
+    capabilities = getattr(torch.cpu, 'get_capabilities', None)
+    if capabilities is None:
+        return frozenset()
+    return frozenset(str(k).lower() for k, v in capabilities().items() if v is True)
+
+
+def parse_cpuinfo_flags(text: str) -> frozenset[str]:
+    """The ``flags`` of the first processor in a ``/proc/cpuinfo`` text (x86 layout)."""
+    for line in text.splitlines():
+        key, sep, value = line.partition(':')
+        if sep and key.strip() == 'flags':
+            return frozenset(value.lower().split())
+    return frozenset()
+
+
+def cpu_has_native_bf16(flags: Iterable[str] | None = None) -> bool:
+    """True when the CPU computes bfloat16 natively (AVX512-BF16 or AMX on x86).
+
+    ``flags``: the CPU flags to judge (default: this machine's, :func:`cpu_flags`).
+    """
+    present = cpu_flags() if flags is None else {str(f).lower() for f in flags}
+    return any(flag in present for flag in NATIVE_BF16_FLAGS)
+
+
+def auto_precision(backend: str, *, flags: Iterable[str] | None = None) -> tuple[str, str]:
+    """``(precision, why)`` that ``precision: auto`` tries for ``backend`` on this CPU (or
+    one with ``flags``): 'bf16' for openvino on a CPU with native bf16 (still subject to
+    the check against fp32), else 'fp32'."""
+    present = cpu_flags() if flags is None else frozenset(str(f).lower() for f in flags)
+    if backend != 'openvino':
+        return 'fp32', f'backend {backend}: auto runs fp32 (bf16 only with openvino)'
+    if not cpu_has_native_bf16(present):
+        return 'fp32', ('this CPU has no native bfloat16 (no avx512_bf16 or amx_bf16 among '
+                        'its flags): bf16 would be emulated')
+    found = [flag for flag in NATIVE_BF16_FLAGS if flag in present]
+    return 'bf16', f"this CPU computes bfloat16 natively ({', '.join(found)})"
+
+
+@dataclass(frozen=True)
+class PrecisionPlan:
+    """How a predictor's precision is settled at start-up (picklable: the inference child
+    gets it): build the model in ``build``; when ``candidate`` is set, check it against
+    that and keep it within ``tolerance`` (:func:`settle`)."""
+
+    requested: str
+    build: str
+    why: str
+    candidate: str | None = None
+    tolerance: float = DEFAULT_TOLERANCE
+
+    @classmethod
+    def make(cls, requested: str, backend: str, tolerance: float = DEFAULT_TOLERANCE, *,
+             flags: Iterable[str] | None = None) -> PrecisionPlan:
+        """A concrete ``requested`` precision is built as asked, unchecked; ``auto``
+        follows :func:`auto_precision` (a bf16 candidate is built after fp32, checked)."""
+        if not (isinstance(tolerance, (int, float)) and np.isfinite(tolerance) and tolerance >= 0):
+            raise ValueError(f'precision_tolerance must be a finite number >= 0, got {tolerance}')
+        if requested != AUTO:
+            return cls(requested=requested, build=requested, why='as set',
+                       tolerance=float(tolerance))
+        chosen, why = auto_precision(backend, flags=flags)
+        return cls(requested=AUTO, build='fp32', why=why,
+                   candidate=chosen if chosen != 'fp32' else None, tolerance=float(tolerance))
+
+
+@dataclass(frozen=True)
+class PrecisionCheck:
+    """The precision a model runs in, as requested and as settled at start-up."""
+
+    requested: str  # auto | fp32 | bf16 | fp16
+    precision: str  # what the model runs in
+    why: str  # the rule's reason (auto), or 'as set'
+    candidate: str | None = None  # the reduced precision auto tried, if any
+    max_diff: float | None = None  # largest normalized action difference, candidate vs fp32
+    tolerance: float | None = None
+    observations: int = 0
+    failure: str = ''  # the candidate could not be built or run (then precision is fp32)
+
+    @property
+    def fell_back(self) -> bool:
+        """Auto tried a reduced precision and kept fp32 (a warning)."""
+        return self.candidate is not None and self.precision != self.candidate
+
+    def line(self) -> str:
+        """One log line: what runs, and the check behind it."""
+        head = f'precision {self.precision} (requested {self.requested}: {self.why})'
+        if self.candidate is None:
+            return head
+        if self.failure:
+            return f'{head}; {self.candidate} could not run here, kept fp32: {self.failure}'
+        verdict = ('within' if self.max_diff is not None and self.tolerance is not None
+                   and self.max_diff <= self.tolerance else 'over')
+        text = (f'{head}; {self.candidate} vs fp32 on {self.observations} warm-up observations: '
+                f'max normalized action difference {self.max_diff:.4f}, {verdict} the '
+                f'tolerance {self.tolerance:g}')
+        return text + ('' if verdict == 'within' else ', kept fp32')
+
+    def as_values(self) -> dict[str, Any]:
+        """Key/value pairs for /diagnostics (``precision.*``)."""
+        values: dict[str, Any] = {'precision': self.precision,
+                                  'precision.requested': self.requested,
+                                  'precision.why': self.why}
+        if self.candidate is not None:
+            values.update({'precision.candidate': self.candidate,
+                           'precision.check_tolerance': self.tolerance,
+                           'precision.check_max_diff': (self.max_diff if self.max_diff
+                                                        is not None else 'n/a'),
+                           'precision.check_observations': self.observations,
+                           'precision.fell_back': self.fell_back})
+            if self.failure:
+                values['precision.check_failure'] = self.failure
+        return values
+
+
+def check_observations(cameras: Sequence[tuple[str, str, tuple[int, int]]], lower: np.ndarray,
+                       upper: np.ndarray, environment_state_dim: int = 0,
+                       count: int = CHECK_OBSERVATIONS, seed: int = 0) -> list[Observation]:
+    """The warm-up's observation (:func:`dummy_observation`) and ``count - 1`` seeded
+    random ones: uniform pixels, joints uniform within their limits, object features in
+    [-1, 1]."""
+    if count < 1:
+        raise ValueError(f'the precision check needs at least 1 observation, got {count}')
+    out = [dummy_observation(cameras, lower, upper, environment_state_dim)]
+    rng = np.random.default_rng(seed)
+    lower, upper = np.asarray(lower, np.float64), np.asarray(upper, np.float64)
+    for _ in range(count - 1):
+        out.append(Observation(
+            images={name: rng.integers(0, 256, (h, w, 3), dtype=np.uint8)
+                    for name, _, (h, w) in cameras},
+            state=rng.uniform(lower, upper),
+            environment_state=(rng.uniform(-1.0, 1.0, environment_state_dim).astype(np.float32)
+                               if environment_state_dim else None)))
+    return out
+
+
+def compare_backends(predictor: Any, candidate: Callable[[], Any], observations: Sequence[Observation],
+                     tolerance: float, *, requested: str, why: str, name: str) -> PrecisionCheck:
+    """Run ``predictor`` (its backend built in fp32) and the backend ``candidate()`` builds
+    on ``observations``; keep the candidate in ``predictor`` when every normalized action
+    is within ``tolerance`` of fp32, else keep fp32.
+
+    ``predictor``: a :class:`~act_ros.core.inference.ChunkPredictor` with an ONNX backend or
+    a :class:`~act_ros.core.onnx_predictor.LeanOnnxPredictor` (``normalized(obs)``,
+    ``backend``, ``use_backend(backend)``). A candidate that cannot be built or run
+    (``candidate()`` raises) leaves fp32 in place, with the reason.
+    """
+    if not (tolerance >= 0 and np.isfinite(tolerance)):
+        raise ValueError(f'precision tolerance must be a finite number >= 0, got {tolerance}')
+    common = dict(requested=requested, why=why, candidate=name, tolerance=float(tolerance),
+                  observations=len(observations))
+    reference = [predictor.normalized(obs) for obs in observations]
+    fp32 = predictor.backend
+    try:
+        backend = candidate()
+        predictor.use_backend(backend)
+        reduced = [predictor.normalized(obs) for obs in observations]
+    except Exception as exc:  # noqa: BLE001 - any failure of the candidate means fp32
+        predictor.use_backend(fp32)
+        return PrecisionCheck(precision='fp32', failure=f'{type(exc).__name__}: {exc}', **common)
+    diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+               for a, b in zip(reference, reduced))
+    if not np.isfinite(diff) or diff > tolerance:
+        predictor.use_backend(fp32)
+        return PrecisionCheck(precision='fp32', max_diff=diff, **common)
+    return PrecisionCheck(precision=name, max_diff=diff, **common)
+
+
+def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.ndarray
+           ) -> PrecisionCheck:
+    """The start-up's last step for a predictor built in ``plan.build``: check
+    ``plan.candidate`` against it on :func:`check_observations` (:func:`compare_backends`)
+    when there is one; otherwise report the precision as built."""
+    if plan.candidate is None:
+        return PrecisionCheck(requested=plan.requested, precision=plan.build, why=plan.why)
+    info = getattr(predictor, 'info', None)  # the lean ONNX predictor's checkpoint info
+    if info is not None:
+        env_dim = info.env_state_dim if info.env_state_key is not None else 0
+    else:
+        env_dim = predictor.env_state_dim if predictor.env_state_key is not None else 0
+    observations = check_observations(predictor.cameras, lower, upper, env_dim)
+    fp32 = predictor.backend
+
+    def build():
+        return type(fp32)(fp32.export, precision=plan.candidate, threads=fp32.threads)
+
+    return compare_backends(predictor, build, observations, plan.tolerance,
+                            requested=plan.requested, why=plan.why, name=plan.candidate)
+
+
+__all__ = ['AUTO', 'DEFAULT_TOLERANCE', 'NATIVE_BF16_FLAGS', 'PrecisionCheck', 'PrecisionPlan',
+           'auto_precision', 'check_observations', 'compare_backends', 'cpu_flags',
+           'cpu_has_native_bf16', 'parse_cpuinfo_flags', 'settle']
