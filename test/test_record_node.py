@@ -307,3 +307,64 @@ def test_sigkill_loses_at_most_the_open_episode_and_a_restart_continues(
     assert len(store) == 30 * total
     assert not any(shards.glob('.episode_*.partial-*'))
     assert len(list(shards.glob('episode_*/meta/info.json'))) == total
+
+
+def test_a_full_disk_loses_only_the_episodes_it_cuts(rclpy_context, ros_domain_id, tmp_path):
+    """A recorder whose writes fail (the file size limit of its process set so low that
+    no episode's files fit: what a full disk does to every write) keeps the dataset it
+    continues as it was, says why on its log, and leaves no partial files behind."""
+    import resource
+
+    output = tmp_path / 'demos'
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    joints = dict(zip(CONTRACT.joint_names, np.zeros(CONTRACT.num_joints)))
+    rng = np.random.default_rng(1)
+    follower = RobotHarness(context=rclpy_context, joints=joints,
+                            image=rng.integers(0, 255, (H, W, 3), dtype=np.uint8))
+    leader = RobotHarness(context=rclpy_context, joints=joints, image=np.zeros((H, W, 3),
+                                                                                np.uint8),
+                          cameras=(), namespace='leader', name='leader')
+    shards = output.parent / f'.{output.name}.episodes'
+
+    def small_files() -> None:  # in the child: writes past 6 KB fail with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (6 * 1024, 6 * 1024))
+
+    with spinning(rclpy_context, follower, leader):
+        first = _record_process(output, env, tmp_path / 'first.log')
+        try:
+            assert wait_until(lambda: 'holds 2 episode(s)' in (tmp_path / 'first.log')
+                              .read_text(), 180.0), (tmp_path / 'first.log').read_text()[-3000:]
+            first.send_signal(signal.SIGINT)
+            first.wait(timeout=60)
+        finally:
+            if first.poll() is None:
+                first.kill()
+        before = len(list(shards.glob('episode_*/meta/info.json')))
+        full = subprocess.Popen(
+            [sys.executable, '-m', 'act_ros.ros.recording.record_node', '--ros-args',
+             '-p', f'output:={output}', '-p', 'start_recording:=true',
+             '-p', 'max_episode_s:=1.0', '-p', f'image_height:={H}', '-p', f'image_width:={W}',
+             '-p', 'action_source:=leader', '-p', 'action_topic:=leader/joint_states',
+             '-p', 'tolerance_s:=0.2', '-p', 'restart_after_save:=true'],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            preexec_fn=small_files)
+        lines: list[str] = []
+        import threading
+        reader = threading.Thread(target=lambda: lines.extend(full.stdout), daemon=True)
+        reader.start()
+        try:
+            assert wait_until(lambda: sum('save failed' in line for line in lines) >= 2, 180.0), \
+                ''.join(lines)[-3000:]
+            full.send_signal(signal.SIGINT)
+            full.wait(timeout=60)
+        finally:
+            if full.poll() is None:
+                full.kill()
+        reader.join(timeout=10)
+    text = ''.join(lines)
+    assert 'File too large' in text, text[-3000:]
+    dataset, store = _read(output)
+    assert dataset.meta.total_episodes == before >= 2
+    assert len(store) == 30 * before
+    assert len(list(shards.glob('episode_*/meta/info.json'))) == before
+    assert not any(shards.glob('.episode_*.partial-*'))  # failed episodes left nothing
