@@ -18,13 +18,14 @@ export PYOPENGL_PLATFORM ?= egl
 # Full-size camera images between processes (see config/fastdds_large_images.xml).
 export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_large_images.xml
 
-.PHONY: help setup test test-fast demo bench lint clean-venv
+.PHONY: help setup test test-fast demo bench bench-check lint clean-venv
 
 help:
 	@echo "make demo   - set up if needed, then run the simulated task end to end over ROS 2"
 	@echo "make test   - set up if needed, then run the test suite"
 	@echo "make setup  - create/refresh the virtualenv ($(VENV)) with Python 3.12"
 	@echo "make bench  - run the benchmarks and write a report"
+	@echo "make bench-check - fast benchmarks against the committed baseline (fails on a regression)"
 	@echo "make lint   - ruff over the package and tests"
 
 setup: $(STAMP)
@@ -59,6 +60,12 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) -m act_ros.bench all $(BENCH_ARGS)
+
+# The fast benchmarks against the baseline committed for this CPU class; fails on a
+# regression (docs/benchmarks/README.md). A slowed build: BENCH_CHECK_ARGS=--inject-slowdown=1.5
+BENCH_CHECK_ARGS ?=
+bench-check: $(STAMP)
+	$(PY) -m act_ros.bench check $(BENCH_CHECK_ARGS)
 
 lint: $(STAMP)
 	$(PY) -m ruff check act_ros test launch setup.py

@@ -4,7 +4,9 @@
 (``compile`` and ``training`` CPU-sized on a CPU: the ``cpu`` model at 96x128; full size
 elsewhere or with ``--size full``), and writes one markdown report (``--output``, default
 ``outputs/bench/report.md``): the machine description and versions once, then every
-benchmark's tables. ``act-ros bench all --help`` lists its options.
+benchmark's tables. ``act-ros bench all --help`` lists its options. ``check`` runs the
+fast benchmarks against the committed baseline of this CPU class and fails on a
+regression (``make bench-check``; :mod:`act_ros.bench.check`).
 """
 
 from __future__ import annotations
@@ -158,13 +160,16 @@ def _run_all(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ('-h', '--help'):
-        print(__doc__.strip() + '\n\nbenchmarks: ' + ', '.join([*BENCHMARKS, 'all']))
+        print(__doc__.strip() + '\n\nbenchmarks: ' + ', '.join([*BENCHMARKS, 'all', 'check']))
         return 0
     name, rest = argv[0], argv[1:]
     if name == 'all':
         return _run_all(rest)
+    if name == 'check':  # the fast benchmarks against the committed baseline (make bench-check)
+        from act_ros.bench.check import main as check
+        return check(rest)
     if name not in BENCHMARKS:
-        print(f"unknown benchmark '{name}' (have {', '.join([*BENCHMARKS, 'all'])})",
+        print(f"unknown benchmark '{name}' (have {', '.join([*BENCHMARKS, 'all', 'check'])})",
               file=sys.stderr)
         return 2
     return int(importlib.import_module(BENCHMARKS[name]).main(rest) or 0)

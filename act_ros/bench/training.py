@@ -103,8 +103,10 @@ def _timed(device: torch.device, fn: Any, *args: Any) -> float:
 
 
 def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, iters: int,
-            warmup: int, compile_step: bool, device: str = 'cpu', seed: int = 0) -> list[dict]:
-    """Per arm: median seconds per step, speed-up vs LeRobot and the first step's loss."""
+            warmup: int, compile_step: bool, device: str = 'cpu', seed: int = 0,
+            early_freeze_arm: bool = True) -> list[dict]:
+    """Per arm: median seconds per step, speed-up vs LeRobot and the first step's loss
+    (``early_freeze_arm=False`` leaves out the stem..layer2 cached arm)."""
     from act_ros.training.loop import Trainer
     from act_ros.training.speed import synthetic_config, synthetic_inputs
 
@@ -119,8 +121,9 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
         if compile_step:
             ours['act_ros train_step (compiled)'] = Trainer(
                 synthetic_config(inputs, Path(tmp), compile=True, **fields), inputs)
-        ours[EARLY] = Trainer(synthetic_config(inputs, Path(tmp), early_freeze_layer='layer2',
-                                               **fields), inputs)
+        if early_freeze_arm:
+            ours[EARLY] = Trainer(synthetic_config(inputs, Path(tmp),
+                                                   early_freeze_layer='layer2', **fields), inputs)
         ours[FROZEN] = Trainer(synthetic_config(inputs, Path(tmp), backbone_freeze_step=0,
                                                 **fields), inputs)
         reference = next(iter(ours.values()))
@@ -139,6 +142,8 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
             first_loss[name] = trainer.history.train[0]['loss']
         cache_s_per_frame = {}
         for name, cut in ((EARLY, 'layer2'), (FROZEN, 'layer4')):
+            if name not in ours:
+                continue
             cache = ours[name].feature_cache_info[cut]
             cache_s_per_frame[name] = cache['build_s'] / cache['cached_frames']
     base = np.asarray(times[LEROBOT][warmup:])
