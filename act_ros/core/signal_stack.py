@@ -10,8 +10,8 @@ that created it with an alternate stack that no longer exists. Python installs i
 handlers with ``SA_ONSTACK``: the next signal that thread handles (Ctrl-C in the main
 thread) cannot be delivered, and the kernel kills the process with SIGSEGV before
 faulthandler can print anything. That ended test runs at the trainer's SIGINT test, the
-first real signal after the OpenVINO tests in the same process (docs/benchmarks/README.md
-has the reproduction).
+first real signal after the OpenVINO tests in the same process
+(``test/test_signal_stack.py`` reproduces it in a child process).
 
 :func:`kept_signal_stack` puts the caller's stack back after such a call, so a library's
 stack is never left installed on this package's threads: the plugin then sees, at its
