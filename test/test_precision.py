@@ -259,8 +259,12 @@ def test_child_timing_arithmetic():
     assert values['latency_split.model_sum_ms'] == pytest.approx(440.0)
     assert values['latency_split.transfer_sum_ms'] == pytest.approx(20.0)
     assert values['latency_split.model_only_ms'] == 'n/a'
+    assert values['latency_split.total_over_model_only'] == 'n/a'
     stats.set_model_only([0.2, 0.3, 0.25])
-    assert stats.as_values()['latency_split.model_only_ms'] == pytest.approx(250.0)
+    values = stats.as_values()
+    assert values['latency_split.model_only_ms'] == pytest.approx(250.0)
+    assert values['latency_split.total_p50_ms'] == pytest.approx(350.0)  # of 500 and 200
+    assert values['latency_split.total_over_model_only'] == pytest.approx(1.4)
 
 
 def test_verdict_names_what_it_measured():

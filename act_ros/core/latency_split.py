@@ -102,7 +102,8 @@ class SplitStats:
 
     def as_values(self) -> dict[str, Any]:
         """``latency_split.*`` key/values: ``chunks``, ``<part>_sum_ms`` (since start),
-        ``<part>_p50_ms`` (recent chunks), ``model_only_ms`` (configure: median)."""
+        ``<part>_p50_ms`` (recent chunks), ``model_only_ms`` (configure: median) and
+        ``total_over_model_only`` (the median total over the model-only time)."""
         medians = self.medians_ms()
         with self._lock:
             values: dict[str, Any] = {'latency_split.chunks': self.chunks}
@@ -111,7 +112,11 @@ class SplitStats:
             model_only = list(self.model_only_s)
         for key in self._sums_ms:
             values[f'latency_split.{key}_p50_ms'] = medians.get(key, 'n/a')
-        values['latency_split.model_only_ms'] = (float(np.median(model_only)) * 1e3
-                                                 if model_only else 'n/a')
+        model_only_ms = float(np.median(model_only)) * 1e3 if model_only else None
+        values['latency_split.model_only_ms'] = model_only_ms if model_only_ms else 'n/a'
         values['latency_split.model_only_calls'] = len(model_only)
+        # The node's time per chunk against the model alone (issue 23's goal: <= 1.15).
+        total = medians.get('total')
+        values['latency_split.total_over_model_only'] = (
+            total / model_only_ms if total is not None and model_only_ms else 'n/a')
         return values
