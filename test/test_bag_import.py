@@ -138,6 +138,8 @@ def test_jittered_stamps_between_streams_pair_the_same_instant(tmp_path, episode
     offsets = {'joint_states': rng.uniform(-0.008, 0.008, n),
                'command': rng.uniform(-0.008, 0.008, n),
                'top': rng.uniform(-0.008, 0.008, n), 'wrist': rng.uniform(-0.008, 0.008, n)}
+    for values in offsets.values():
+        values[0] = 0.0  # the first instant logged together: ticks fall on the instants
     bag = write_episode_bag(tmp_path / 'jitter', episode, CONTRACT, offsets_s=offsets)
     report = import_bags([bag], tmp_path / 'ds', _spec(), use_video=False, progress=False)
     assert report.dropped_ticks == 0, report.episodes
