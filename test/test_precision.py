@@ -10,7 +10,8 @@ import torch
 from act_ros.core import precision as precision_rules
 from act_ros.core.backends import installed_backends
 from act_ros.core.feasibility import Latency, verdict
-from act_ros.core.latency_split import PARTS, ChunkTiming, SplitStats
+from act_ros.core.latency_split import (PARTS, ChunkTiming, SplitStats, window_line,
+                                        window_means)
 from act_ros.core.precision import (DEFAULT_TOLERANCE, PrecisionPlan, auto_precision,
                                     check_observations, compare_backends, cpu_has_native_bf16,
                                     parse_cpuinfo_flags)
@@ -265,6 +266,28 @@ def test_child_timing_arithmetic():
     assert values['latency_split.model_only_ms'] == pytest.approx(250.0)
     assert values['latency_split.total_p50_ms'] == pytest.approx(350.0)  # of 500 and 200
     assert values['latency_split.total_over_model_only'] == pytest.approx(1.4)
+
+
+def test_window_means_difference_two_readings_as_strings():
+    """What a benchmark reads from /diagnostics (strings) at a window's start and end."""
+    stats = SplitStats()
+    stats.add(ChunkTiming(total_s=1.0, transfer_s=0.1, model_s=0.8))
+    before = {k: str(v) for k, v in stats.as_values().items()}
+    stats.add(ChunkTiming(total_s=0.5, transfer_s=0.02, preprocess_s=0.03, model_s=0.4,
+                          return_s=0.01))
+    stats.add(ChunkTiming(total_s=0.7, transfer_s=0.04, preprocess_s=0.05, model_s=0.6,
+                          return_s=0.01))
+    stats.set_model_only([0.5])
+    after = {k: str(v) for k, v in stats.as_values().items()}
+    means = window_means(before, after)
+    assert means['chunks'] == 2
+    assert means['transfer_ms'] == pytest.approx(30.0) and means['model_ms'] == pytest.approx(500.0)
+    assert means['total_ms'] == pytest.approx(600.0) and means['other_ms'] == pytest.approx(20.0)
+    assert means['total_over_model_only'] == pytest.approx(1.2)
+    assert 'transfer 30 ms' in window_line(means) and '1.20x' in window_line(means)
+    assert window_means(after, after) == {'chunks': 0}
+    assert window_means(None, after)['chunks'] == 3
+    assert 'no chunk' in window_line({'chunks': 0})
 
 
 def test_verdict_names_what_it_measured():

@@ -120,3 +120,49 @@ class SplitStats:
         values['latency_split.total_over_model_only'] = (
             total / model_only_ms if total is not None and model_only_ms else 'n/a')
         return values
+
+
+def _number(value: Any) -> float | None:
+    """A diagnostics value (a string on the wire, a number in process) as a float."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if np.isfinite(number) else None
+
+
+def window_means(before: Mapping[str, Any] | None, after: Mapping[str, Any]) -> dict[str, Any]:
+    """The mean of each part per chunk over a window, from two readings of
+    :meth:`SplitStats.as_values` (``/diagnostics`` key/values, strings or numbers):
+    ``before`` at the window's start (``None``: from the node's start) and ``after`` at
+    its end. Returns ``chunks`` and ``<part>_ms`` for every part, ``other`` and ``total``,
+    ``model_only_ms`` and ``total_over_model_only``; only ``chunks`` (0) when no chunk
+    came back in the window."""
+    def counter(values, key):
+        number = _number((values or {}).get(f'latency_split.{key}'))
+        return 0.0 if number is None else number
+
+    chunks = int(round(counter(after, 'chunks') - counter(before, 'chunks')))
+    if chunks <= 0:
+        return {'chunks': 0}
+    out: dict[str, Any] = {'chunks': chunks}
+    for key in (*PARTS, 'other', 'total'):
+        out[f'{key}_ms'] = (counter(after, f'{key}_sum_ms')
+                            - counter(before, f'{key}_sum_ms')) / chunks
+    model_only = _number(after.get('latency_split.model_only_ms'))
+    out['model_only_ms'] = model_only
+    out['total_over_model_only'] = out['total_ms'] / model_only if model_only else None
+    return out
+
+
+def window_line(means: Mapping[str, Any]) -> str:
+    """One line for a benchmark's output from :func:`window_means`."""
+    if not means.get('chunks'):
+        return 'latency split: no chunk came back in the window'
+    parts = ', '.join(f"{key} {means[f'{key}_ms']:.0f} ms" for key in (*PARTS, 'other'))
+    text = (f"latency split per chunk (mean of {means['chunks']}): {parts}; total "
+            f"{means['total_ms']:.0f} ms")
+    if means.get('model_only_ms'):
+        text += (f"; the model alone {means['model_only_ms']:.0f} ms (at configure, same "
+                 f"child): {means['total_over_model_only']:.2f}x")
+    return text
