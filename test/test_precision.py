@@ -353,3 +353,33 @@ def test_node_reports_precision_and_latency_split(rclpy_context, exported):
                 'precision.check_tolerance'] == DEFAULT_TOLERANCE
     finally:
         node.destroy_node()
+
+
+@needs_openvino
+@pytest.mark.sim
+@pytest.mark.slow
+def test_evaluate_records_the_settled_precision(exported, tmp_path, capsys, flags):
+    """act-ros evaluate --backend openvino with its default precision (auto): the precision
+    it ran in, and the check behind it, in each mode's result and on its output. The flags
+    claim native bf16, so auto tries bf16 (kept where it runs and passes, else fp32)."""
+    pytest.importorskip('mujoco')
+    import json
+
+    from act_ros.training.evaluate import main
+    flags({'avx512_bf16'})
+    out = tmp_path / 'eval.json'
+    assert main(['--checkpoint', str(exported), '--episodes', '1', '--mode', 'chunk',
+                 '--episode-steps', '5', '--backend', 'openvino', '--output', str(out),
+                 '--no-progress']) == 0
+    data = json.loads(out.read_text())
+    assert (data['precision'], data['precision_tolerance']) == ('auto', DEFAULT_TOLERANCE)
+    precision = data['modes']['chunk']['precision']
+    assert precision['precision.requested'] == 'auto' and precision['precision.candidate'] == 'bf16'
+    if not NATIVE_BF16:
+        assert precision['precision'] == 'fp32' and precision['precision.fell_back'] is True
+        assert 'cannot run it natively' in precision['precision.check_failure']
+    printed = capsys.readouterr().out
+    assert f"precision {precision['precision']} (requested auto: this CPU computes bfloat16 " \
+           'natively (avx512_bf16))' in printed
+    if not NATIVE_BF16:
+        assert '; bf16 could not run here: DeviceUnavailableError' in printed

@@ -148,11 +148,16 @@ def _print_mode(mode: str, s: dict, seconds: float, suppressed: int) -> None:
         print(f'{"":>8}  tumbles: {s["tumbles"]} (the lifted box turned in the fingers)')
     precision = s.get('precision') or {}
     if precision:
-        check = (f", bf16 vs fp32 max normalized difference {precision['precision.check_max_diff']}"
-                 f" (tolerance {precision['precision.check_tolerance']})"
-                 if 'precision.check_max_diff' in precision else '')
+        check = ''
+        if 'precision.check_failure' in precision:
+            check = (f"; {precision['precision.candidate']} could not run here: "
+                     f"{precision['precision.check_failure']}")
+        elif 'precision.check_max_diff' in precision:
+            check = (f"; {precision['precision.candidate']} vs fp32 max normalized action "
+                     f"difference {precision['precision.check_max_diff']:.4f} (tolerance "
+                     f"{precision['precision.check_tolerance']:g})")
         print(f'{"":>8}  precision {precision["precision"]} (requested '
-              f'{precision["precision.requested"]}: {precision["precision.why"]}{check})')
+              f'{precision["precision.requested"]}: {precision["precision.why"]}){check}')
 
 
 def _blocks(episodes: int, workers: int) -> list[tuple[int, int]]:
