@@ -345,8 +345,9 @@ def test_node_reports_precision_and_latency_split(rclpy_context, exported):
             expected = 'fp32'
         assert report['precision'] == expected and report['precision.requested'] == 'auto'
         assert report['realtime.measured_precision'] == f'openvino {expected}'
+        # The model's part of the two timed calls behind the verdict: no extra call.
         assert report['latency_split.model_only_calls'] == 2
-        assert report['latency_split.model_only_ms'] > 0
+        assert 0 < report['latency_split.model_only_ms'] <= report['realtime.latency_worst_ms']
         assert report['latency_split.chunks'] == 0  # nothing requested before activation
         if NATIVE_BF16:
             assert 0 <= report['precision.check_max_diff'] and report[

@@ -82,7 +82,8 @@ class RemotePredictor:
 
     ``predict`` blocks the calling thread on the socket (without holding the interpreter
     lock) and is meant to be called from the runtime's worker thread; requests from
-    several threads (a model-only timing beside it) take turns. See the module docstring for hangs and restarts.
+    several threads (a model-only timing beside it) take turns. See the module docstring
+    for hangs and restarts.
     """
 
     def __init__(self, spec: ProcessSpec, timeout_s: float = START_TIMEOUT_S, *,

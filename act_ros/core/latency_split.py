@@ -15,8 +15,8 @@ For every chunk the runtime computes in the background (``async``, ``process``):
 back. :class:`SplitStats` keeps cumulative sums (counters: a benchmark differences two
 readings over its window) and the medians of the recent chunks, and beside them the
 model-only time per chunk measured at configure (:meth:`SplitStats.set_model_only`:
-the same predictor, backend, precision and threads, the model called alone on one
-preprocessed observation), for ``/diagnostics`` (``latency_split.*``).
+the model's part of the timed calls behind the real-time verdict, in the same predictor,
+so the same backend, precision and threads), for ``/diagnostics`` (``latency_split.*``).
 """
 
 from __future__ import annotations

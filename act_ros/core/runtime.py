@@ -571,17 +571,24 @@ class PolicyRuntime:
 
     def measure_latency(self, calls: int = LATENCY_CALLS) -> Latency:
         """Time ``calls`` chunk computations on this machine (after the warm-up), as the
-        runtime will run them (in the child process for ``execution='process'``)."""
+        runtime will run them (in the child process for ``execution='process'``). The
+        model's part of each call is the model-only time per chunk beside the split of
+        the chunks that follow (``stats.split``; no extra model call)."""
         if calls < 1:
             raise ValueError(f'measure_latency needs at least 1 call, got {calls}')
         obs = self._dummy_observation()
-        predict = self._remote.predict if self._remote is not None else self.predictor.predict
-        seconds = []
+        seconds, model_s = [], []
         for _ in range(calls):
             start = time.perf_counter()
-            predict(obs)
+            if self._remote is not None:
+                self._remote.predict(obs)
+                model_s.append(self._remote.last_split.model_s)
+            else:
+                self.predictor.predict(obs)
+                model_s.append(self.predictor.last_timing.get('model_s', float('nan')))
             seconds.append(time.perf_counter() - start)
         self.stats.latency = Latency.from_samples(seconds)
+        self.stats.split.set_model_only(model_s)
         self.stats.startup.setdefault('latency_measured', time.monotonic())
         return self.stats.latency
 
@@ -595,8 +602,8 @@ class PolicyRuntime:
     def measure_model_only(self, calls: int = LATENCY_CALLS) -> list[float]:
         """Time ``calls`` calls of the model alone (same predictor: backend, precision and
         threads; in the child for ``execution='process'``) on one observation preprocessed
-        once: the model-only time per chunk beside the split of the chunks
-        (``stats.split``)."""
+        once, and keep them as the model-only time per chunk (``stats.split``; replaces
+        the model parts :meth:`measure_latency` kept)."""
         if calls < 1:
             raise ValueError(f'measure_model_only needs at least 1 call, got {calls}')
         obs = self._dummy_observation()

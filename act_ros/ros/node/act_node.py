@@ -218,8 +218,6 @@ class ActNode(LifecycleNode):
                 self.get_logger().info(f'real time: {self.verdict.line()}')
             else:
                 self.get_logger().warning(f'real time: {self.verdict.line()}')
-            # The model alone, in the same predictor: beside the chunks' latency split.
-            runtime.measure_model_only()
         if not self.startup.complete:
             self.startup.merge(runtime.startup_events)
             self.startup.notes['backend_cache'] = runtime.stats.backend_cache
