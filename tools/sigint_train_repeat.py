@@ -6,10 +6,11 @@ waits until it is training (``last/`` written: ``--checkpoint-interval 1``) or, 
 ``--when random``, a random time after its start (start-up, dataset loading, the first
 steps and the saves all get hit), sends one real SIGINT to the child and waits for it.
 
-A clean Ctrl-C exits 130 with ``training_metrics.json`` saying ``interrupted`` (or, during
-start-up before the trainer's handler is installed, Python's KeyboardInterrupt: 130 or 1);
-a crash shows as a negative exit status (``-11``: SIGSEGV) with faulthandler's dump kept
-in the run's log. Prints one line per repetition and a summary; exit status 1 if any run
+A clean Ctrl-C exits 130 with ``training_metrics.json`` saying ``interrupted``, or, during
+start-up before the trainer's handler is installed, ends by Python's KeyboardInterrupt,
+which Python finishes by killing itself with SIGINT (exit status -2, 130 in a shell). A
+crash shows as another negative exit status (``-11``: SIGSEGV) or faulthandler's dump in
+the run's log. Prints one line per repetition and a summary; exit status 1 if any run
 crashed.
 
     python tools/sigint_train_repeat.py --repetitions 50 --work /tmp/sigint
@@ -98,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         result = one_run(data, out, when=args.when, max_delay_s=args.max_delay_s,
                          timeout_s=args.timeout_s, extra=args.train_args)
         codes[str(result['code'])] += 1
-        bad = not isinstance(result['code'], int) or result['code'] < 0 or result['faulthandler']
+        code = result['code']
+        bad = (not isinstance(code, int) or (code < 0 and code != -signal.SIGINT)
+               or result['faulthandler'])
         if bad:
             crashed.append(result)
         print(f"{i + 1:3d}/{args.repetitions} SIGINT at {result['signal_at_s']:6.2f} s -> exit "
