@@ -241,3 +241,22 @@ def test_bench_node_describes_the_created_checkpoint_and_checks_its_options(caps
     assert result['chunks_late'] == 3 and result['chunks_late_in_window'] == 2
     assert result['node_missed_periods_in_window'] == 2
     assert result['realtime_feasible'] == 'False' and result['realtime_latency_worst_ms'] == 1050
+    # No latency split reported: no chunk counted in the window.
+    assert result['split_chunks'] == 0
+
+    # The latency split over the window: the counters' growth per chunk (4 chunks here),
+    # beside the model alone measured at configure.
+    before[2].update({'latency_split.chunks': '2', 'latency_split.model_sum_ms': '200.0',
+                      'latency_split.transfer_sum_ms': '10.0',
+                      'latency_split.total_sum_ms': '230.0'})
+    after[2].update({'latency_split.chunks': '6', 'latency_split.model_sum_ms': '640.0',
+                     'latency_split.transfer_sum_ms': '30.0', 'latency_split.total_sum_ms': '710.0',
+                     'latency_split.model_only_ms': '100.0', 'precision': 'fp32',
+                     'realtime.measured_precision': 'fp32'})
+    result = summarize(Received, 0.0, 33 / 30, 30.0, after, before=before)
+    assert result['split_chunks'] == 4
+    assert result['split_model_ms'] == pytest.approx(110.0)
+    assert result['split_transfer_ms'] == pytest.approx(5.0)
+    assert result['split_total_ms'] == pytest.approx(120.0)
+    assert result['split_total_over_model_only'] == pytest.approx(1.2)
+    assert result['precision'] == result['realtime_measured_precision'] == 'fp32'

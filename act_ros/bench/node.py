@@ -389,7 +389,7 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
     def in_window(key):
         now, then = number(key), number(key, before)
         return now - then if now is not None and then is not None else None
-    return {
+    return {**_split_in_window(before, values),
         'realtime_feasible': values.get('realtime.feasible'),
         'realtime_verdict': values.get('realtime.feasibility'),
         'realtime_latency_median_ms': number('realtime.latency_median_ms'),
@@ -411,7 +411,20 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
         'node_missed_periods_in_window': in_window('missed_periods'),
         'stale_ticks': number('stale_ticks'),
         'device': values.get('device'),
+        'precision': values.get('precision'),
+        'realtime_measured_precision': values.get('realtime.measured_precision'),
     }
+
+
+def _split_in_window(before, values: dict) -> dict:
+    """The node's observation-to-chunk latency split over the window (mean per chunk of
+    each part: transfer to the child, preprocess, model, postprocess, return) beside the
+    model alone in the same child (``latency_split.*`` on ``/diagnostics``), as
+    ``split_*`` entries; ``split_chunks`` 0 when no chunk came back in the window."""
+    from act_ros.core.latency_split import window_means
+
+    means = window_means(before[2] if before else None, values)
+    return {f'split_{key}': value for key, value in means.items()}
 
 
 def _text(value) -> str:
