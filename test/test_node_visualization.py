@@ -348,6 +348,24 @@ def test_bench_node_measures_visualization_off_and_on_side_by_side(capsys):
                for line in out.splitlines())
 
 
+def test_bench_node_compare_repeats_in_a_balanced_order_and_compares_medians(capsys):
+    from act_ros.bench import node as bench
+
+    assert bench.compare_order(1) == ['off', 'on']
+    assert bench.compare_order(3) == ['off', 'on', 'on', 'off', 'off', 'on']
+    for bad, message in ([['--repeats', '0', '--visualization', 'compare'], '>= 1'],
+                         [['--repeats', '2'], 'compare only']):
+        with pytest.raises(SystemExit):
+            bench.parse_args(bad)
+        assert message in capsys.readouterr().err
+    rounds = [{'missed_periods': 3, 'command_rate_hz': 29.0, 'device': 'cpu'},
+              {'missed_periods': 90, 'command_rate_hz': 27.0, 'device': 'cpu'},
+              {'missed_periods': 5, 'command_rate_hz': 29.5, 'device': 'cpu'}]
+    merged = bench.median_round(rounds)
+    assert merged == {'missed_periods': 5.0, 'command_rate_hz': 29.0, 'device': 'cpu'}
+    assert bench.median_round(rounds[:1]) == rounds[0]  # one round: as measured
+
+
 def test_plot_plan_draws_what_the_topics_carry(tmp_path, fk):
     """act-ros plot-plan's picture, from the node's own messages (no spinning)."""
     from act_ros.core.chunking import TimedChunk

@@ -27,9 +27,11 @@ After start-up the benchmark measures for ``--duration`` seconds and prints:
 ``--visualization`` sets the node's ``visualization.enabled`` (``on``, its default, or
 ``off``); the harness then subscribes to ``~/planned_path`` and ``~/markers`` as RViz
 would, so the messages are really delivered, and reports their rates. ``compare`` measures
-the same configuration twice in one run, visualization off and then on (a fresh node each
-time, the same checkpoint, harness and duration), and prints them side by side: the missed
-periods of each and their difference.
+the same configuration with visualization off and on in one run (a fresh node each time,
+the same checkpoint, harness and duration) and prints them side by side: the missed
+periods of each and their difference. ``--repeats N`` measures each setting N times in
+the balanced order off, on, on, off, off, on, ... (so the first round's cold caches and
+any drift of the machine fall on both) and compares the medians.
 
 Every ROS process runs with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST in one domain.
 """
@@ -106,8 +108,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--visualization', default='on', choices=('on', 'off', 'compare'),
                    help="act_node's visualization.enabled: on (the node's default), off, or "
                    'compare: off, then on, each measured for --duration, side by side')
+    p.add_argument('--repeats', type=int, default=1,
+                   help='with --visualization compare: rounds per setting, in the order off, '
+                   'on, on, off, ...; the medians are compared (default 1)')
     p.add_argument('--json', help='also write the results to this JSON file')
     args = p.parse_args(argv)
+    if args.repeats < 1:
+        p.error(f'--repeats must be >= 1, got {args.repeats}')
+    if args.repeats > 1 and args.visualization != 'compare':
+        p.error('--repeats applies to --visualization compare only')
     if args.model_path and (args.model_size or args.chunk_size):
         p.error('--model-size and --chunk-size describe the created checkpoint; '
                 'they cannot be combined with --model-path')
@@ -185,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
         n_action_steps = args.n_action_steps or args.chunk_size
         if n_action_steps:
             base_cmd[-2:-2] = ['-p', f'n_action_steps:={n_action_steps}']
-        rounds = ['off', 'on'] if args.visualization == 'compare' else [args.visualization]
+        rounds = (compare_order(args.repeats) if args.visualization == 'compare'
+                  else [args.visualization])
         # The robot is up before the node starts, as on a real robot: the time to the
         # first command is the node's, not the harness's own start-up.
         context = rclpy.context.Context()
@@ -197,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                                rate_hz=args.rate, name='bench_robot')
         plan = PlanCounter(harness)
         procs = ProcessSet(Path(tmp), dict(os.environ))
-        by_round: dict[str, dict] = {}
+        by_round: dict[str, list[dict]] = {}
         try:
             with spinning(context, harness, num_threads=2):
                 for label in rounds:
@@ -205,10 +215,12 @@ def main(argv: list[str] | None = None) -> int:
                     cmd = base_cmd + ['-p', f'visualization.enabled:={enabled}']
                     print(f'[bench node] starting act_node, visualization {label} '
                           f"(ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})", flush=True)
-                    result = run_round(harness, plan, procs, cmd, args, f'act_node_{label}')
+                    number = len(by_round.get(label, [])) + 1
+                    result = run_round(harness, plan, procs, cmd, args,
+                                       f'act_node_{label}' + (f'_{number}' if number > 1 else ''))
                     if result is None:
                         return 1
-                    by_round[label] = result
+                    by_round.setdefault(label, []).append(result)
             common = dict(camera_size=f'{args.height}x{args.width}',
                           model_input_size=('x'.join(map(str, args.model_size))
                                             if args.model_size else 'camera size'),
@@ -224,18 +236,44 @@ def main(argv: list[str] | None = None) -> int:
             procs.stop_all(grace_s=20.0)  # SIGINT, then escalation; its inference child too
             rclpy.try_shutdown(context=context)
     if len(by_round) == 1:
-        results = {**by_round[rounds[0]], 'visualization': rounds[0], **common}
+        results = {**by_round[rounds[0]][0], 'visualization': rounds[0], **common}
         report(results)
     else:
-        results = {'visualization_off': by_round['off'], 'visualization_on': by_round['on'],
-                   **common}
+        off, on = median_round(by_round['off']), median_round(by_round['on'])
+        results = {'visualization_off': off, 'visualization_on': on, **common}
+        if args.repeats > 1:
+            results['order'] = rounds
+            results['rounds'] = {label: by_round[label] for label in ('off', 'on')}
+            common = {**common, 'rounds per setting (medians shown)': args.repeats}
         if not args.startup_only:
-            results['missed_periods_on_minus_off'] = (by_round['on']['missed_periods']
-                                                      - by_round['off']['missed_periods'])
-        report_side_by_side(by_round['off'], by_round['on'], common)
+            results['missed_periods_on_minus_off'] = (on['missed_periods']
+                                                      - off['missed_periods'])
+            results['missed_periods_each_round'] = {
+                label: [r['missed_periods'] for r in by_round[label]] for label in ('off', 'on')}
+        report_side_by_side(off, on, common)
     if args.json:
         write_text_atomic(args.json, json.dumps(results, indent=2))
     return 0
+
+
+def compare_order(repeats: int) -> list[str]:
+    """The rounds of ``--visualization compare``: off, on, then on, off, ... (``repeats``
+    of each), so that neither setting always runs first."""
+    return [label for k in range(repeats)
+            for label in (('off', 'on') if k % 2 == 0 else ('on', 'off'))]
+
+
+def median_round(results: list[dict]) -> dict:
+    """One round's keys with the median over ``results`` of every number (the first
+    round's value for the rest)."""
+    merged = dict(results[0])
+    if len(results) == 1:
+        return merged
+    for key in list(merged):
+        values = [r.get(key) for r in results]
+        if all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            merged[key] = float(np.median(values))
+    return merged
 
 
 class PlanCounter:
