@@ -66,8 +66,9 @@ def exported_checkpoint(tmp_path_factory, tiny_checkpoint):
 
     from act_ros.cli import main
     from act_ros.core.options import installed_backends
-    if installed_backends() == ['torch']:
-        pytest.skip("no ONNX backend installed (pip install -e '.[openvino,onnxruntime]')")
+    from extras import skip_unless
+    skip_unless(installed_backends() != ['torch'], 'an ONNX backend (openvino or onnxruntime)',
+                'openvino,onnxruntime')
     ckpt = tmp_path_factory.mktemp('exported') / 'tiny'
     shutil.copytree(tiny_checkpoint, ckpt)
     assert main(['export', '--checkpoint', str(ckpt), '--format', 'onnx']) == 0

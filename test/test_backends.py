@@ -8,6 +8,8 @@ import shutil
 import numpy as np
 import pytest
 
+import extras
+
 from act_ros.core import backends
 from act_ros.core.checkpoint import checkpoint_hash, create_checkpoint, load_checkpoint
 from act_ros.core.errors import DeviceUnavailableError
@@ -17,8 +19,7 @@ from act_ros.core.observation import Observation
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
 ONNX_BACKENDS = [name for name in backends.installed_backends() if name != 'torch']
-needs_onnx = pytest.mark.skipif(
-    not ONNX_BACKENDS, reason="no ONNX backend installed (pip install -e '.[openvino,onnxruntime]')")
+needs_onnx = extras.needs_onnx
 TICKS = 12
 # The tests that run the exporter take tens of seconds on a small CPU.
 exporting = pytest.mark.slow
@@ -44,8 +45,8 @@ def _actions(checkpoint, mode, backend='torch', observations=None, **overrides):
 @pytest.fixture(scope='module')
 def exported(tmp_path_factory, tiny_checkpoint):
     """A copy of the tiny checkpoint, exported to ONNX by the `act-ros export` command."""
-    if not ONNX_BACKENDS:
-        pytest.skip('no ONNX backend installed')
+    extras.skip_unless(bool(ONNX_BACKENDS), 'an ONNX backend (openvino or onnxruntime)',
+                       'openvino,onnxruntime')
     from act_ros.cli import main
     ckpt = tmp_path_factory.mktemp('exported') / 'tiny'
     shutil.copytree(tiny_checkpoint, ckpt)
@@ -176,7 +177,7 @@ def test_inconsistent_backend_settings_are_refused(tiny_checkpoint, overrides, m
         RuntimeConfig(model_path=tiny_checkpoint, **overrides)
 
 
-@pytest.mark.skipif('openvino' not in ONNX_BACKENDS, reason='openvino not installed')
+@extras.needs_openvino
 @exporting
 def test_openvino_bf16_runs_natively_or_is_refused(exported, torch_actions):
     import openvino as ov
@@ -289,8 +290,8 @@ def _pose_observations(count, seed=0):
 @pytest.fixture(scope='module', params=list(POSE_VARIANTS))
 def exported_poses(request, tmp_path_factory):
     """A checkpoint that takes the object poses, exported by `act-ros export`."""
-    if not ONNX_BACKENDS:
-        pytest.skip('no ONNX backend installed')
+    extras.skip_unless(bool(ONNX_BACKENDS), 'an ONNX backend (openvino or onnxruntime)',
+                       'openvino,onnxruntime')
     from act_ros.cli import main
     ckpt = create_checkpoint(tmp_path_factory.mktemp('exported_poses') / request.param,
                              preset='tiny', image_size=(48, 64), seed=2,

@@ -14,12 +14,12 @@ import sys
 
 import pytest
 
+import extras
+
 ROOT = Path(__file__).resolve().parents[1]
 EXECUTABLES = ('act_node', 'sim_bridge', 'record_node', 'train', 'evaluate', 'collect')
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec('colcon_core') is None,
-                                reason='colcon is not installed for this interpreter '
-                                       "(pip install -e '.[dev]' brings it)")
+pytestmark = extras.needs(importlib.util.find_spec('colcon_core') is not None, 'colcon', 'dev')
 
 
 @pytest.mark.slow

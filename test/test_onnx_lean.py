@@ -10,6 +10,8 @@ import sys
 import numpy as np
 import pytest
 
+import extras
+
 from act_ros.core import backends
 from act_ros.core.contract import load_contract
 from act_ros.core.errors import CheckpointError
@@ -18,8 +20,7 @@ from act_ros.core.onnx_predictor import NumpyProcessors, lean_onnx_predictor
 from act_ros.core.options import PredictorOptions
 
 ONNX_BACKENDS = [name for name in backends.installed_backends() if name != 'torch']
-needs_onnx = pytest.mark.skipif(
-    not ONNX_BACKENDS, reason="no ONNX backend installed (pip install -e '.[openvino,onnxruntime]')")
+needs_onnx = extras.needs_onnx
 CONTRACT = load_contract()
 
 
@@ -155,9 +156,7 @@ def test_numpy_normalization_equals_lerobots(tmp_path, mode):
                                   loaded.postprocessor(torch.from_numpy(actions.copy())).numpy())
 
 
-@pytest.mark.skipif('openvino' not in ONNX_BACKENDS,
-                    reason="the compiled-model cache is OpenVINO's; openvino is not installed "
-                    "(pip install -e '.[openvino]'; make setup installs it)")
+@extras.needs_openvino  # the compiled-model cache is OpenVINO's
 @pytest.mark.slow
 def test_openvino_compiled_model_is_cached_per_export_content(exported):
     from act_ros.core.backends import OPENVINO_CACHE_DIR, OpenVINOBackend

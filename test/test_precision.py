@@ -5,6 +5,8 @@ latency split of background chunks (act_ros.core.latency_split)."""
 
 import numpy as np
 import pytest
+
+import extras
 import torch
 
 from act_ros.core import precision as precision_rules
@@ -21,7 +23,7 @@ NATIVE_BF16 = cpu_has_native_bf16()
 NO_BF16 = ('this CPU has no native bfloat16 (no avx512_bf16 or amx_bf16 among its flags): '
            'OpenVINO refuses bf16 here')
 HAS_OPENVINO = 'openvino' in installed_backends()
-needs_openvino = pytest.mark.skipif(not HAS_OPENVINO, reason='openvino not installed')
+needs_openvino = extras.needs_openvino
 
 CPUINFO = """processor\t: 0
 vendor_id\t: GenuineIntel
@@ -115,8 +117,7 @@ def test_check_observations_start_with_the_warm_up_one():
 
 @pytest.fixture
 def exported(exported_checkpoint):
-    if not HAS_OPENVINO:
-        pytest.skip('openvino not installed')
+    extras.skip_unless(HAS_OPENVINO, 'openvino', 'openvino')
     return exported_checkpoint
 
 
@@ -127,7 +128,7 @@ def _runtime(checkpoint, **overrides):
 
 
 @needs_openvino
-@pytest.mark.skipif('onnxruntime' not in installed_backends(), reason='onnxruntime not installed')
+@extras.needs_onnxruntime
 @pytest.mark.slow
 def test_tolerance_decides_with_real_backends(exported):
     """The check's arithmetic on two real fp32 backends that differ in rounding: OpenVINO as

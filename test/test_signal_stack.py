@@ -17,7 +17,8 @@ import sys
 
 import pytest
 
-from act_ros.core.options import installed_backends
+import extras
+
 from act_ros.core.signal_stack import current_signal_stack, kept_signal_stack
 
 CHILD = r'''
@@ -66,7 +67,7 @@ def test_kept_signal_stack_puts_back_what_the_block_replaced():
     assert current_signal_stack() == before
 
 
-@pytest.mark.skipif('openvino' not in installed_backends(), reason='openvino not installed')
+@extras.needs_openvino
 def test_sigint_after_openvino_backends_dropped_out_of_order_is_handled(tmp_path):
     proc = subprocess.run([sys.executable, '-X', 'faulthandler', '-c', CHILD, str(tmp_path)],
                           capture_output=True, text=True, timeout=600)
