@@ -30,6 +30,8 @@ import re
 import sys
 import xml.etree.ElementTree as ET
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 # Imported module -> rosdep key, where the key is not python3-<module>.
 ROSDEP_NAMES = {'cv2': 'python3-opencv', 'pinocchio': 'pinocchio'}
@@ -121,22 +123,15 @@ def test_pip_only_requirements_are_current():
 
 def test_an_unused_or_missing_dependency_is_caught(monkeypatch):
     declared = _declared()
-    extra = {**declared, 'exec_depend': declared['exec_depend'] | {'python3-scipy'}}
-    monkeypatch.setattr(sys.modules[__name__], '_declared', lambda: extra)
-    try:
-        test_runtime_dependencies_are_exactly_what_the_code_imports()
-    except AssertionError as exc:
-        assert 'python3-scipy' in str(exc)
-    else:
-        raise AssertionError('an undeclared-import check that passes with a stale key')
-    fewer = {**declared, 'exec_depend': declared['exec_depend'] - {'nav_msgs'}}
-    monkeypatch.setattr(sys.modules[__name__], '_declared', lambda: fewer)
-    try:
-        test_runtime_dependencies_are_exactly_what_the_code_imports()
-    except AssertionError as exc:
-        assert 'nav_msgs' in str(exc)
-    else:
-        raise AssertionError('a missing ROS dependency went unnoticed')
+
+    def check_fails_naming(exec_depend, key):
+        changed = {**declared, 'exec_depend': exec_depend}
+        monkeypatch.setattr(sys.modules[__name__], '_declared', lambda: changed)
+        with pytest.raises(AssertionError, match=key):
+            test_runtime_dependencies_are_exactly_what_the_code_imports()
+
+    check_fails_naming(declared['exec_depend'] | {'python3-scipy'}, 'python3-scipy')  # stale
+    check_fails_naming(declared['exec_depend'] - {'nav_msgs'}, 'nav_msgs')  # missing
 
 
 def test_test_dependencies_are_what_the_tests_use():
