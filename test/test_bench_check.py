@@ -172,13 +172,60 @@ def test_bench_node_runs_the_nodes_own_defaults():
 
     node = yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node']['ros__parameters']
     args = parse_args([])
-    assert (args.execution, args.mode, args.backend, args.executor, args.torch_threads) == (
-        None, None, None, None, None)  # nothing passed: the node's parameters apply
+    assert (args.execution, args.mode, args.backend, args.executor, args.torch_threads,
+            args.precision) == (None,) * 6  # nothing passed: the node's parameters apply
     params = node_parameters(args)
     assert params['execution'] == node['execution'] == 'process'
+    assert params['precision'] == node['precision'] == 'auto'
     assert params == {k: node[k] for k in ('mode', 'execution', 'torch_threads', 'backend',
-                                            'executor')}
+                                            'executor', 'precision')}
     assert node_parameters(parse_args(['--execution', 'async']))['execution'] == 'async'
+
+
+def test_bench_node_compares_precisions_each_round_with_its_own_parameter(capsys):
+    from act_ros.bench.node import _given_node_options, compared, parse_args, variants
+
+    one = parse_args(['--precision', 'bf16'])
+    assert compared(one) == ''
+    assert variants(one) == [('on', {'visualization.enabled': 'true'})]
+    assert _given_node_options(one) == ['-p', 'precision:=bf16']  # a plain node option
+    both = parse_args(['--precision', 'fp32,bf16', '--visualization', 'off', '--repeats', '2'])
+    assert compared(both) == 'precision'
+    assert variants(both) == [
+        ('fp32', {'visualization.enabled': 'false', 'precision': 'fp32'}),
+        ('bf16', {'visualization.enabled': 'false', 'precision': 'bf16'})]
+    assert _given_node_options(both) == []  # set per round, not on the shared command line
+    for bad, message in ((['--precision', 'fp32,int4'], 'expected distinct values'),
+                         (['--precision', 'fp32,fp32'], 'expected distinct values'),
+                         (['--precision', 'fp32,bf16', '--visualization', 'compare'],
+                          'one thing at a time')):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+        assert message in capsys.readouterr().err
+
+
+def test_bench_node_prints_one_column_per_setting(capsys):
+    from act_ros.bench.node import report_side_by_side
+
+    report_side_by_side({'fp32': {'missed_periods': 40, 'precision': 'fp32'},
+                         'bf16': {'missed_periods': 3, 'precision': 'bf16'}},
+                        {'cpu_count': 2}, 'precision')
+    lines = capsys.readouterr().out.splitlines()
+    assert 'precision fp32 vs bf16' in lines[1]
+    assert lines[3].split() == ['missed_periods', '40', '3']
+    assert next(line for line in lines if 'bf16 - fp32' in line).split()[-1] == '-37'
+
+
+def test_result_files_name_the_command_without_the_output_path():
+    from act_ros.bench.report import result_provenance
+
+    entry = result_provenance('act-ros bench node',
+                              ['--precision', 'fp32,bf16', '--json', '/tmp/x/out.json'],
+                              json_path='/tmp/x/out.json')
+    assert entry['command'] == 'act-ros bench node --precision fp32,bf16'
+    assert entry['commit'] and 'CPU class' in entry['machine']
+    assert result_provenance('act-ros bench faults', ['--json=/a/b.json', '--rounds', '1'],
+                             json_path='/a/b.json')['command'] == 'act-ros bench faults --rounds 1'
 
 
 # ---- act-ros bench faults: what recovered means ----------------------------------------------

@@ -340,7 +340,7 @@ def test_bench_node_measures_visualization_off_and_on_side_by_side(capsys):
         assert result['startup.time_to_first_command_s'] == 1.0
         assert result['command_rate_hz'] > 0 and 'missed_periods' in result
         assert result['visualization_markers_rate_hz'] == 5.0
-    bench.report_side_by_side(off, on, {'cpu_count': 2})
+    bench.report_side_by_side({'off': off, 'on': on}, {'cpu_count': 2}, 'visualization')
     out = capsys.readouterr().out
     assert 'visualization off vs on' in out
     assert 'missed_periods on - off' in out
@@ -351,10 +351,12 @@ def test_bench_node_measures_visualization_off_and_on_side_by_side(capsys):
 def test_bench_node_compare_repeats_in_a_balanced_order_and_compares_medians(capsys):
     from act_ros.bench import node as bench
 
-    assert bench.compare_order(1) == ['off', 'on']
-    assert bench.compare_order(3) == ['off', 'on', 'on', 'off', 'off', 'on']
+    assert bench.balanced_order(['off', 'on'], 1) == ['off', 'on']
+    assert bench.balanced_order(['off', 'on'], 3) == ['off', 'on', 'on', 'off', 'off', 'on']
+    assert bench.balanced_order(['a', 'b', 'c'], 2) == ['a', 'b', 'c', 'c', 'b', 'a']
     for bad, message in ([['--repeats', '0', '--visualization', 'compare'], '>= 1'],
-                         [['--repeats', '2'], 'compare only']):
+                         [['--repeats', '2'], 'comparison only'],
+                         [['--repeats', '2', '--precision', 'bf16'], 'comparison only']):
         with pytest.raises(SystemExit):
             bench.parse_args(bad)
         assert message in capsys.readouterr().err

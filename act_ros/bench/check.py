@@ -165,21 +165,12 @@ def _num(value: float | None) -> str:
 
 
 # -- the machine --------------------------------------------------------------------------
-def cpu_flags() -> set[str]:
-    try:
-        with open('/proc/cpuinfo') as f:
-            for line in f:
-                if line.startswith(('flags', 'Features')):
-                    return set(line.split(':', 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def cpu_class(flags: set[str] | None = None, machine: str | None = None) -> str:
     """The CPU class whose baseline applies: what the kernels PyTorch, OpenVINO and ONNX
     Runtime pick depend on (x86: AMX, AVX-512 with bf16, AVX-512, AVX2)."""
-    flags = cpu_flags() if flags is None else flags
+    if flags is None:
+        from act_ros.core.precision import cpu_flags
+        flags = set(cpu_flags())
     machine = (machine or platform.machine()).lower()
     if machine in ('aarch64', 'arm64'):
         return 'arm64'
@@ -370,11 +361,6 @@ def load_baselines(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.is_file() else {'classes': {}}
 
 
-def _commit() -> str:
-    from act_ros.bench.report import library_versions
-    found = [part for part in library_versions(('act_ros',)).split(', ')
-             if part.startswith('source ')]
-    return found[0].removeprefix('source ') if found else 'unknown'
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,7 +437,8 @@ def main(argv: list[str] | None = None) -> int:
         if errors or slowed:
             print('bench-check: baseline not written (a part failed, or the build was slowed)')
             return 1
-        entry = {'machine': machine_line(), 'cores': os.cpu_count(), 'commit': _commit(),
+        from act_ros.bench.report import source_commit
+        entry = {'machine': machine_line(), 'cores': os.cpu_count(), 'commit': source_commit(),
                  'date': datetime.date.today().isoformat(),
                  'command': f"act-ros bench check --write-baseline --only {','.join(parts)}",
                  'figures': {**(entry or {}).get('figures', {}),

@@ -529,14 +529,11 @@ def main(argv: list[str] | None = None) -> int:
             + '\n')
     print(text, flush=True)
     if args.json:
-        from act_ros.bench.report import library_versions, machine_description
-        source = [v for v in library_versions(('act_ros',)).split(', ') if v.startswith('source')]
+        from act_ros.bench.report import result_provenance
         write_text_atomic(args.json, json.dumps({
-            'provenance': {'command': 'act-ros bench faults ' + ' '.join(
-                a for a in (argv if argv is not None else sys.argv[1:])
-                if not a.startswith('--json') and a != str(args.json)).strip(),
-                'commit': source[0].removeprefix('source ') if source else 'not a git checkout',
-                'machine': machine_description()},
+            'provenance': result_provenance('act-ros bench faults',
+                                            argv if argv is not None else sys.argv[1:],
+                                            json_path=args.json),
             'ok': report.ok, 'results': [r.__dict__ for r in report.results],
             'nonfinite_commands': report.nonfinite_commands, 'alive_at_end': report.alive_at_end,
             'exit_s': report.exit_s, 'children_left': report.children_left,

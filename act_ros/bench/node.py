@@ -33,6 +33,12 @@ periods of each and their difference. ``--repeats N`` measures each setting N ti
 the balanced order off, on, on, off, off, on, ... (so the first round's cold caches and
 any drift of the machine fall on both) and compares the medians.
 
+``--precision`` sets the node's ``precision`` (default: the node's own, ``auto``); a comma
+list (``fp32,bf16``) measures each in one run, side by side, the same way (a fresh node per
+round, ``--repeats`` rounds each in a balanced order, medians compared). ``--json`` writes
+the results with their provenance (the command, the source revision, the machine and its
+CPU class), so a committed result file says where it came from.
+
 Every ROS process runs with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST in one domain.
 """
 
@@ -50,6 +56,8 @@ import time
 import numpy as np
 
 from act_ros.core.atomic import write_text_atomic
+from act_ros.core.options import PRECISIONS
+from act_ros.core.precision import AUTO
 from act_ros.core.processes import ProcessSet
 
 
@@ -108,15 +116,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--visualization', default='on', choices=('on', 'off', 'compare'),
                    help="act_node's visualization.enabled: on (the node's default), off, or "
                    'compare: off, then on, each measured for --duration, side by side')
+    p.add_argument('--precision', default=None,
+                   help="act_node's precision (default: the node's, auto), or a comma list "
+                   f"of them measured side by side in one run; from {(AUTO, *PRECISIONS)}")
     p.add_argument('--repeats', type=int, default=1,
-                   help='with --visualization compare: rounds per setting, in the order off, '
-                   'on, on, off, ...; the medians are compared (default 1)')
+                   help='with a comparison (--visualization compare, several --precision): '
+                   'rounds per setting, in a balanced order (a b, b a, a b, ...); the medians '
+                   'are compared (default 1)')
     p.add_argument('--json', help='also write the results to this JSON file')
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error(f'--repeats must be >= 1, got {args.repeats}')
-    if args.repeats > 1 and args.visualization != 'compare':
-        p.error('--repeats applies to --visualization compare only')
+    precisions = args.precision.split(',') if args.precision is not None else []
+    unknown = [name for name in precisions if name not in (AUTO, *PRECISIONS)]
+    if unknown or (args.precision is not None and len(set(precisions)) != len(precisions)):
+        p.error(f'--precision: expected distinct values from {(AUTO, *PRECISIONS)}, '
+                f"got '{args.precision}'")
+    if len(precisions) > 1 and args.visualization == 'compare':
+        p.error('compare one thing at a time: several --precision values or '
+                '--visualization compare, not both')
+    if args.repeats > 1 and len(variants(args)) < 2:
+        p.error('--repeats applies to a comparison only (--visualization compare, or '
+                'several --precision values)')
     if args.model_path and (args.model_size or args.chunk_size):
         p.error('--model-size and --chunk-size describe the created checkpoint; '
                 'they cannot be combined with --model-path')
@@ -126,7 +147,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-NODE_OPTIONS = ('mode', 'execution', 'torch_threads', 'backend', 'executor')
+NODE_OPTIONS = ('mode', 'execution', 'torch_threads', 'backend', 'executor', 'precision')
+
+
+def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, str]]]:
+    """The settings this run measures, as ``(label, node parameters)``: one, or the two of
+    ``--visualization compare`` (off, on), or one per ``--precision`` value. Every setting
+    carries ``visualization.enabled``; a single ``--precision`` is a plain node option."""
+    visualization = {'visualization.enabled': 'true' if args.visualization == 'on' else 'false'}
+    if args.visualization == 'compare':
+        return [(label, {'visualization.enabled': enabled})
+                for label, enabled in (('off', 'false'), ('on', 'true'))]
+    precisions = args.precision.split(',') if args.precision else []
+    if len(precisions) > 1:
+        return [(name, {**visualization, 'precision': name}) for name in precisions]
+    return [(args.visualization, visualization)]
+
+
+def compared(args: argparse.Namespace) -> str:
+    """What the run compares: ``visualization``, ``precision``, or ``''`` (one setting)."""
+    if args.visualization == 'compare':
+        return 'visualization'
+    return 'precision' if args.precision and ',' in args.precision else ''
 
 
 def node_parameters(args: argparse.Namespace) -> dict[str, object]:
@@ -140,6 +182,17 @@ def node_parameters(args: argparse.Namespace) -> dict[str, object]:
         'ros__parameters']
     return {name: getattr(args, name) if getattr(args, name) is not None else defaults[name]
             for name in NODE_OPTIONS}
+
+
+def _given_node_options(args: argparse.Namespace) -> list[str]:
+    """``-p name:=value`` for each node option given on the command line (a list of
+    precisions is the comparison's, set per round)."""
+    out = []
+    for name in NODE_OPTIONS:
+        value = getattr(args, name)
+        if value is not None and not (name == 'precision' and ',' in str(value)):
+            out += ['-p', f'{name}:={value}']
+    return out
 
 
 def _size(text: str) -> tuple[int, int]:
@@ -187,15 +240,15 @@ def main(argv: list[str] | None = None) -> int:
                     '-p', f'model_path:={model_path}', '-p', f'device:={args.device}',
                     '-p', f'control_rate_hz:={float(args.rate)}',
                     '-p', 'diagnostics_period_s:=1.0']
-        for name in NODE_OPTIONS:  # only what was asked for: the node's own defaults else
-            if getattr(args, name) is not None:
-                base_cmd += ['-p', f'{name}:={getattr(args, name)}']
+        # Only what was asked for: the node's own defaults else.
+        base_cmd += _given_node_options(args)
         node = node_parameters(args)
         n_action_steps = args.n_action_steps or args.chunk_size
         if n_action_steps:
             base_cmd[-2:-2] = ['-p', f'n_action_steps:={n_action_steps}']
-        rounds = (compare_order(args.repeats) if args.visualization == 'compare'
-                  else [args.visualization])
+        settings = dict(variants(args))
+        rounds = balanced_order(list(settings), args.repeats)
+        kind = compared(args)
         # The robot is up before the node starts, as on a real robot: the time to the
         # first command is the node's, not the harness's own start-up.
         context = rclpy.context.Context()
@@ -211,9 +264,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with spinning(context, harness, num_threads=2):
                 for label in rounds:
-                    enabled = 'true' if label == 'on' else 'false'
-                    cmd = base_cmd + ['-p', f'visualization.enabled:={enabled}']
-                    print(f'[bench node] starting act_node, visualization {label} '
+                    cmd = base_cmd + [word for name, value in settings[label].items()
+                                      for word in ('-p', f'{name}:={value}')]
+                    what = f'{kind or "visualization"} {label}'
+                    print(f'[bench node] starting act_node, {what} '
                           f"(ROS_DOMAIN_ID={os.environ['ROS_DOMAIN_ID']})", flush=True)
                     number = len(by_round.get(label, [])) + 1
                     result = run_round(harness, plan, procs, cmd, args,
@@ -230,37 +284,47 @@ def main(argv: list[str] | None = None) -> int:
                           mode=f"{node['mode']}/{node['execution']}",
                           executor=node['executor'], backend=node['backend'],
                           torch_threads=node['torch_threads'],
+                          precision_requested=(node['precision'] if kind != 'precision'
+                                               else 'compared'),
                           preset=args.preset if not args.model_path else 'given',
                           cpu_count=os.cpu_count())
         finally:
             procs.stop_all(grace_s=20.0)  # SIGINT, then escalation; its inference child too
             rclpy.try_shutdown(context=context)
-    if len(by_round) == 1:
-        results = {**by_round[rounds[0]][0], 'visualization': rounds[0], **common}
+    if not kind:
+        results = {**by_round[rounds[0]][0], 'visualization': args.visualization, **common}
         report(results)
     else:
-        off, on = median_round(by_round['off']), median_round(by_round['on'])
-        results = {'visualization_off': off, 'visualization_on': on, **common}
+        labels = list(settings)
+        medians = {label: median_round(by_round[label]) for label in labels}
+        results = {'compared': kind, 'settings': medians, **common}
+        if kind == 'visualization':  # the names docs/benchmarks/node_visualization.json uses
+            results.update(visualization_off=medians['off'], visualization_on=medians['on'])
         if args.repeats > 1:
             results['order'] = rounds
-            results['rounds'] = {label: by_round[label] for label in ('off', 'on')}
+            results['rounds'] = {label: by_round[label] for label in labels}
             common = {**common, 'rounds per setting (medians shown)': args.repeats}
         if not args.startup_only:
-            results['missed_periods_on_minus_off'] = (on['missed_periods']
-                                                      - off['missed_periods'])
             results['missed_periods_each_round'] = {
-                label: [r['missed_periods'] for r in by_round[label]] for label in ('off', 'on')}
-        report_side_by_side(off, on, common)
+                label: [r['missed_periods'] for r in by_round[label]] for label in labels}
+            if kind == 'visualization':
+                results['missed_periods_on_minus_off'] = (medians['on']['missed_periods']
+                                                          - medians['off']['missed_periods'])
+        report_side_by_side(medians, common, kind)
     if args.json:
-        write_text_atomic(args.json, json.dumps(results, indent=2))
+        from act_ros.bench.report import result_provenance
+        provenance = result_provenance('act-ros bench node',
+                                       argv if argv is not None else sys.argv[1:],
+                                       json_path=args.json)
+        write_text_atomic(args.json, json.dumps({'provenance': provenance, **results}, indent=2))
     return 0
 
 
-def compare_order(repeats: int) -> list[str]:
-    """The rounds of ``--visualization compare``: off, on, then on, off, ... (``repeats``
-    of each), so that neither setting always runs first."""
+def balanced_order(labels: list[str], repeats: int) -> list[str]:
+    """The rounds of a comparison: the settings in order, then reversed, then in order, ...
+    (``repeats`` of each), so that no setting always runs first or last."""
     return [label for k in range(repeats)
-            for label in (('off', 'on') if k % 2 == 0 else ('on', 'off'))]
+            for label in (labels if k % 2 == 0 else labels[::-1])]
 
 
 def median_round(results: list[dict]) -> dict:
@@ -475,15 +539,19 @@ def report(results: dict) -> None:
         print(f'  {key:<38} {_text(value)}')
 
 
-def report_side_by_side(off: dict, on: dict, common: dict) -> None:
-    """``--visualization compare``: one row per measure, visualization off and on."""
-    print('\nact_node benchmark: visualization off vs on (the same run)')
-    print(f"  {'measure':<38} {'off':>12} {'on':>12}")
-    for key in list(dict.fromkeys([*off, *on])):
-        print(f"  {key:<38} {_text(off.get(key, '')):>12} {_text(on.get(key, '')):>12}")
-    if 'missed_periods' in off and 'missed_periods' in on:
-        print(f"  {'missed_periods on - off':<38} "
-              f"{on['missed_periods'] - off['missed_periods']:>25}")
+def report_side_by_side(columns: dict[str, dict], common: dict, kind: str) -> None:
+    """A comparison: one row per measure, one column per setting (``kind`` names what
+    differs: visualization, precision)."""
+    labels = list(columns)
+    print(f"\nact_node benchmark: {kind} {' vs '.join(labels)} (the same run)")
+    print(f"  {'measure':<38} " + ' '.join(f'{label:>12}' for label in labels))
+    for key in dict.fromkeys(k for column in columns.values() for k in column):
+        print(f'  {key:<38} '
+              + ' '.join(f"{_text(columns[label].get(key, '')):>12}" for label in labels))
+    if len(labels) == 2 and all('missed_periods' in columns[label] for label in labels):
+        first, second = labels
+        difference = columns[second]['missed_periods'] - columns[first]['missed_periods']
+        print(f"  {f'missed_periods {second} - {first}':<38} {_text(difference):>25}")
     for key, value in common.items():
         print(f'  {key:<38} {_text(value)}')
 

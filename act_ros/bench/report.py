@@ -87,3 +87,32 @@ def library_versions(packages: Iterable[str] = BENCH_PACKAGES) -> str:
     except (OSError, subprocess.SubprocessError):
         pass  # not a git checkout (an installed package)
     return ', '.join(found)
+
+
+def source_commit() -> str:
+    """The source revision (short hash, ``with local changes`` when the tree differs), or
+    ``not a git checkout`` for an installed package."""
+    found = [part for part in library_versions(('act_ros',)).split(', ')
+             if part.startswith('source ')]
+    return found[0].removeprefix('source ') if found else 'not a git checkout'
+
+
+def result_provenance(command: str, argv: Sequence[str], *, json_path: str | None) -> dict:
+    """The ``provenance`` object of a result file a benchmark writes: the command that made
+    it (``argv`` without the output option, which names a path of this machine), the
+    source revision and the machine with its CPU class (what the kernels depend on)."""
+    from act_ros.bench.check import cpu_class
+
+    words, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg == '--json':
+            skip = True
+            continue
+        if arg.startswith('--json=') or (json_path is not None and arg == str(json_path)):
+            continue
+        words.append(arg)
+    return {'command': ' '.join([command, *words]), 'commit': source_commit(),
+            'machine': f'{machine_description()}; CPU class {cpu_class()}'}
