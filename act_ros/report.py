@@ -48,6 +48,11 @@ EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
 NODE_REALTIME = 'docs/benchmarks/node_realtime.json'
+# act_node at camera rate, one `act-ros bench node --json` file per run (each names its
+# machine): shown in this order after the runs of NODE_REALTIME.
+NODE_RUNS_DIR = 'docs/benchmarks/node'
+NODE_RUNS = ('in240_c30_openvino', 'in480_c100_openvino', 'in480_c30_precision',
+             'in480_c30_defaults')
 FAULTS = 'docs/benchmarks/faults.json'
 COMPARISON = 'docs/results/sim_port_pick_align/comparison_20_seeds.json'
 TRAINING_STEP = 'docs/results/training/step_times_cpu.json'
@@ -364,21 +369,49 @@ def part_model_time(src: Sources) -> str:
                   'ONNX Runtime fp32'], rows)
 
 
+def _cpu_class(machine: str) -> str:
+    """The CPU class a provenance's machine names (benchmark files say ``CPU class X``)."""
+    found = re.search(r'CPU class (\S+)', machine)
+    if found:
+        return found.group(1).rstrip(';,')
+    return 'x86-avx2' if 'AVX2' in machine and 'no AVX-512' in machine else machine
+
+
+def _node_row(cpu: str, label: str, r: dict) -> list:
+    feasible = str(r['realtime_feasible']) == 'True'
+    verdict = (f"{'feasible' if feasible else '**not feasible**'} "
+               f"({r['realtime_latency_median_ms']:.0f} ms: "
+               f"{r['realtime_verdict'].split(':')[0]})")
+    return [cpu, label, verdict, f"{r['command_rate_hz']:.2f}", f"{r['missed_periods']:.0f}",
+            f"{r['chunks_late']:.0f}",
+            f"{r['latency_p50_ms']:.0f} / {r['latency_p99_ms']:.0f} ms",
+            f"{r['node_cpu_percent']:.0f} % ({r['node_main_process_cpu_percent']:.0f} %)",
+            f"{r['time_to_first_command_s']:.1f} s"]
+
+
+def _node_run_label(data: dict, r: dict) -> str:
+    """``240x320 input, chunk 30, openvino fp32`` from a ``bench node --json`` file."""
+    size = data['model_input_size']
+    size = data['camera_size'] if size == 'camera size' else size
+    precision = r.get('realtime_measured_precision') or f"{data['backend']} {r.get('precision')}"
+    return f"{size} input, chunk {data['chunk_size']}, {precision}"
+
+
 def part_node_realtime(src: Sources) -> str:
-    runs = src.json(NODE_REALTIME)['runs']
     rows = []
+    old = src.json(NODE_REALTIME)
     for key in ('a_in240_c30_openvino', 'b_in480_c100_openvino', 'c_in480_c30_openvino'):
-        r = runs[key]
-        feasible = str(r['realtime_feasible']) == 'True'
-        verdict = (f"{'feasible' if feasible else '**not feasible**'} "
-                   f"({r['realtime_latency_median_ms']:.0f} ms: "
-                   f"{r['realtime_verdict'].split(':')[0]})")
-        rows.append([r['label'], verdict, f"{r['command_rate_hz']:.2f}", r['missed_periods'],
-                     int(r['chunks_late']),
-                     f"{r['latency_p50_ms']:.0f} / {r['latency_p99_ms']:.0f} ms",
-                     f"{r['node_cpu_percent']:.0f} % ({r['node_main_process_cpu_percent']:.0f} %)",
-                     f"{r['time_to_first_command_s']:.1f} s"])
-    return table(['run', 'verdict at configure (model latency median)', 'commands/s',
+        rows.append(_node_row(_cpu_class(old['provenance']['machine']),
+                              old['runs'][key]['label'], old['runs'][key]))
+    for name in NODE_RUNS:
+        rel = f'{NODE_RUNS_DIR}/{name}.json'
+        if not src.exists(rel):
+            continue
+        data = src.json(rel)
+        cpu = _cpu_class(data['provenance']['machine'])
+        runs = data['settings'].values() if data.get('compared') else [data]
+        rows += [_node_row(cpu, _node_run_label(data, r), r) for r in runs]
+    return table(['CPU', 'run', 'verdict at configure (model latency median)', 'commands/s',
                   'missed periods', 'chunks late', 'command latency p50 / p99',
                   'CPU node (main process)', 'first command'], rows)
 
