@@ -221,11 +221,11 @@ def test_result_files_name_the_command_without_the_output_path():
 
     entry = result_provenance('act-ros bench node',
                               ['--precision', 'fp32,bf16', '--json', '/tmp/x/out.json'],
-                              json_path='/tmp/x/out.json')
+                              output_path='/tmp/x/out.json')
     assert entry['command'] == 'act-ros bench node --precision fp32,bf16'
     assert entry['commit'] and 'CPU class' in entry['machine']
     assert result_provenance('act-ros bench faults', ['--json=/a/b.json', '--rounds', '1'],
-                             json_path='/a/b.json')['command'] == 'act-ros bench faults --rounds 1'
+                             output_path='/a/b.json')['command'] == 'act-ros bench faults --rounds 1'
 
 
 # ---- act-ros bench faults: what recovered means ----------------------------------------------

@@ -533,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         write_text_atomic(args.json, json.dumps({
             'provenance': result_provenance('act-ros bench faults',
                                             argv if argv is not None else sys.argv[1:],
-                                            json_path=args.json),
+                                            output_path=args.json),
             'ok': report.ok, 'results': [r.__dict__ for r in report.results],
             'nonfinite_commands': report.nonfinite_commands, 'alive_at_end': report.alive_at_end,
             'exit_s': report.exit_s, 'children_left': report.children_left,

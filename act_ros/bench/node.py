@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         from act_ros.bench.report import result_provenance
         provenance = result_provenance('act-ros bench node',
                                        argv if argv is not None else sys.argv[1:],
-                                       json_path=args.json)
+                                       output_path=args.json)
         write_text_atomic(args.json, json.dumps({'provenance': provenance, **results}, indent=2))
     return 0
 
