@@ -56,8 +56,12 @@ def test_a_recipe_runs_its_stages_once_and_continues_after_a_stop(tmp_path, caps
 ''')
     r = recipe_mod.load_recipe('tiny', path)
     run_dir = tmp_path / 'run'
-    record = recipe_mod.run(r, run_dir)
+    record = recipe_mod.run(r, run_dir, argv=['tiny', '--run-dir', str(run_dir)])
     assert set(record['stage_seconds']) == {'demos', 'bc'}
+    # The record says what made it, without this machine's run directory.
+    written = json.loads((run_dir / 'recipe.json').read_text())
+    assert written['provenance']['command'] == 'act-ros recipe tiny'
+    assert written['provenance']['commit'] and 'CPU class' in written['provenance']['machine']
     metrics = json.loads((run_dir / 'bc' / 'training_metrics.json').read_text())
     assert metrics['status'] == 'completed' and metrics['steps_completed'] == 6
     # Done stages are skipped: nothing is rerun.

@@ -112,13 +112,21 @@ def _stage_command(stage: Stage, run: Path) -> list[str]:
     return [sys.executable, '-m', 'act_ros.cli', stage.command, *args]
 
 
-def run(recipe: Recipe, run_dir: Path, *, only: tuple[str, ...] = ()) -> dict[str, Any]:
-    """Run the stages not done yet; returns the timings (also in ``run_dir/recipe.json``)."""
+def run(recipe: Recipe, run_dir: Path, *, only: tuple[str, ...] = (),
+        argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the stages not done yet; returns the timings (also in ``run_dir/recipe.json``,
+    with its provenance: the command without the run directory, the commit, the machine;
+    ``argv`` is the command line of ``act-ros recipe``, default the recipe's name)."""
+    from act_ros.provenance import result_provenance
+
     run_dir = Path(run_dir).resolve()
     run_dir.mkdir(parents=True, exist_ok=True)
     record_path = run_dir / 'recipe.json'
     record = json.loads(record_path.read_text()) if record_path.is_file() else {}
     record.update({'recipe': recipe.name, 'run_dir': str(run_dir)})
+    record['provenance'] = result_provenance(
+        'act-ros recipe', argv if argv is not None else [recipe.name],
+        output_path=run_dir, output_option='--run-dir')
     seconds = record.setdefault('stage_seconds', {})
     for stage in recipe.stages:
         if only and stage.name not in only:
@@ -180,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     from act_ros.core.processes import run_continuable
 
     code, record = run_continuable('act-ros recipe',
-                                   lambda: run(recipe, args.run_dir, only=only))
+                                   lambda: run(recipe, args.run_dir, only=only,
+                                               argv=argv if argv is not None
+                                               else sys.argv[1:]))
     if code:
         return code
     print('\n' + '\n'.join(f'{name:<12} {sec / 60:6.1f} min'
