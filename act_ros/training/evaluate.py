@@ -231,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f'act-ros evaluate: {exc}', file=sys.stderr)
         return 2
     if args.output is not None:
+        from act_ros.provenance import result_provenance
+
+        out = {'provenance': result_provenance(
+            'act-ros evaluate', argv if argv is not None else sys.argv[1:],
+            output_path=args.output, output_option='--output'), **out}
         args.output.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.output, json.dumps(out, indent=2))
         print(f'wrote {args.output}')
