@@ -56,8 +56,13 @@ NODE_RUNS = ('in240_c30_openvino', 'in480_c100_openvino', 'in480_c30_precision',
 FAULTS = 'docs/benchmarks/faults.json'
 COMPARISON = 'docs/results/sim_port_pick_align/comparison_20_seeds.json'
 TRAINING_STEP = 'docs/results/training/step_times_cpu.json'
-RECIPE = 'docs/results/sim_port_pick_align_poses/recipe.json'
-DAGGER = 'docs/results/sim_port_pick_align_poses/dagger.jsonl'
+# Runs of `act-ros recipe object_state` (recipe.json and dagger.jsonl in each folder): the
+# one that made the shipped policy, and a later run on another CPU.
+RECIPE_RUNS = (('the shipped policy\'s run (AVX2 CPU, shared)',
+                'docs/results/sim_port_pick_align_poses'),
+               ('a second run (AVX-512 + bf16 CPU, quiet)',
+                'docs/results/sim_port_pick_align_poses/recipe_run2'))
+RECIPE_EVALUATIONS = ('evaluation_100_seeds.json', 'evaluation_ensemble_100_seeds.json')
 
 PROVENANCE_KEYS = ('command', 'commit', 'machine')
 MARKER = re.compile(r'<!-- report:([a-z0-9_]+) -->\n(.*?)<!-- /report:\1 -->', re.S)
@@ -302,36 +307,69 @@ def part_expert_perturbations(src: Sources) -> str:
                  [[f'`{k}`', f"{v['aligned']} / {v['count']}"] for k, v in data.items()])
 
 
+def _recipe_runs(src: Sources) -> list[tuple[str, str]]:
+    """The recipe runs that have a record, as ``(label, folder)``."""
+    return [(label, folder) for label, folder in RECIPE_RUNS
+            if src.exists(f'{folder}/recipe.json')]
+
+
+def _minutes(seconds: float | None) -> str:
+    return '' if seconds is None else f'{seconds / 60:.1f} min'
+
+
 def part_recipe_stages(src: Sources) -> str:
-    recipe = src.json(RECIPE)
-    stages = recipe['stage_seconds']
-    iters = src.jsonl(DAGGER)
-    rows = [['demos', f"{stages['demos'] / 60:.1f} min"]]
-    if 'bc' in stages:
-        rows.append(['bc', f"{stages['bc'] / 60:.1f} min"])
-    elif 'bc_wall_time_s' in recipe:
-        rows.append(['bc', f"{recipe['bc_wall_time_s'] / 60:.1f} min (its training_metrics.json)"])
-    for it in iters:
-        rows.append([f"dagger {it['iteration']}: collect + fine-tune",
-                     f"{it['collect_s'] / 60:.1f} + {it['train_s'] / 60:.1f} min"])
-    rows.append(['dagger in all', f"{stages['dagger'] / 60:.1f} min"])
-    rows.append(['final', f"{stages['final'] / 60:.1f} min"])
-    total = sum(stages.values()) + (recipe.get('bc_wall_time_s', 0) if 'bc' not in stages else 0)
-    rows.append(['**total**', f'**{total / 60:.1f} min**'])
-    return table(['stage', 'wall clock'], rows)
+    """Stage times of each recorded run of ``act-ros recipe object_state``, side by side."""
+    runs = _recipe_runs(src)
+    columns = []
+    for _label, folder in runs:
+        recipe = src.json(f'{folder}/recipe.json')
+        stages = dict(recipe['stage_seconds'])
+        if 'bc' not in stages and 'bc_wall_time_s' in recipe:
+            stages['bc'] = recipe['bc_wall_time_s']  # recorded by the training, not the recipe
+        iters = {it['iteration']: it for it in src.jsonl(f'{folder}/dagger.jsonl')}
+        building = sum(v for k, v in stages.items() if k != 'evaluate')
+        columns.append((stages, iters, building))
+    n_iters = max((max(it, default=0) for _, it, _ in columns), default=0)
+    rows = [['demos'] + [_minutes(st.get('demos')) for st, _, _ in columns],
+            ['bc'] + [_minutes(st.get('bc')) for st, _, _ in columns]]
+    for k in range(1, n_iters + 1):
+        rows.append([f'dagger {k}: collect + fine-tune']
+                    + [f"{it[k]['collect_s'] / 60:.1f} + {it[k]['train_s'] / 60:.1f} min"
+                       if k in it else '' for _, it, _ in columns])
+    rows.append(['dagger in all'] + [_minutes(st.get('dagger')) for st, _, _ in columns])
+    rows.append(['final'] + [_minutes(st.get('final')) for st, _, _ in columns])
+    rows.append(['**collection + training**']
+                + [f'**{building / 60:.1f} min**' for _, _, building in columns])
+    rows.append(['its policy, 100 unseen seeds: align chunk / ensemble']
+                + [_recipe_policy_result(src, folder) for _, folder in runs])
+    return table(['stage', *[label for label, _ in runs]], rows)
+
+
+def _recipe_policy_result(src: Sources, folder: str) -> str:
+    """``0.91 / 0.81`` from the run's 100-seed evaluation files (one per mode or both in
+    one), empty where none is committed."""
+    modes: dict[str, float] = {}
+    for name in RECIPE_EVALUATIONS:
+        rel = f'{folder}/{name}'
+        if src.exists(rel):
+            for mode, result in src.json(rel)['modes'].items():
+                modes.setdefault(mode, result['align_rate'])
+    return ' / '.join(f'{modes[m]:.2f}' if m in modes else '-' for m in ('chunk', 'ensemble')
+                      ) if modes else ''
 
 
 def part_dagger_iterations(src: Sources) -> str:
     rows = []
-    for it in src.jsonl(DAGGER):
-        failed = failures_text(it.get('collection_failures', {}))
-        rows.append([it['iteration'], it['episodes'], f"{it['beta']:.2f}",
-                     f"{it['collection_align_rate']:.2f} (failures: {failed})",
-                     f"{it['expert_share']:.2f}", it['dataset_frames'],
-                     f"{it['policy_closed_loop_align_rate']:.2f}"])
-    return table(['iteration', 'episodes', 'beta', 'align while collecting (policy driving)',
-                  'expert share of ticks', 'dataset frames',
-                  'new policy, closed loop (10 trainer seeds)'], rows)
+    for label, folder in _recipe_runs(src):
+        for it in src.jsonl(f'{folder}/dagger.jsonl'):
+            failed = failures_text(it.get('collection_failures', {}))
+            rows.append([label, it['iteration'], it['episodes'], f"{it['beta']:.2f}",
+                         f"{it['collection_align_rate']:.2f} (failures: {failed})",
+                         f"{it['expert_share']:.2f}", it['dataset_frames'],
+                         f"{it['policy_closed_loop_align_rate']:.2f}"])
+    return table(['run', 'iteration', 'episodes', 'beta',
+                  'align while collecting (policy driving)', 'expert share of ticks',
+                  'dataset frames', 'new policy, closed loop (10 trainer seeds)'], rows)
 
 
 # -- benchmarks ------------------------------------------------------------------------------
