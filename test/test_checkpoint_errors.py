@@ -201,7 +201,8 @@ def test_explicit_unavailable_device_raises_never_falls_back(ckpt):
     (dict(mode='chunks'), 'unknown mode'),
     (dict(execution='threaded'), 'unknown execution'),
     (dict(n_action_steps=0), 'n_action_steps'),
-    (dict(precision='int8'), 'unknown precision'),
+    (dict(precision='int4'), 'unknown precision'),
+    (dict(precision='int8'), "precision 'int8' runs on backend openvino only"),
     (dict(model_path=''), 'model_path is empty'),
 ])
 def test_runtime_config_validation(kwargs, match):

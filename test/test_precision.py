@@ -85,8 +85,8 @@ def test_auto_picks_fp32_on_this_cpu_without_bf16():
 def test_bad_tolerance_is_refused(tolerance, tiny_checkpoint):
     with pytest.raises(ValueError, match='precision_tolerance must be a finite number >= 0'):
         RuntimeConfig(model_path=tiny_checkpoint, precision='auto', precision_tolerance=tolerance)
-    with pytest.raises(ValueError, match="unknown precision 'int8'"):
-        RuntimeConfig(model_path=tiny_checkpoint, precision='int8')
+    with pytest.raises(ValueError, match="unknown precision 'int4'"):
+        RuntimeConfig(model_path=tiny_checkpoint, precision='int4')
 
 
 def test_training_and_inference_share_the_detection(flags):
@@ -310,7 +310,7 @@ def test_node_and_evaluator_default_to_auto():
     from act_ros.training.evaluate import build_parser
     specs = {s.name: s for s in parameter_specs(None)}
     assert specs['precision'].default == 'auto'
-    assert specs['precision'].choices == ('auto', 'fp32', 'fp16', 'bf16')
+    assert specs['precision'].choices == ('auto', 'fp32', 'fp16', 'bf16', 'int8')
     assert specs['precision_tolerance'].default == DEFAULT_TOLERANCE
     node_yaml = yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node'][
         'ros__parameters']
@@ -319,8 +319,9 @@ def test_node_and_evaluator_default_to_auto():
     args = build_parser().parse_args(['--checkpoint', 'ckpt'])
     assert (args.precision, args.precision_tolerance) == ('auto', DEFAULT_TOLERANCE)
     assert build_parser().parse_args(['--checkpoint', 'c', '--precision', 'bf16']).precision == 'bf16'
+    assert build_parser().parse_args(['--checkpoint', 'c', '--precision', 'int8']).precision == 'int8'
     with pytest.raises(SystemExit):
-        build_parser().parse_args(['--checkpoint', 'c', '--precision', 'int8'])
+        build_parser().parse_args(['--checkpoint', 'c', '--precision', 'int4'])
 
 
 @pytest.mark.ros

@@ -6,7 +6,10 @@
   plugin. ``precision`` maps to ``INFERENCE_PRECISION_HINT`` (fp32 -> f32, bf16, fp16 ->
   f16); a reduced precision is accepted only when the CPU computes it natively, and the
   precision OpenVINO actually compiled is checked afterwards: OpenVINO would otherwise
-  fall back to f32 without a word.
+  fall back to f32 without a word. ``int8`` compiles the export's quantized model
+  (:mod:`act_ros.core.quantized`, made by ``act-ros export --int8``) instead of the ONNX
+  file, its layers that NNCF left in floating point in f32; without a valid one it is an
+  error saying how to make it.
 - ``onnxruntime``: the ONNX export in ONNX Runtime's CPU execution provider, fp32 only.
 
 The non-torch backends run on the CPU, are optional pip extras (``act_ros[openvino]``,
@@ -29,6 +32,7 @@ import numpy as np
 
 from act_ros.core.errors import DeviceUnavailableError
 from act_ros.core.export import OnnxExport, cache_export_dir, ensure_onnx_export
+from act_ros.core.quantized import find_int8_model
 # The backend table and option checks live in a torch-free module; re-exported here.
 from act_ros.core.options import (BACKEND_PACKAGES, BACKEND_PRECISIONS, BACKENDS,  # noqa: F401
                                   CPU_DEVICES, check_backend_options, installed_backends)
@@ -113,12 +117,18 @@ class OpenVINOBackend(OnnxBackend):
     """The ONNX export compiled by OpenVINO for the CPU, at the requested precision."""
 
     name = 'openvino'
-    HINTS = {'fp32': 'f32', 'bf16': 'bf16', 'fp16': 'f16'}
-    CAPABILITY = {'bf16': 'BF16', 'fp16': 'FP16'}
+    # int8: the quantized model, whatever NNCF kept in floating point computed in f32.
+    HINTS = {'fp32': 'f32', 'bf16': 'bf16', 'fp16': 'f16', 'int8': 'f32'}
+    CAPABILITY = {'bf16': 'BF16', 'fp16': 'FP16', 'int8': 'INT8'}
 
     def __init__(self, export: OnnxExport, *, precision: str = 'fp32',
                  threads: int | None = None, cache: bool = True) -> None:
+        check_backend_options(self.name, precision=precision, compile_model=False)
         super().__init__(export, precision, threads)
+        # int8: the quantized model beside the export (QuantizedModelError, saying how to
+        # make it, when there is none or it is stale), else the ONNX file itself.
+        self.int8 = find_int8_model(export) if precision == 'int8' else None
+        model_path = self.int8.paths.xml if self.int8 is not None else export.path
         ov = import_backend(self.name)
         import openvino.properties as props
         import openvino.properties.hint as hints
@@ -135,16 +145,18 @@ class OpenVINOBackend(OnnxBackend):
                                       hints.performance_mode: hints.PerformanceMode.LATENCY}
             if threads:
                 config[props.inference_num_threads] = int(threads)
-            cache_dir = _openvino_cache_dir(export) if cache else None
+            digest = self.int8.digest if self.int8 is not None else None
+            cache_dir = _openvino_cache_dir(export, digest) if cache else None
             start = time.perf_counter()
             if cache_dir is not None:
                 # OpenVINO keys its blobs on the model file, the device and this config; the
-                # folder is keyed on the file's content (its sha256, checked with the export).
+                # folder is keyed on the file's content (its sha256, checked with the export
+                # or the quantized model's record).
                 self.compiled_cache = 'hit' if any(cache_dir.glob('*.blob')) else 'miss'
                 core.set_property({props.cache_dir: str(cache_dir)})
-                self._compiled = core.compile_model(str(export.path), 'CPU', config)
+                self._compiled = core.compile_model(str(model_path), 'CPU', config)
             else:
-                self._compiled = core.compile_model(core.read_model(str(export.path)), 'CPU', config)
+                self._compiled = core.compile_model(core.read_model(str(model_path)), 'CPU', config)
             self.compile_seconds = time.perf_counter() - start
             compiled_as = self._compiled.get_property(hints.inference_precision)
             if compiled_as != wanted:
@@ -164,9 +176,10 @@ class OpenVINOBackend(OnnxBackend):
         return np.array(self._request.get_output_tensor(0).data, dtype=np.float32, copy=True)
 
 
-def _openvino_cache_dir(export: OnnxExport) -> Path | None:
-    """A writable folder for OpenVINO's compiled-model cache of ``export``, or ``None``."""
-    digest = str(export.metadata.get('onnx_sha256') or '')[:16]
+def _openvino_cache_dir(export: OnnxExport, digest: str | None = None) -> Path | None:
+    """A writable folder for OpenVINO's compiled-model cache of ``export`` (or of the model
+    whose content key is ``digest``: the quantized one), or ``None``."""
+    digest = digest or str(export.metadata.get('onnx_sha256') or '')[:16]
     if not digest:
         return None
     candidates = [export.path.parent / OPENVINO_CACHE_DIR / digest]
@@ -210,6 +223,42 @@ class OnnxRuntimeBackend(OnnxBackend):
 
     def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
         return np.asarray(self._session.run([self._output], feed)[0], dtype=np.float32)
+
+
+class InputRecorder(OnnxBackend):
+    """A stand-in backend that computes nothing: it keeps the inputs it is given (by name,
+    float32 copies) and returns a chunk of zeros. :func:`backend_inputs` uses it."""
+
+    name = 'recorder'
+
+    def __init__(self, backend: OnnxBackend) -> None:
+        super().__init__(backend.export, backend.precision, backend.threads)
+        self.inputs: dict[str, np.ndarray] | None = None
+        self._output_shape = tuple(backend.export.metadata['output']['shape'])
+
+    def run(self, feed: dict[str, np.ndarray]) -> np.ndarray:
+        self.inputs = {name: np.array(value, dtype=np.float32, copy=True)
+                       for name, value in feed.items()}
+        return np.zeros(self._output_shape, dtype=np.float32)
+
+
+def backend_inputs(predictor: Any, obs: Any) -> dict[str, np.ndarray]:
+    """The normalized inputs ``predictor``'s ONNX backend receives for the observation
+    ``obs``, by graph input name: the runtime's preprocessing exactly as it runs (the
+    calibration data of ``act-ros export --int8``).
+
+    ``predictor``: a :class:`~act_ros.core.inference.ChunkPredictor` with an ONNX backend or
+    a :class:`~act_ros.core.onnx_predictor.LeanOnnxPredictor`; its backend is put back after.
+    """
+    backend = predictor.backend
+    recorder = InputRecorder(backend)
+    predictor.use_backend(recorder)
+    try:
+        predictor.normalized(obs)
+    finally:
+        predictor.use_backend(backend)
+    assert recorder.inputs is not None  # normalized() ran the backend once
+    return recorder.inputs
 
 
 BACKEND_CLASSES: dict[str, type[OnnxBackend]] = {'openvino': OpenVINOBackend,

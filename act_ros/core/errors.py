@@ -19,3 +19,8 @@ class DeviceUnavailableError(ActRosError):
 
 class ObservationError(ActRosError, ValueError):
     """An observation does not have the expected keys, shapes or values."""
+
+
+class QuantizedModelError(ActRosError):
+    """precision int8 was requested but no valid quantized model exists (missing, made from
+    another export, or its files changed): the message says how to make it."""

@@ -27,7 +27,8 @@ from act_ros.core.inference_model import ACTInferenceModel
 from act_ros.core.observation import (Observation, environment_state_to_array, image_to_tensor,
                                       state_to_tensor, timed_dummy_calls)
 # Torch-free (act_ros.core.options); re-exported here, where they were first defined.
-from act_ros.core.options import COMPILE_MODES, PRECISIONS, PredictorOptions  # noqa: F401
+from act_ros.core.options import (BACKEND_PRECISIONS, COMPILE_MODES, PRECISIONS,  # noqa: F401
+                                  PredictorOptions)
 from act_ros.core import precision as precision_rules
 from act_ros.core.slowdown import injected_slowdown
 
@@ -55,8 +56,9 @@ def native_reduced_precision(device: torch.device) -> str | None:
 
 def autocast_context(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
     """Autocast for reduced precision; a null context for fp32."""
-    if precision not in PRECISIONS:
-        raise ValueError(f"unknown precision '{precision}', expected one of {PRECISIONS}")
+    if precision not in BACKEND_PRECISIONS['torch']:  # int8 is a quantized OpenVINO model
+        raise ValueError(f"precision '{precision}' is not one torch runs, expected one of "
+                         f"{BACKEND_PRECISIONS['torch']}")
     if precision == 'fp32':
         return contextlib.nullcontext()
     dtype = torch.bfloat16 if precision == 'bf16' else torch.float16

@@ -11,12 +11,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 import importlib.util
 
-PRECISIONS = ('fp32', 'bf16', 'fp16')
+# int8: the OpenVINO backend only, from a model quantized ahead of time with NNCF
+# (act-ros export --int8, act_ros.core.quantized); never picked by precision auto.
+PRECISIONS = ('fp32', 'bf16', 'fp16', 'int8')
 COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
 
 BACKENDS = ('torch', 'openvino', 'onnxruntime')
 # What each backend can run; whether the CPU/GPU at hand can is checked when it starts.
-BACKEND_PRECISIONS = {'torch': ('fp32', 'bf16', 'fp16'), 'openvino': ('fp32', 'bf16', 'fp16'),
+BACKEND_PRECISIONS = {'torch': ('fp32', 'bf16', 'fp16'),
+                      'openvino': ('fp32', 'bf16', 'fp16', 'int8'),
                       'onnxruntime': ('fp32',)}
 # Backend -> (Python module it needs, pip extra that installs it with the ONNX exporter).
 BACKEND_PACKAGES = {'openvino': ('openvino', 'openvino'),
@@ -29,6 +32,9 @@ def check_backend_options(backend: str, *, precision: str, compile_model: bool,
     """Reject backend settings that cannot work together (``ValueError``, one line)."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend '{backend}', expected one of {BACKENDS}")
+    if precision == 'int8' and backend != 'openvino':
+        raise ValueError(f"precision 'int8' runs on backend openvino only (a model quantized by "
+                         f"act-ros export --int8), not on backend '{backend}'")
     if backend == 'torch':
         return
     if compile_model:

@@ -21,6 +21,11 @@ decides as the inference child, the evaluator and training do, from one detectio
   when the bf16 model cannot be built, the model stays fp32 and the result says why
   (:class:`PrecisionCheck`, logged as a warning by the node and shown on
   ``/diagnostics`` as ``precision.*``).
+- ``precision: int8`` (OpenVINO with a quantized model, :mod:`act_ros.core.quantized`) is
+  never picked by auto and goes through the same check when set: fp32 is built first,
+  int8 is compared with it on the same observations and the difference reported, but int8
+  was asked for by name, so it stays even over the tolerance (a warning), and a quantized
+  model that cannot be loaded is an error, not a fallback (:attr:`PrecisionPlan.keep`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,8 @@ NATIVE_BF16_FLAGS = ('avx512_bf16', 'amx_bf16')
 # joint is a few hundredths of a radian: well under max_joint_step (0.1 rad per tick).
 DEFAULT_TOLERANCE = 0.05
 CHECK_OBSERVATIONS = 3  # the warm-up's observation and two seeded random ones
+# Precisions that, when set by name, are checked against fp32 at start-up and kept.
+CHECKED_PRECISIONS = ('int8',)
 CPUINFO = Path('/proc/cpuinfo')
 
 
@@ -100,21 +107,31 @@ def auto_precision(backend: str, *, flags: Iterable[str] | None = None) -> tuple
 class PrecisionPlan:
     """How a predictor's precision is settled at start-up (picklable: the inference child
     gets it): build the model in ``build``; when ``candidate`` is set, check it against
-    that and keep it within ``tolerance`` (:func:`settle`)."""
+    that and keep it within ``tolerance``, or whatever the check finds with ``keep``
+    (:func:`settle`)."""
 
     requested: str
     build: str
     why: str
     candidate: str | None = None
     tolerance: float = DEFAULT_TOLERANCE
+    # The candidate was set by name (int8): kept whatever the check finds (over the
+    # tolerance: a warning), and one that cannot be built or run is an error.
+    keep: bool = False
 
     @classmethod
     def make(cls, requested: str, backend: str, tolerance: float = DEFAULT_TOLERANCE, *,
              flags: Iterable[str] | None = None) -> PrecisionPlan:
-        """A concrete ``requested`` precision is built as asked, unchecked; ``auto``
-        follows :func:`auto_precision` (a bf16 candidate is built after fp32, checked)."""
+        """A concrete ``requested`` precision is built as asked, unchecked, except int8
+        (:data:`CHECKED_PRECISIONS`: built after fp32 and checked against it, then kept);
+        ``auto`` follows :func:`auto_precision` (a bf16 candidate is built after fp32,
+        checked). Whether ``backend`` runs the precision is the caller's check
+        (:func:`act_ros.core.options.check_backend_options`)."""
         if not (isinstance(tolerance, (int, float)) and np.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f'precision_tolerance must be a finite number >= 0, got {tolerance}')
+        if requested in CHECKED_PRECISIONS:
+            return cls(requested=requested, build='fp32', why='as set', candidate=requested,
+                       tolerance=float(tolerance), keep=True)
         if requested != AUTO:
             return cls(requested=requested, build=requested, why='as set',
                        tolerance=float(tolerance))
@@ -127,10 +144,10 @@ class PrecisionPlan:
 class PrecisionCheck:
     """The precision a model runs in, as requested and as settled at start-up."""
 
-    requested: str  # auto | fp32 | bf16 | fp16
+    requested: str  # auto | fp32 | bf16 | fp16 | int8
     precision: str  # what the model runs in
     why: str  # the rule's reason (auto), or 'as set'
-    candidate: str | None = None  # the reduced precision auto tried, if any
+    candidate: str | None = None  # the reduced precision checked against fp32, if any
     max_diff: float | None = None  # largest normalized action difference, candidate vs fp32
     tolerance: float | None = None
     observations: int = 0
@@ -141,6 +158,18 @@ class PrecisionCheck:
         """Auto tried a reduced precision and kept fp32 (a warning)."""
         return self.candidate is not None and self.precision != self.candidate
 
+    @property
+    def within(self) -> bool:
+        """The checked candidate's difference from fp32 is within the tolerance."""
+        return (self.max_diff is not None and self.tolerance is not None
+                and self.max_diff <= self.tolerance)
+
+    @property
+    def warning(self) -> bool:
+        """Worth a warning: auto fell back to fp32, or a precision set by name (int8) runs
+        although its difference from fp32 is over the tolerance."""
+        return self.fell_back or (self.candidate is not None and not self.within)
+
     def line(self) -> str:
         """One log line: what runs, and the check behind it."""
         head = f'precision {self.precision} (requested {self.requested}: {self.why})'
@@ -148,12 +177,13 @@ class PrecisionCheck:
             return head
         if self.failure:
             return f'{head}; {self.candidate} could not run here, kept fp32: {self.failure}'
-        verdict = ('within' if self.max_diff is not None and self.tolerance is not None
-                   and self.max_diff <= self.tolerance else 'over')
+        verdict = 'within' if self.within else 'over'
         text = (f'{head}; {self.candidate} vs fp32 on {self.observations} warm-up observations: '
                 f'max normalized action difference {self.max_diff:.4f}, {verdict} the '
                 f'tolerance {self.tolerance:g}')
-        return text + ('' if verdict == 'within' else ', kept fp32')
+        if self.within:
+            return text
+        return text + (', kept fp32' if self.fell_back else f', {self.precision} kept as set')
 
     def as_values(self) -> dict[str, Any]:
         """Key/value pairs for /diagnostics (``precision.*``)."""
@@ -194,7 +224,8 @@ def check_observations(cameras: Sequence[tuple[str, str, tuple[int, int]]], lowe
 
 
 def compare_backends(predictor: Any, candidate: Callable[[], Any], observations: Sequence[Observation],
-                     tolerance: float, *, requested: str, why: str, name: str) -> PrecisionCheck:
+                     tolerance: float, *, requested: str, why: str, name: str,
+                     keep: bool = False) -> PrecisionCheck:
     """Run ``predictor`` (its backend built in fp32) and the backend ``candidate()`` builds
     on ``observations``; keep the candidate in ``predictor`` when every normalized action
     is within ``tolerance`` of fp32, else keep fp32.
@@ -203,6 +234,10 @@ def compare_backends(predictor: Any, candidate: Callable[[], Any], observations:
     a :class:`~act_ros.core.onnx_predictor.LeanOnnxPredictor` (``normalized(obs)``,
     ``backend``, ``use_backend(backend)``). A candidate that cannot be built or run
     (``candidate()`` raises) leaves fp32 in place, with the reason.
+
+    ``keep`` (a precision set by name, int8): the candidate stays whatever the difference,
+    which is only reported; one that cannot be built or run, or that computes non-finite
+    actions, raises instead of falling back.
     """
     if not (tolerance >= 0 and np.isfinite(tolerance)):
         raise ValueError(f'precision tolerance must be a finite number >= 0, got {tolerance}')
@@ -216,9 +251,17 @@ def compare_backends(predictor: Any, candidate: Callable[[], Any], observations:
         reduced = [predictor.normalized(obs) for obs in observations]
     except Exception as exc:  # noqa: BLE001 - any failure of the candidate means fp32
         predictor.use_backend(fp32)
+        if keep:
+            raise
         return PrecisionCheck(precision='fp32', failure=f'{type(exc).__name__}: {exc}', **common)
     diff = max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
                for a, b in zip(reference, reduced))
+    if keep:
+        if not all(np.isfinite(actions).all() for actions in reduced):
+            predictor.use_backend(fp32)
+            raise ValueError(f'precision {name} computes non-finite actions on the check '
+                             'observations: its model is broken, make it again')
+        return PrecisionCheck(precision=name, max_diff=diff, **common)
     if not np.isfinite(diff) or diff > tolerance:
         predictor.use_backend(fp32)
         return PrecisionCheck(precision='fp32', max_diff=diff, **common)
@@ -244,9 +287,11 @@ def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.nda
         return type(fp32)(fp32.export, precision=plan.candidate, threads=fp32.threads)
 
     return compare_backends(predictor, build, observations, plan.tolerance,
-                            requested=plan.requested, why=plan.why, name=plan.candidate)
+                            requested=plan.requested, why=plan.why, name=plan.candidate,
+                            keep=plan.keep)
 
 
-__all__ = ['AUTO', 'DEFAULT_TOLERANCE', 'NATIVE_BF16_FLAGS', 'PrecisionCheck', 'PrecisionPlan',
-           'auto_precision', 'check_observations', 'compare_backends', 'cpu_flags',
-           'cpu_has_native_bf16', 'parse_cpuinfo_flags', 'settle']
+__all__ = ['AUTO', 'CHECKED_PRECISIONS', 'DEFAULT_TOLERANCE', 'NATIVE_BF16_FLAGS',
+           'PrecisionCheck', 'PrecisionPlan', 'auto_precision', 'check_observations',
+           'compare_backends', 'cpu_flags', 'cpu_has_native_bf16', 'parse_cpuinfo_flags',
+           'settle']

@@ -86,10 +86,12 @@ class RuntimeConfig:
     compile_model: bool = False
     compile_mode: str = 'default'
     freeze_weights: bool = True
-    # fp32 | bf16 | fp16, or auto (act_ros.core.precision: bf16 with openvino on a CPU with
-    # native bf16, kept only within precision_tolerance of fp32; fp32 elsewhere).
+    # fp32 | bf16 | fp16 | int8 (openvino, a model quantized by act-ros export --int8), or
+    # auto (act_ros.core.precision: bf16 with openvino on a CPU with native bf16, kept only
+    # within precision_tolerance of fp32; fp32 elsewhere; never int8).
     precision: str = 'fp32'
-    # precision auto: largest normalized action difference bf16 may show against fp32.
+    # precision auto: largest normalized action difference bf16 may show against fp32 (int8:
+    # its difference is reported against it, int8 is kept).
     precision_tolerance: float = DEFAULT_TOLERANCE
     contract: Contract | None = None
     warmup: bool = True
@@ -128,7 +130,9 @@ class RuntimeConfig:
                              f'{self.simulated_latency_ticks}')
         if not (math.isfinite(self.inference_timeout_s) and self.inference_timeout_s > 0):
             raise ValueError(f'inference_timeout_s must be > 0, got {self.inference_timeout_s}')
-        check_backend_options(self.backend, precision=self.plan().build,
+        # A precision as set is checked as set (int8 is built in fp32 first, for its check).
+        check_backend_options(self.backend, precision=(self.precision if self.precision != AUTO
+                                                       else self.plan().build),
                               compile_model=self.compile_model, device=self.device)
 
     def plan(self) -> PrecisionPlan:

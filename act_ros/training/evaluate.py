@@ -54,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="as act_node's parameter: auto (the default) runs bf16 with backend "
                    'openvino on a CPU with native bfloat16 (AVX512-BF16 or AMX) when its actions '
                    'stay within --precision-tolerance of fp32 on the warm-up observations, fp32 '
-                   'everywhere else; fp32, bf16 (native only) or fp16 (CUDA/MPS) as set')
+                   'everywhere else; fp32, bf16 (native only) or fp16 (CUDA/MPS) as set; int8: '
+                   'backend openvino with the model act-ros export --int8 quantized, its '
+                   'difference from fp32 on the warm-up observations reported')
     p.add_argument('--precision-tolerance', type=float, default=DEFAULT_TOLERANCE,
                    help='precision auto: largest normalized action difference of bf16 against '
                    'fp32 for bf16 to be kept (default %(default)s)')

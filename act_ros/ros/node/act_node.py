@@ -206,7 +206,7 @@ class ActNode(LifecycleNode):
             self.startup.add_overlapped('node_setup', time.monotonic() - setup_start)
         runtime.wait_ready()
         check = runtime.precision_check
-        if check is not None and check.fell_back:
+        if check is not None and check.warning:  # fell back to fp32, or int8 over the tolerance
             self.get_logger().warning(check.line())
         elif check is not None:
             self.get_logger().info(check.line())
