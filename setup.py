@@ -77,7 +77,8 @@ setup(
                 'colcon-core>=0.15,<1', 'colcon-ros>=0.5,<1', 'colcon-python-setup-py>=0.2,<1',
                 'colcon-package-selection>=0.2,<1'],
         'onnx': ONNX_EXPORT,
-        'openvino': ONNX_EXPORT + ['openvino>=2025.0,<2027'],
+        # nncf: INT8 post-training quantization for precision int8 (act-ros export --int8).
+        'openvino': ONNX_EXPORT + ['openvino>=2025.0,<2027', 'nncf>=3,<4'],
         'onnxruntime': ONNX_EXPORT + ['onnxruntime>=1.20,<2'],
         # LeRobot's own training step (update_policy) for `act-ros bench training`.
         'bench': ['accelerate>=1.14,<2'],

@@ -25,7 +25,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'init-checkpoint': ('act_ros.core.checkpoint', 'write an untrained ACT checkpoint (benchmarks, tests)'),
     'package-model': ('act_ros.training.package_model', 'check a checkpoint and copy it to a '
                       'deployable model folder (fp16 weights)'),
-    'export': ('act_ros.core.export', 'export a checkpoint to ONNX (openvino / onnxruntime backends)'),
+    'export': ('act_ros.training.quantize', 'export a checkpoint to ONNX (openvino / onnxruntime '
+               'backends); --int8: quantize it with NNCF on dataset frames (precision int8)'),
     'report': ('act_ros.report', 'write the tables of figures in README.md and docs/ from the '
                'committed result files (--check: fail when a page is stale)'),
     'plot-plan': ('act_ros.ros.plan_plot', "a picture of act_node's planned path and release "

@@ -7,6 +7,7 @@ extra is a broken environment, and the test runs and fails instead of skipping s
 (``make test REQUIRE_EXTRAS=0`` after ``make setup EXTRAS=...`` with fewer extras).
 """
 
+import importlib.util
 import os
 
 import pytest
@@ -36,3 +37,6 @@ needs_openvino = needs('openvino' in BACKENDS, 'openvino', 'openvino')
 needs_onnxruntime = needs('onnxruntime' in BACKENDS, 'onnxruntime', 'onnxruntime')
 needs_onnx = needs(BACKENDS != ['torch'], 'an ONNX backend (openvino or onnxruntime)',
                    'openvino,onnxruntime')
+# NNCF quantizes for precision int8 (act-ros export --int8); it comes with the openvino extra.
+HAS_NNCF = importlib.util.find_spec('nncf') is not None
+needs_nncf = needs(HAS_NNCF and 'openvino' in BACKENDS, 'nncf (with openvino)', 'openvino')

@@ -23,7 +23,9 @@ A checkpoint directory that cannot be written (installed read-only), or a Hub sn
 the ``huggingface_hub`` cache (:mod:`act_ros.core.hub`), exports to
 ``$XDG_CACHE_HOME/act_ros/export/<checkpoint hash>/`` instead.
 
-``act-ros export --checkpoint DIR --format onnx [--image-size HxW]`` runs it by hand.
+``act-ros export --checkpoint DIR --format onnx [--image-size HxW]`` runs it by hand;
+with ``--int8 --calibration-dataset DATASET_DIR`` it also quantizes the export for
+``precision: int8`` (:mod:`act_ros.training.quantize`, :mod:`act_ros.core.quantized`).
 """
 
 from __future__ import annotations
@@ -354,9 +356,9 @@ def ensure_onnx_export(checkpoint: LoadedCheckpoint, *, model: nn.Module | None 
                              source=Path(checkpoint.path))
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``act-ros export``: export a checkpoint's inference model (normalized tensors in and out)."""
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+def build_parser() -> argparse.ArgumentParser:
+    """Argument parser of ``act-ros export`` (ONNX; :mod:`act_ros.training.quantize` adds
+    ``--int8`` and its calibration options)."""
     parser = argparse.ArgumentParser(prog='act-ros export', description=main.__doc__)
     parser.add_argument('--checkpoint', type=Path, required=True,
                         help='LeRobot pretrained_model directory, or Hub id '
@@ -366,7 +368,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="HxW for every camera (default: the checkpoint's input sizes, "
                         'the ones the runtime uses)')
     parser.add_argument('--force', action='store_true', help='export even when a valid one exists')
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``act-ros export``: export a checkpoint's inference model (normalized tensors in and out)."""
+    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    return run(build_parser().parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """The export :func:`build_parser`'s ``args`` ask for; the exit status."""
     from act_ros.core.checkpoint import load_checkpoint
 
     try:

@@ -58,36 +58,37 @@ def select_cameras(contract: Contract, names: tuple[str, ...] | list[str] | None
 
 def open_dataset(root: Path, contract: Contract, *,
                  cameras: tuple[CameraSpec, ...] | None = None,
-                 environment_state: bool = False) -> Any:
+                 environment_state: bool = False, option: str = '--dataset-root') -> Any:
     """Open a local LeRobot v3 dataset with an action chunk of ``contract.chunk_size``.
 
     ``cameras``: the ones the policy takes (default: every contract camera);
     ``environment_state``: the dataset must hold ``observation.environment_state``.
     Raises :class:`TrainingDataError` before anything is trained when the path is not a
-    dataset, the dataset is empty, or its features do not match the contract.
+    dataset, the dataset is empty, or its features do not match the contract; the
+    message starts with ``option`` (the command-line option that named the dataset).
     """
     root = Path(root).expanduser()
     if not root.exists():
-        raise TrainingDataError(f'--dataset-root {root}: does not exist (expected a LeRobot v3 '
+        raise TrainingDataError(f'{option} {root}: does not exist (expected a LeRobot v3 '
                                 'dataset directory with meta/info.json)')
     if not root.is_dir():
-        raise TrainingDataError(f'--dataset-root {root}: is a file, expected a LeRobot v3 '
+        raise TrainingDataError(f'{option} {root}: is a file, expected a LeRobot v3 '
                                 'dataset directory')
     if not (root / 'meta' / 'info.json').is_file():
-        raise TrainingDataError(f'--dataset-root {root}: no meta/info.json, so not a LeRobot v3 '
+        raise TrainingDataError(f'{option} {root}: no meta/info.json, so not a LeRobot v3 '
                                 'dataset (create one with act-ros collect or generate-synthetic)')
     from lerobot.datasets.lerobot_dataset import LeRobotDataset, LeRobotDatasetMetadata
 
     try:
         meta = LeRobotDatasetMetadata(f'local/{root.name}', root=root)
     except (OSError, ValueError, KeyError) as exc:
-        raise TrainingDataError(f'--dataset-root {root}: cannot be read as a LeRobot v3 dataset '
+        raise TrainingDataError(f'{option} {root}: cannot be read as a LeRobot v3 dataset '
                                 f'({type(exc).__name__}: {exc})') from exc
     if meta.total_frames < 1 or meta.total_episodes < 1:
-        raise TrainingDataError(f'--dataset-root {root}: the dataset is empty ({meta.total_episodes}'
+        raise TrainingDataError(f'{option} {root}: the dataset is empty ({meta.total_episodes}'
                                 f' episodes, {meta.total_frames} frames); record episodes first')
     check_features(meta.features, contract, root, cameras=cameras,
-                   environment_state=environment_state)
+                   environment_state=environment_state, option=option)
     delta = {contract.action_feature: [i / meta.fps for i in range(contract.chunk_size)]}
     return LeRobotDataset(f'local/{root.name}', root=root, delta_timestamps=delta,
                           video_backend=video_backend(), return_uint8=True)
@@ -95,7 +96,7 @@ def open_dataset(root: Path, contract: Contract, *,
 
 def check_features(features: dict[str, dict], contract: Contract, root: Path, *,
                    cameras: tuple[CameraSpec, ...] | None = None,
-                   environment_state: bool = False) -> None:
+                   environment_state: bool = False, option: str = '--dataset-root') -> None:
     """The dataset must hold the contract's state, action and the ``cameras`` the policy
     takes (default: all), joints in order, and with ``environment_state`` the object
     poses (``observation.environment_state``, :data:`ENVIRONMENT_STATE_NAMES`)."""
@@ -138,7 +139,7 @@ def check_features(features: dict[str, dict], contract: Contract, root: Path, *,
     if problems:
         present = sorted(k for k in features if k not in ('timestamp', 'frame_index', 'index',
                                                              'episode_index', 'task_index'))
-        raise TrainingDataError(f'--dataset-root {root}: features do not match the contract '
+        raise TrainingDataError(f'{option} {root}: features do not match the contract '
                                 f'({contract.source}): {"; ".join(problems)}. Dataset features: '
                                 f'{present}')
 
@@ -261,12 +262,16 @@ class FrameStore:
         return out
 
 
-def _column(hf_dataset: Any, key: str) -> np.ndarray:
+def column(hf_dataset: Any, key: str) -> np.ndarray:
+    """One float column of the dataset's frames, (N, ...) float32."""
     return np.stack(hf_dataset.data.column(key).to_numpy(zero_copy_only=False)).astype(np.float32)
 
 
-def _decode_episode(dataset: Any, key: str, ep: int, timestamps: list[float]) -> np.ndarray:
-    """(T, H, W, 3) uint8 frames of one episode's camera ``key``."""
+def decode_episode_frames(dataset: Any, key: str, ep: int, timestamps: list[float],
+                          rows: list[int] | None = None) -> np.ndarray:
+    """(T, H, W, 3) uint8 frames of one episode's camera ``key`` at ``timestamps`` (seconds
+    from the episode's start); ``rows``: the dataset indices of those frames (a camera
+    stored as images is read by row: every row of the episode when not given)."""
     meta = dataset.meta
     if key in meta.video_keys:
         from lerobot.datasets.video_utils import decode_video_frames
@@ -277,10 +282,13 @@ def _decode_episode(dataset: Any, key: str, ep: int, timestamps: list[float]) ->
         frames = decode_video_frames(path, [start + t for t in timestamps], dataset.tolerance_s,
                                      video_backend(), return_uint8=True)
         return frames.permute(0, 2, 3, 1).numpy()
-    info = meta.episodes[ep]
-    rows = dataset.hf_dataset[int(info['dataset_from_index']):int(info['dataset_to_index'])][key]
+    if rows is None:
+        info = meta.episodes[ep]
+        images = dataset.hf_dataset[int(info['dataset_from_index']):int(info['dataset_to_index'])][key]
+    else:
+        images = dataset.hf_dataset[[int(row) for row in rows]][key]
     return np.stack([(img.permute(1, 2, 0) * 255.0).round().clamp(0, 255).to(torch.uint8).numpy()
-                     for img in rows])
+                     for img in images])
 
 
 def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | None, *,
@@ -297,8 +305,8 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | 
 
     hf = dataset.hf_dataset
     n = len(hf)
-    state = _column(hf, contract.state_feature)
-    action = _column(hf, contract.action_feature)
+    state = column(hf, contract.state_feature)
+    action = column(hf, contract.action_feature)
     episode_index = hf.data.column('episode_index').to_numpy()
     timestamps = hf.data.column('timestamp').to_numpy()
     cameras = contract.cameras if cameras is None else cameras
@@ -310,7 +318,7 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | 
     for ep in tqdm(episodes, desc='decoding frames', unit='episode', disable=not progress):
         rows = np.flatnonzero(episode_index == ep)
         for cam in cameras:
-            frames = _decode_episode(dataset, cam.feature, ep, timestamps[rows].tolist())
+            frames = decode_episode_frames(dataset, cam.feature, ep, timestamps[rows].tolist())
             if frames.shape[0] != rows.size:
                 raise TrainingDataError(f"episode {ep}, camera '{cam.feature}': decoded "
                                         f'{frames.shape[0]} frames, expected {rows.size}')
@@ -321,13 +329,13 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | 
         if key not in hf.column_names:
             raise TrainingDataError(f"the dataset has no column '{key}' (it has "
                                     f'{sorted(hf.column_names)})')
-        extras[key] = _column(hf, key)
+        extras[key] = column(hf, key)
     env_state = None
     if environment_state:
         if ENVIRONMENT_STATE_FEATURE not in hf.column_names:
             raise TrainingDataError(f"the dataset has no column '{ENVIRONMENT_STATE_FEATURE}' "
                                     f'(it has {sorted(hf.column_names)})')
-        env_state = _column(hf, ENVIRONMENT_STATE_FEATURE)
+        env_state = column(hf, ENVIRONMENT_STATE_FEATURE)
     columns = [(contract.state_feature, state), (contract.action_feature, action),
                *extras.items()]
     if env_state is not None:
