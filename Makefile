@@ -18,11 +18,12 @@ export PYOPENGL_PLATFORM ?= egl
 # Full-size camera images between processes (see config/fastdds_large_images.xml).
 export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_large_images.xml
 
-.PHONY: help setup test test-fast demo bench bench-check lint clean-venv
+.PHONY: help setup test test-slow test-all demo bench bench-check lint clean-venv
 
 help:
 	@echo "make demo   - set up if needed, then run the simulated task end to end over ROS 2"
-	@echo "make test   - set up if needed, then run the test suite"
+	@echo "make test   - set up if needed, then run the test suite (without the slow checks)"
+	@echo "make test-slow - the slow end-to-end checks (CI runs both); make test-all - everything"
 	@echo "make setup  - create/refresh the virtualenv ($(VENV)) with Python 3.12"
 	@echo "make bench  - run the benchmarks and write a report"
 	@echo "make bench-check - fast benchmarks against the committed baseline (fails on a regression)"
@@ -50,12 +51,17 @@ PYTEST_ARGS ?=
 # Every extra is installed by make setup: a test needing one fails instead of skipping
 # when it is missing (test/extras.py); 0 after make setup EXTRAS=... with fewer.
 REQUIRE_EXTRAS ?= 1
+# The suite without the end-to-end checks marked slow (multi-process training, over-ROS
+# evaluations, exports under every backend); CI (.ci/run) runs those too: make test-slow.
 test: $(STAMP)
-	ACT_ROS_REQUIRE_EXTRAS=$(REQUIRE_EXTRAS) $(PY) -m pytest $(PYTEST_ARGS)
-
-# Quick subset: everything but the slow end-to-end checks.
-test-fast: $(STAMP)
 	ACT_ROS_REQUIRE_EXTRAS=$(REQUIRE_EXTRAS) $(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	ACT_ROS_REQUIRE_EXTRAS=$(REQUIRE_EXTRAS) $(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# Everything in one pytest run.
+test-all: $(STAMP)
+	ACT_ROS_REQUIRE_EXTRAS=$(REQUIRE_EXTRAS) $(PY) -m pytest $(PYTEST_ARGS)
 
 DEMO_ARGS ?=
 demo: $(STAMP)
