@@ -173,6 +173,7 @@ def test_calibration_observations_are_the_datasets_frames(calibration_dataset,
 
 
 @needs_openvino
+@pytest.mark.slow  # the ONNX export of the shared fixture: tens of seconds
 def test_model_inputs_are_the_runtimes_preprocessing(exported_checkpoint, calibration_dataset):
     """What calibration feeds the quantizer is what the backend receives at run time: the
     full predictor's inputs equal the lean inference child's, and its backend is put back."""
@@ -299,6 +300,7 @@ def test_auto_does_not_run_int8_even_beside_a_quantized_model(quantized):
 
 
 @needs_openvino
+@pytest.mark.slow  # the ONNX export of the shared fixture: tens of seconds
 def test_missing_int8_model_says_how_to_make_it(exported_checkpoint, tmp_path):
     ckpt = tmp_path / 'tiny'
     shutil.copytree(exported_checkpoint, ckpt)
