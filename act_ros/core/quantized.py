@@ -179,8 +179,12 @@ def quantize_export(export: OnnxExport, items: Sequence[Any],
     nncf, ov = _import_quantizer()
     start = time.perf_counter()
     with kept_signal_stack():
-        core = ov.Core()
-        model = core.read_model(str(export.path))
+        # convert_model, unlike Core.read_model, folds what the exporter left between each
+        # linear layer and its weights (a Transpose, the split of attention's packed
+        # projection) into constants: NNCF quantizes only weights it sees as constants, and
+        # from read_model the transformer's linear layers ran in f32 behind fake-quantized
+        # inputs (only the backbone's convolutions in int8).
+        model = ov.convert_model(str(export.path))
         quantized = nncf.quantize(
             model, nncf.Dataset(list(items), model_inputs), subset_size=len(items),
             model_type=nncf.ModelType.TRANSFORMER, target_device=nncf.TargetDevice.CPU)
@@ -210,6 +214,7 @@ def quantize_export(export: OnnxExport, items: Sequence[Any],
         'output': export.metadata.get('output'),
         'calibration': {**calibration, 'samples': len(items)},
         'quantization': {'tool': 'nncf.quantize (post-training, OpenVINO backend)',
+                         'model': 'openvino.convert_model of the ONNX export',
                          'model_type': MODEL_TYPE, 'target_device': TARGET_DEVICE,
                          'subset_size': len(items), 'preset': 'NNCF default (mixed for '
                          'transformers)', 'compress_to_fp16': False},
