@@ -76,10 +76,11 @@ def source_commit() -> str:
 
 
 def result_provenance(command: str, argv: Sequence[str], *, output_path: object | None,
-                      output_option: str = '--json') -> dict:
+                      output_option: str = '--json', omit: Sequence[str] = ()) -> dict:
     """The ``provenance`` object of a result file a command writes: the command that made
-    it (``argv`` without the output option, which names a path of this machine), the
-    source revision and the machine with its CPU class (what the kernels depend on)."""
+    it (``argv`` without the output option and the ``omit`` options, which name paths of
+    this machine), the source revision and the machine with its CPU class (what the
+    kernels depend on)."""
     from act_ros.bench.check import cpu_class
 
     words, skip = [], False
@@ -87,10 +88,10 @@ def result_provenance(command: str, argv: Sequence[str], *, output_path: object 
         if skip:
             skip = False
             continue
-        if arg == output_option:
+        if arg in (output_option, *omit):  # options naming paths of this machine
             skip = True
             continue
-        if arg.startswith(output_option + '=') or (
+        if arg.startswith(tuple(f'{o}=' for o in (output_option, *omit))) or (
                 output_path is not None and arg == str(output_path)):
             continue
         words.append(arg)

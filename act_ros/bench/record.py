@@ -393,8 +393,16 @@ def main(argv: list[str] | None = None) -> int:
         results.append(bench_import(args))
         print(json.dumps(results[-1], indent=1), flush=True)
     if args.output:
+        from act_ros.core.atomic import write_text_atomic
+        from act_ros.provenance import result_provenance
+
+        provenance = result_provenance('python -m act_ros.bench.record',
+                                       argv if argv is not None else sys.argv[1:],
+                                       output_path=args.output, output_option='--output',
+                                       omit=('--workdir',))
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(results, indent=1))
+        write_text_atomic(args.output, json.dumps({'provenance': provenance, 'runs': results},
+                                                  indent=1))
     return 0
 
 
