@@ -16,11 +16,11 @@ By default (under 10 minutes on a 2-core CPU):
 
 ``--full-loop`` runs the whole pipeline instead: ``act-ros recipe object_state``
 (expert demonstrations, behaviour cloning, DAgger, the object-state policy; 51 to 131
-minutes on 2 cores, docs/expert_and_dagger.md), then the same evaluation of the new checkpoint; ``--fast`` is a
-few-minute smoke of it (``config/recipe_smoke.yaml``). ``--model DIR`` (repeatable)
-evaluates other checkpoints. Everything lands under one output folder, named at the end.
-Every stage runs as a child process; Ctrl-C or SIGTERM stops it and the demo without
-leaving processes behind.
+minutes on 2 cores, docs/expert_and_dagger.md), then the same evaluation of the new
+checkpoint; ``--fast`` is a few-minute smoke of it (``config/recipe_smoke.yaml``).
+``--model DIR`` (repeatable) evaluates other checkpoints. Everything lands under one
+output folder, named at the end. Every stage runs as a child process; Ctrl-C or SIGTERM
+stops it and the demo without leaving processes behind.
 """
 
 from __future__ import annotations
