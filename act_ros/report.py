@@ -372,6 +372,33 @@ def part_dagger_iterations(src: Sources) -> str:
                   'dataset frames', 'new policy, closed loop (10 trainer seeds)'], rows)
 
 
+PRECISION_EVALUATIONS = ('docs/results/precision/openvino_fp32_chunk_100.json',
+                         'docs/results/precision/openvino_bf16_chunk_100.json',
+                         'docs/results/precision/openvino_int8_chunk_100.json')
+
+
+def part_precision_policy(src: Sources) -> str:
+    """One policy, one backend, the same seeds, each precision: align rate and errors, and
+    the episodes each precision alone aligned (paired by seed against the first)."""
+    runs = [(rel, src.json(rel)) for rel in PRECISION_EVALUATIONS if src.exists(rel)]
+    base = {e['seed']: e['success'] for e in runs[0][1]['modes']['chunk']['episodes']}
+    rows = []
+    for _rel, data in runs:
+        result = data['modes']['chunk']
+        mine = {e['seed']: e['success'] for e in result['episodes']}
+        only = sum(mine[k] and not base.get(k, False) for k in mine)
+        lost = sum(base[k] and not mine.get(k, False) for k in base)
+        precision = data['precision']
+        precision = precision['precision'] if isinstance(precision, dict) else precision
+        rows.append([f"{data['backend']} {precision}",
+                     rate(result['align_rate'], result['count']),
+                     f"{result['mean_position_error'] * 100:.2f} cm / "
+                     f"{result['mean_yaw_error']:.1f} deg",
+                     failures_text(result['failures']), f'{only} / {lost}'])
+    return table(['precision', 'align rate, chunk mode', 'mean position / yaw error',
+                  'failures by stage', 'seeds aligned only here / only in the first row'], rows)
+
+
 # -- benchmarks ------------------------------------------------------------------------------
 
 def part_runtime_loop(src: Sources) -> str:
@@ -516,6 +543,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'runtime_loop': part_runtime_loop,
     'model_time': part_model_time,
     'node_realtime': part_node_realtime,
+    'precision_policy': part_precision_policy,
     'node_startup': part_node_startup,
     'faults': part_faults,
     'training_step': part_training_step,

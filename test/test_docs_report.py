@@ -112,3 +112,28 @@ def test_report_is_an_act_ros_command():
     from act_ros import cli
     assert cli.COMMANDS['report'][0] == 'act_ros.report'
     assert Path(report.__file__).name == 'report.py'
+
+
+def test_precision_table_pairs_episodes_by_seed(tmp_path, monkeypatch):
+    """A precision that aligns other seeds than fp32 shows them, whatever the rates."""
+    def write(name, precision, successes):
+        episodes = [{'seed': 10 + k, 'success': ok} for k, ok in enumerate(successes)]
+        data = {'provenance': {'command': 'c', 'commit': 'x', 'machine': 'm'},
+                'backend': 'openvino', 'precision': precision,
+                'modes': {'chunk': {'align_rate': sum(successes) / len(successes),
+                                    'count': len(successes), 'mean_position_error': 0.01,
+                                    'mean_yaw_error': 1.0, 'failures': {'release': 1},
+                                    'episodes': episodes}}}
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(data))
+        return name
+
+    first = write('a/fp32.json', 'fp32', [True, True, False, False])
+    second = write('a/bf16.json', {'precision': 'bf16'}, [True, False, True, False])
+    monkeypatch.setattr(report, 'PRECISION_EVALUATIONS', (first, second, 'a/missing.json'))
+    rows = report.part_precision_policy(report.Sources(tmp_path)).splitlines()
+    assert rows[2].split('|')[1:3] == [' openvino fp32 ', ' 0.50 (2/4) ']
+    assert rows[3].split('|')[1].strip() == 'openvino bf16'
+    assert rows[3].split('|')[5].strip() == '1 / 1'  # seed 12 gained, seed 11 lost
+    assert len(rows) == 4  # the missing file is left out
