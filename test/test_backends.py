@@ -202,13 +202,52 @@ def test_export_cli_reports_bad_input(tmp_path, capsys):
 def test_backend_parameter_matches_the_runtime():
     from act_ros.ros.node.parameters import parameter_specs
     spec = {s.name: s for s in parameter_specs(None)}['backend']
-    assert spec.default == 'torch' and spec.choices == backends.BACKENDS
+    assert spec.default == 'auto' and spec.choices == ('auto', *backends.BACKENDS)
+
+
+CPU_WITH_OPENVINO = dict(installed=['torch', 'openvino', 'onnxruntime'], accelerator=False)
+
+
+@pytest.mark.parametrize('settings, expected, words', [
+    ({}, 'openvino', 'CPU inference'),
+    ({'device': 'cpu'}, 'openvino', 'CPU inference'),
+    ({'precision': 'bf16'}, 'openvino', 'CPU inference'),
+    ({'installed': ['torch', 'onnxruntime']}, 'torch', 'openvino is not installed'),
+    ({'accelerator': True}, 'torch', 'a GPU is present'),
+    ({'accelerator': True, 'device': 'cpu'}, 'openvino', 'CPU inference'),  # CPU asked for
+    ({'device': 'cuda'}, 'torch', 'device cuda'),
+    ({'device': 'mps'}, 'torch', 'device mps'),
+    ({'compile_model': True}, 'torch', 'compile_model'),
+    ({'precision': 'fp16'}, 'torch', 'fp16'),
+    ({'precision': 'int8', 'accelerator': True}, 'openvino', 'int8'),
+])
+def test_backend_auto_rule(settings, expected, words):
+    chosen, why = backends.resolve_backend('auto', **{**CPU_WITH_OPENVINO, **settings})
+    assert chosen == expected and words in why
+
+
+def test_a_named_backend_is_kept_and_an_unknown_one_refused():
+    for name in backends.BACKENDS:
+        assert backends.resolve_backend(name, device='cuda', **CPU_WITH_OPENVINO) == (
+            name, 'set by name')
+    with pytest.raises(ValueError, match="unknown backend 'tensorrt', expected one of"):
+        backends.resolve_backend('tensorrt')
+
+
+def test_runtime_config_resolves_backend_auto_on_this_machine():
+    config = RuntimeConfig(model_path='ckpt', device='cpu', backend='auto')
+    expected = 'openvino' if 'openvino' in backends.installed_backends() else 'torch'
+    assert config.backend == expected and config.backend_why.startswith('auto: ')
+    assert RuntimeConfig(model_path='ckpt', backend='torch').backend_why == 'set by name'
+    # Settings auto cannot serve are still refused, with the backend it chose.
+    config = RuntimeConfig(model_path='ckpt', device='cpu', backend='auto', compile_model=True)
+    assert config.backend == 'torch'
 
 
 def test_evaluator_takes_a_backend():
     from act_ros.training.evaluate import build_parser
-    args = build_parser().parse_args(['--checkpoint', 'ckpt', '--backend', 'openvino'])
-    assert args.backend == 'openvino'
+    for name in ('openvino', 'auto'):
+        assert build_parser().parse_args(['--checkpoint', 'ckpt', '--backend', name]).backend == name
     assert build_parser().parse_args(['--checkpoint', 'ckpt']).backend == 'torch'
 
 

@@ -193,8 +193,9 @@ def test_node_configured_with_a_hub_id_reports_the_commit(cache, tiny_checkpoint
     populate(cache, tiny_checkpoint, subfolder='pretrained_model',
              refs={'main': COMMIT, 'release': COMMIT})
     spec = f'{REPO}@release/pretrained_model'
+    # backend torch: an export of a snapshot would go to the user's cache directory.
     params = {'model_path': spec, 'autostart': False, 'torch_threads': 1, 'execution': 'async',
-              'diagnostics_period_s': 0.2}
+              'backend': 'torch', 'diagnostics_period_s': 0.2}
     node = ActNode(context=rclpy_context,
                    parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
     # Listens to /diagnostics only (no inputs: the node reports ERROR, with every value).

@@ -21,6 +21,7 @@ from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
+from act_ros.core.backends import installed_backends  # noqa: E402
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.ros.node.act_node import ActNode  # noqa: E402
 from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
@@ -55,8 +56,9 @@ def image():
 def make_node(context, checkpoint, **params) -> ActNode:
     # In-process inference keeps these tests fast; the default (a child process) is tested
     # below and through the console script.
+    # backend torch: no ONNX export per checkpoint (backend auto: test_backends.py).
     values = {'model_path': checkpoint, 'autostart': False, 'torch_threads': 1,
-              'execution': 'async', 'max_obs_age_s': FRESH_S,
+              'backend': 'torch', 'execution': 'async', 'max_obs_age_s': FRESH_S,
               'diagnostics_period_s': 0.2, **params}
     return ActNode(context=context,
                    parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
@@ -349,6 +351,9 @@ def test_console_script_drives_commands_with_the_model_in_a_child_process(
     output = log.read_text()
     assert proc.returncode == 0, output[-3000:]
     assert 'mode chunk/process' in output and 'single_threaded executor' in output
+    # backend auto: openvino where it is installed (make test installs it), else torch.
+    chosen = 'openvino' if 'openvino' in installed_backends() else 'torch'
+    assert f'backend: {chosen} (auto: ' in output, output[-3000:]
     # One line at the first command: the time from process start and its phases.
     lines = [line for line in output.splitlines() if 'start-up: first command' in line]
     assert len(lines) == 1, output[-3000:]

@@ -40,6 +40,7 @@ def gated(tmp_path_factory, tiny_checkpoint):
 
 def make_node(context, checkpoint, **params) -> ActNode:
     values = {'model_path': checkpoint, 'autostart': False, 'torch_threads': 1,
+              'backend': 'torch',  # no ONNX export per checkpoint (auto: test_backends.py)
               'diagnostics_period_s': 0.2, 'execution': 'sync', 'n_action_steps': 1,
               'max_joint_step': [10.0], 'pad_position_m': PAD,
               # Generous: a busy machine can hold the publishing thread back (test_node_act).

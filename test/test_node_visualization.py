@@ -78,6 +78,7 @@ class PlanRecorder(Node):
 
 def make_node(context, checkpoint, **params) -> ActNode:
     values = {'model_path': checkpoint, 'autostart': False, 'torch_threads': 1,
+              'backend': 'torch',  # no ONNX export per checkpoint (auto: test_backends.py)
               'execution': 'async', 'max_obs_age_s': 2.0, 'diagnostics_period_s': 0.2,
               'max_joint_step': [10.0], 'pad_position_m': PAD,
               'release_gate.release_radius_m': RADIUS, 'visualization.rate_hz': 10.0,

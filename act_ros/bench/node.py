@@ -56,7 +56,7 @@ import time
 import numpy as np
 
 from act_ros.core.atomic import write_text_atomic
-from act_ros.core.options import PRECISIONS
+from act_ros.core.options import BACKEND_CHOICES, PRECISIONS
 from act_ros.core.precision import AUTO
 from act_ros.core.processes import ProcessSet
 
@@ -105,8 +105,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help="default: the node's (process: the model in a child process)")
     p.add_argument('--torch-threads', type=int, default=None,
                    help="default: the node's (0: PyTorch's default)")
-    p.add_argument('--backend', default=None, choices=('torch', 'openvino', 'onnxruntime'),
-                   help="default: the node's (torch)")
+    p.add_argument('--backend', default=None, choices=BACKEND_CHOICES,
+                   help="default: the node's (auto: openvino on a CPU where installed)")
     p.add_argument('--executor', default=None,
                    choices=('auto', 'multi_threaded', 'single_threaded'),
                    help="act_node's executor (default: the node's own, auto)")
@@ -514,6 +514,7 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
         'stale_ticks': number('stale_ticks'),
         'device': values.get('device'),
         'precision': values.get('precision'),
+        'backend_used': values.get('backend'),
         'realtime_measured_precision': values.get('realtime.measured_precision'),
     }
 

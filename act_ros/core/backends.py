@@ -34,8 +34,9 @@ from act_ros.core.errors import DeviceUnavailableError
 from act_ros.core.export import OnnxExport, cache_export_dir, ensure_onnx_export
 from act_ros.core.quantized import find_int8_model
 # The backend table and option checks live in a torch-free module; re-exported here.
-from act_ros.core.options import (BACKEND_PACKAGES, BACKEND_PRECISIONS, BACKENDS,  # noqa: F401
-                                  CPU_DEVICES, check_backend_options, installed_backends)
+from act_ros.core.options import (BACKEND_AUTO, BACKEND_CHOICES,  # noqa: F401
+                                  BACKEND_PACKAGES, BACKEND_PRECISIONS, BACKENDS, CPU_DEVICES,
+                                  check_backend_options, installed_backends, resolve_backend)
 from act_ros.core.signal_stack import kept_signal_stack
 
 if TYPE_CHECKING:  # torch only where a backend stands in for a torch module (__call__)

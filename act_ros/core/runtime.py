@@ -54,7 +54,7 @@ from act_ros.core.observation import (Observation, dummy_observation,
                                       environment_state_to_array)
 # Torch-free: the process execution's parent never imports torch (see the docstring).
 from act_ros.core.options import (COMPILE_MODES, PRECISIONS, PredictorOptions,
-                                  check_backend_options, installed_backends)
+                                  check_backend_options, installed_backends, resolve_backend)
 from act_ros.core.precision import (AUTO, DEFAULT_TOLERANCE, PrecisionCheck, PrecisionPlan,
                                     settle)
 
@@ -96,7 +96,10 @@ class RuntimeConfig:
     contract: Contract | None = None
     warmup: bool = True
     torch_threads: int | None = None  # also the thread count of a non-torch backend
-    backend: str = 'torch'  # torch | openvino | onnxruntime (CPU; act_ros.core.backends)
+    # torch | openvino | onnxruntime (CPU; act_ros.core.backends), or auto: resolved at
+    # construction by act_ros.core.options.resolve_backend (openvino on a CPU where it is
+    # installed, torch elsewhere); backend_why says how it was chosen.
+    backend: str = 'torch'
     # execution 'process': a chunk not back within this time means a hung child (killed and
     # restarted, see act_ros.core.inference_process).
     inference_timeout_s: float = 30.0
@@ -104,6 +107,7 @@ class RuntimeConfig:
     # 'async', with each chunk computed at once but delivered this many ticks after its
     # request, as a model that slow would deliver it on the robot.
     simulated_latency_ticks: int = 0
+    backend_why: str = field(default='', init=False)  # how backend was chosen (auto)
 
     def __post_init__(self) -> None:
         if not str(self.model_path):
@@ -130,6 +134,9 @@ class RuntimeConfig:
                              f'{self.simulated_latency_ticks}')
         if not (math.isfinite(self.inference_timeout_s) and self.inference_timeout_s > 0):
             raise ValueError(f'inference_timeout_s must be > 0, got {self.inference_timeout_s}')
+        self.backend, self.backend_why = resolve_backend(
+            self.backend, device=self.device, precision=self.precision,
+            compile_model=self.compile_model)
         # A precision as set is checked as set (int8 is built in fp32 first, for its check).
         check_backend_options(self.backend, precision=(self.precision if self.precision != AUTO
                                                        else self.plan().build),

@@ -16,8 +16,7 @@ from pathlib import Path
 import sys
 
 from act_ros.core.atomic import write_text_atomic
-from act_ros.core.backends import BACKENDS
-from act_ros.core.options import PRECISIONS
+from act_ros.core.options import BACKEND_CHOICES, PRECISIONS, resolve_backend
 from act_ros.core.precision import AUTO, DEFAULT_TOLERANCE
 from act_ros.core.checkpoint import parse_image_size
 from act_ros.core.errors import ActRosError
@@ -47,9 +46,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "nor by the trainer's checkpoint selection)")
     p.add_argument('--ensemble-coeff', type=float, default=0.01)
     p.add_argument('--device', default='cpu', help='auto | cpu | cuda | cuda:N | mps')
-    p.add_argument('--backend', choices=BACKENDS, default='torch',
+    p.add_argument('--backend', choices=BACKEND_CHOICES, default='torch',
                    help='inference backend: torch, or openvino / onnxruntime on the CPU from an '
-                   'ONNX export of the checkpoint (made when missing or stale)')
+                   'ONNX export of the checkpoint (made when missing or stale), or auto as '
+                   "act_node's default (openvino on a CPU where installed, else torch)")
     p.add_argument('--precision', choices=(AUTO, *PRECISIONS), default=AUTO,
                    help="as act_node's parameter: auto (the default) runs bf16 with backend "
                    'openvino on a CPU with native bfloat16 (AVX512-BF16 or AMX) when its actions '
@@ -88,6 +88,7 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     contract = load_contract()
     select_device(args.device)  # an explicit missing device fails here, before the sim starts
+    args.backend, _ = resolve_backend(args.backend, device=args.device, precision=args.precision)
     modes = ['chunk', 'ensemble'] if args.mode == 'both' else [args.mode]
     sim_config = make_sim_config(args.checkpoint, args.render_size,
                                  episode_steps=args.episode_steps)

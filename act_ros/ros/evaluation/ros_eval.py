@@ -43,6 +43,7 @@ from act_ros.core.atomic import write_text_atomic
 from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import CheckpointError
 from act_ros.core.hub import resolve_checkpoint
+from act_ros.core.options import BACKEND_CHOICES
 from act_ros.ros.evaluation.client import EvalClient, EvalError
 from act_ros.ros.evaluation.dds import dds_environment
 from act_ros.core.processes import ChildExitedError, ProcessSet, signals_deferred
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--device', default='auto', help='act_node inference device (default auto)')
     p.add_argument('--torch-threads', type=int, default=0,
                    help='act_node PyTorch CPU threads (0: PyTorch default)')
+    p.add_argument('--backend', choices=BACKEND_CHOICES, default='torch',
+                   help="act_node inference backend (default torch, as act-ros evaluate's, so "
+                   "the two evaluations compare; auto: the node's own default)")
     p.add_argument('--command-type', choices=('JointTrajectory', 'Float64MultiArray'),
                    default='JointTrajectory', help='command message act_node sends')
     p.add_argument('--lockstep-timeout', type=float, default=5.0,
@@ -164,6 +168,7 @@ def node_command(args: argparse.Namespace, mode: str, model_path: str | None = N
               # pad, shared with the release gate's); ignored by one that does not.
               'object_pose_topics.box': 'box_pose', 'object_pose_topics.pad': 'pad_pose',
               'device': args.device, 'torch_threads': args.torch_threads,
+              'backend': args.backend,
               'command_type': args.command_type, 'use_sim_time': 'true', 'autostart': 'true'}
     return _ros_command('act_ros.ros.node.act_node', params)
 

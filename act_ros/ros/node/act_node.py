@@ -205,6 +205,7 @@ class ActNode(LifecycleNode):
         if settings.execution == 'process':
             self.startup.add_overlapped('node_setup', time.monotonic() - setup_start)
         runtime.wait_ready()
+        self.get_logger().info(f'backend: {runtime.config.backend} ({runtime.config.backend_why})')
         check = runtime.precision_check
         if check is not None and check.warning:  # fell back to fp32, or int8 over the tolerance
             self.get_logger().warning(check.line())

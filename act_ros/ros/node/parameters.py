@@ -26,6 +26,7 @@ from rclpy.parameter import Parameter
 
 from act_ros.core.contract import Contract
 from act_ros.core.object_state import OBJECTS
+from act_ros.core.options import BACKEND_CHOICES
 from act_ros.core.precision import DEFAULT_TOLERANCE
 
 COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
@@ -117,11 +118,14 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'bf16 and fp32 on the warm-up observations for bf16 to be kept; over it, fp32 with '
           'a warning (precision int8: int8 is kept, with a warning). The measured difference '
           'is logged and on /diagnostics (precision.check_max_diff).', low=0.0, high=10.0),
-        P('backend', 'torch', 'Inference backend: torch (any device); openvino or onnxruntime '
-          '(CPU only, from an ONNX export next to the checkpoint, made at configure when missing '
-          'or stale; pip extras act_ros[openvino] / act_ros[onnxruntime]). onnxruntime is fp32 '
-          'only; compile_model applies to torch only.',
-          choices=('torch', 'openvino', 'onnxruntime')),
+        P('backend', 'auto', 'Inference backend: auto (openvino on a CPU when it is installed, '
+          'torch when a GPU is present, compile_model or fp16 is set, or openvino is missing; '
+          'the choice and its reason are logged and on /diagnostics as backend and '
+          'backend_why), torch (any device); openvino or onnxruntime (CPU only, from an ONNX '
+          'export next to the checkpoint, made at configure when missing or stale; pip extras '
+          'act_ros[openvino] / act_ros[onnxruntime]). onnxruntime is fp32 only; compile_model '
+          'applies to torch only.',
+          choices=BACKEND_CHOICES),
         P('torch_threads', 0, 'PyTorch CPU threads for inference; 0 keeps the PyTorch default.',
           low=0, high=256),
         P('warmup', True, 'Run the model once at configure so the first tick is not slow.'),

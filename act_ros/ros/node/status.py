@@ -120,7 +120,10 @@ class NodeStatus:
         }
         if node.verdict is not None:
             values.update({f'realtime.{k}': v for k, v in node.verdict.as_values().items()})
-        # What the model runs in (precision auto: the bf16 check against fp32).
+        # What the model runs in: the backend (auto: the one chosen and why) and the
+        # precision (auto: the bf16 check against fp32).
+        values['backend'] = loop.runtime.config.backend
+        values['backend_why'] = loop.runtime.config.backend_why
         if loop.runtime.precision_check is not None:
             values.update(loop.runtime.precision_check.as_values())
         # Background chunks by part: transfer, preprocess, model, postprocess, return.
