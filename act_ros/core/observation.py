@@ -43,6 +43,14 @@ class Observation:
 
 def image_to_array(image: np.ndarray, size: tuple[int, int], name: str = 'image') -> np.ndarray:
     """HxWx3 uint8 RGB (any size) -> float32 (3, H, W) in [0, 1] at ``size`` (H, W)."""
+    chw = np.ascontiguousarray(checked_image(image, size, name).transpose(2, 0, 1)).astype(np.float32)
+    chw /= np.float32(255.0)
+    return chw
+
+
+def checked_image(image: np.ndarray, size: tuple[int, int], name: str = 'image') -> np.ndarray:
+    """HxWx3 uint8 RGB (or HxW grayscale, any size) -> uint8 HxWx3 at ``size`` (H, W):
+    checked, grayscale repeated to three channels, resized (area when shrinking)."""
     arr = np.asarray(image)
     if arr.ndim == 2:
         arr = arr[:, :, None]
@@ -57,9 +65,7 @@ def image_to_array(image: np.ndarray, size: tuple[int, int], name: str = 'image'
     if arr.shape[:2] != (h, w):
         shrinking = arr.shape[0] > h or arr.shape[1] > w
         arr = cv2.resize(arr, (w, h), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
-    chw = np.ascontiguousarray(arr.transpose(2, 0, 1)).astype(np.float32)
-    chw /= np.float32(255.0)
-    return chw
+    return arr
 
 
 def image_to_tensor(image: np.ndarray, size: tuple[int, int], name: str = 'image') -> torch.Tensor:

@@ -31,7 +31,7 @@ from act_ros.core.checkpoint_info import (POSTPROCESSOR_FILE, PREPROCESSOR_FILE,
                                           read_json)
 from act_ros.core.contract import Contract
 from act_ros.core.errors import CheckpointError, ObservationError
-from act_ros.core.observation import (Observation, environment_state_to_array, image_to_array,
+from act_ros.core.observation import (Observation, checked_image, environment_state_to_array,
                                       state_to_array, timed_dummy_calls)
 from act_ros.core.options import PredictorOptions
 
@@ -108,6 +108,20 @@ class NumpyProcessors:
             out[key] = batched if feature_type is None or feature_type == 'ACTION' else (
                 self.pre.apply(batched, key, feature_type, inverse=False))
         return out
+
+    def image_affine(self, key: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(scale, offset)`` with which the normalized image is ``scale * pixels +
+        offset`` for uint8 ``pixels`` (3, H, W): LeRobot's ``pixels / 255`` followed by the
+        feature's normalization, both affine, folded into one multiply-add (float32;
+        the same values up to float32 rounding, a few 1e-7)."""
+        feature_type = self.pre.feature_types.get(key)
+        unit = np.zeros((2, 3, 1, 1), dtype=np.float32)
+        unit[1] = 1.0  # normalized 0 and 1 give the offset and the slope per channel
+        if feature_type is not None:  # as preprocess(): a feature without a type passes
+            unit = self.pre.apply(unit, key, feature_type, inverse=False)
+        zero, one = unit.astype(np.float64)
+        scale = ((one - zero) / 255.0).astype(np.float32)
+        return scale, zero.astype(np.float32)
 
     def postprocess(self, actions: np.ndarray) -> np.ndarray:
         """Normalized (1, T, J) float32 actions -> unnormalized, as LeRobot returns them."""
@@ -205,6 +219,7 @@ class LeanOnnxPredictor:
         # (contract camera name, feature key, (H, W)) in the model's camera order.
         self.cameras = [(by_feature[key], key, info.image_shapes[key])
                         for key in info.image_features]
+        self._affine = {key: processors.image_affine(key) for key in info.image_features}
 
     def predict(self, obs: Observation) -> np.ndarray:
         """One model call: the (T, J) action chunk, unnormalized, in contract order;
@@ -246,9 +261,17 @@ class LeanOnnxPredictor:
         if self.info.env_state_key is not None:
             arrays[self.info.env_state_key] = environment_state_to_array(
                 obs.environment_state, self.info.env_state_dim)
-        for name, feature, size in self.cameras:
-            arrays[feature] = image_to_array(obs.images[name], size, name)
         batch = self.processors.preprocess(arrays)
+        # The images: checked and resized as uint8, then converted and normalized in one
+        # multiply-add per pixel into the batch array (a fifth of the separate steps'
+        # time at 480x640, where they cost about 6 ms per camera on a 2-core CPU).
+        for name, feature, size in self.cameras:
+            pixels = checked_image(obs.images[name], size, name)
+            scale, offset = self._affine[feature]
+            out = np.empty((1, 3, *pixels.shape[:2]), dtype=np.float32)
+            np.multiply(pixels.transpose(2, 0, 1), scale, out=out[0], casting='unsafe')
+            out[0] += offset
+            batch[feature] = out
         return {name: np.ascontiguousarray(batch[name], dtype=np.float32)
                 for name in self.backend.input_names}
 
