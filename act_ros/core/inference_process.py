@@ -48,6 +48,7 @@ import numpy as np
 from act_ros.core.contract import Contract
 from act_ros.core.latency_split import ChunkTiming
 from act_ros.core.observation import Observation
+from act_ros.core.shared_frames import SharedFrames, is_reference
 
 START_TIMEOUT_S = 900.0  # loading + warm-up, compile included
 PREDICT_TIMEOUT_S = 30.0  # one chunk; far above any model the node can run in real time
@@ -117,6 +118,8 @@ class RemotePredictor:
         # moments on the shared monotonic clock).
         self.last_split = None
         self._request_lock = threading.Lock()
+        # The camera frames of each request, through shared memory (None: the socket).
+        self._frames = SharedFrames.create()
         self._launch()
         if wait:
             self.wait_ready()
@@ -125,7 +128,8 @@ class RemotePredictor:
         """Start the child process; it reports 'ready' (or 'error') when it has loaded."""
         self._ready = None
         self.launched_at = time.monotonic()
-        self._process, self._conn = _ChildProcess.start(self.spec)
+        self._process, self._conn = _ChildProcess.start(
+            self.spec, self._frames.fd if self._frames is not None else None)
         self.pid = self._process.pid
 
     def wait_ready(self) -> None:
@@ -194,9 +198,13 @@ class RemotePredictor:
     def _request(self, message: tuple, what: str) -> tuple[tuple, float, float]:
         """Send ``message`` and take its reply, one request at a time (the runtime's worker
         and a model-only timing may ask from two threads); also the monotonic moments
-        of the send and of the reply's arrival."""
+        of the send and of the reply's arrival. Its images (``message[1]``) go through
+        the shared frame region where there is one: the copy counts as transfer."""
         with self._request_lock:
             sent = time.monotonic()
+            images = message[1]
+            if self._frames is not None and SharedFrames.packable(images):
+                message = (message[0], self._frames.pack(images), *message[2:])
             try:
                 self._conn.send(message)
             except (BrokenPipeError, OSError) as exc:
@@ -231,6 +239,10 @@ class RemotePredictor:
     def close(self, timeout_s: float = 10.0) -> None:
         self._closed = True
         self._stop_process(timeout_s)
+        with self._request_lock:  # no request is writing frames now
+            if self._frames is not None:
+                self._frames.close()
+                self._frames = None
 
     def _stop_process(self, timeout_s: float = 10.0) -> None:
         process, self._process = self._process, None
@@ -275,19 +287,22 @@ class _ChildProcess:
         self.pid = popen.pid
 
     @classmethod
-    def start(cls, spec: ProcessSpec) -> tuple[_ChildProcess, Connection]:
+    def start(cls, spec: ProcessSpec, frames_fd: int | None = None
+              ) -> tuple[_ChildProcess, Connection]:
+        """Start a child on ``spec``; ``frames_fd``: the shared frame region it maps."""
         ours, theirs = socket.socketpair()
         try:
             fd = theirs.fileno()
             code = (f'from act_ros.core.inference_process import child_main; '
-                    f'child_main({fd}, {os.getpid()})')
+                    f'child_main({fd}, {os.getpid()}, {frames_fd})')
             env = dict(os.environ)
             # The child imports this very act_ros, wherever it was imported from.
             package_root = str(Path(__file__).resolve().parents[2])
             env['PYTHONPATH'] = os.pathsep.join(
                 [package_root, *filter(None, [env.get('PYTHONPATH')])])
             popen = subprocess.Popen([sys.executable, '-c', code, CHILD_MARKER],
-                                     stdin=subprocess.DEVNULL, pass_fds=(fd,), env=env,
+                                     stdin=subprocess.DEVNULL, env=env,
+                                     pass_fds=(fd,) if frames_fd is None else (fd, frames_fd),
                                      close_fds=True)
         except BaseException:
             ours.close()
@@ -326,9 +341,10 @@ class _ChildProcess:
             pass
 
 
-def child_main(fd: int, parent_pid: int) -> None:
+def child_main(fd: int, parent_pid: int, frames_fd: int | None = None) -> None:
     """Entry point of the inference child (see :class:`_ChildProcess`): take the spec
-    from the parent, then serve it until told to stop or the parent is gone."""
+    from the parent, then serve it until told to stop or the parent is gone;
+    ``frames_fd``: the parent's shared frame region (:mod:`act_ros.core.shared_frames`)."""
     running_at = time.monotonic()
     # Ctrl-C reaches the whole process group: the parent handles it and stops this child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -341,7 +357,8 @@ def child_main(fd: int, parent_pid: int) -> None:
     if not (isinstance(message, tuple) and len(message) == 2 and message[0] == 'spec'):
         conn.send(('error', f"expected ('spec', ProcessSpec) first, got {message!r:.200}"))
         return
-    _child_main(conn, message[1], running_at)
+    frames = SharedFrames.attach(frames_fd) if frames_fd is not None else None
+    _child_main(conn, message[1], running_at, frames)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -356,7 +373,8 @@ def _exit_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name='act-ros-parent-watch', daemon=True).start()
 
 
-def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = None) -> None:
+def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = None,
+                frames: SharedFrames | None = None) -> None:
     """Child: build the predictor, report ready, then answer requests until 'stop'."""
     events = {'child_running': time.monotonic() if running_at is None else running_at}
     try:
@@ -392,6 +410,10 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
             return
         kind, images, state, environment_state, *rest = message
         try:
+            if is_reference(images):
+                if frames is None:
+                    raise ValueError('a shared-frame request, but no shared frame region')
+                images = frames.unpack(images)
             obs = Observation(images=images, state=state, environment_state=environment_state)
             if kind == 'model_times':
                 conn.send(('model_times', predictor.model_times(obs, rest[0])))
