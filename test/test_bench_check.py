@@ -173,12 +173,13 @@ def test_bench_node_runs_the_nodes_own_defaults():
     node = yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node']['ros__parameters']
     args = parse_args([])
     assert (args.execution, args.mode, args.backend, args.executor, args.torch_threads,
-            args.precision) == (None,) * 6  # nothing passed: the node's parameters apply
+            args.precision, args.inference_nice) == (None,) * 7  # the node's parameters apply
     params = node_parameters(args)
     assert params['execution'] == node['execution'] == 'process'
     assert params['precision'] == node['precision'] == 'auto'
+    assert params['backend'] == node['backend'] == 'auto'
     assert params == {k: node[k] for k in ('mode', 'execution', 'torch_threads', 'backend',
-                                            'executor', 'precision')}
+                                            'executor', 'precision', 'inference_nice')}
     assert node_parameters(parse_args(['--execution', 'async']))['execution'] == 'async'
 
 
@@ -198,10 +199,26 @@ def test_bench_node_compares_precisions_each_round_with_its_own_parameter(capsys
     for bad, message in ((['--precision', 'fp32,int4'], 'expected distinct values'),
                          (['--precision', 'fp32,fp32'], 'expected distinct values'),
                          (['--precision', 'fp32,bf16', '--visualization', 'compare'],
-                          'one thing at a time')):
+                          'one thing at a time'),
+                         (['--precision', 'fp32,bf16', '--inference-nice', '0,10'],
+                          'one thing at a time'),
+                         (['--inference-nice', '0,20'], 'distinct integers 0-19'),
+                         (['--inference-nice', '5,5'], 'distinct integers 0-19')):
         with pytest.raises(SystemExit):
             parse_args(bad)
         assert message in capsys.readouterr().err
+
+
+def test_bench_node_compares_inference_niceness_values():
+    from act_ros.bench.node import _given_node_options, compared, parse_args, variants
+
+    one = parse_args(['--inference-nice', '10'])
+    assert compared(one) == '' and _given_node_options(one) == ['-p', 'inference_nice:=10']
+    both = parse_args(['--inference-nice', '0,10', '--visualization', 'off'])
+    assert compared(both) == 'inference_nice' and _given_node_options(both) == []
+    assert variants(both) == [
+        ('nice_0', {'visualization.enabled': 'false', 'inference_nice': '0'}),
+        ('nice_10', {'visualization.enabled': 'false', 'inference_nice': '10'})]
 
 
 def test_bench_node_prints_one_column_per_setting(capsys):

@@ -167,3 +167,20 @@ def test_dead_or_hung_child_is_restarted_without_reset(tiny_checkpoint, fault):
         assert _recover(rt, _observations(200, seed=3)) == []
     finally:
         rt.close()
+
+
+def test_inference_child_runs_at_the_niceness_asked_for(tiny_checkpoint):
+    """``inference_nice``: the child (and so every thread its model starts) yields the CPU
+    to the parent's threads; the parent itself keeps its priority."""
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    with PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', backend='torch',
+                                     execution='process', torch_threads=1,
+                                     inference_nice=5)) as rt:
+        assert os.getpriority(os.PRIO_PROCESS, rt._remote.pid) == min(own + 5, 19)
+        assert os.getpriority(os.PRIO_PROCESS, 0) == own
+        rt.reset()
+        rt.act(_observations(1)[0])
+        assert rt.wait_idle(60.0)
+    for bad in (-1, 20):
+        with pytest.raises(ValueError, match=r'inference_nice must be in \[0, 19\]'):
+            RuntimeConfig(model_path=tiny_checkpoint, inference_nice=bad)

@@ -119,8 +119,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--precision', default=None,
                    help="act_node's precision (default: the node's, auto), or a comma list "
                    f"of them measured side by side in one run; from {(AUTO, *PRECISIONS)}")
+    p.add_argument('--inference-nice', default=None,
+                   help="act_node's inference_nice (the inference process's niceness; default: "
+                   "the node's, 0), or a comma list of values measured side by side in one run")
     p.add_argument('--repeats', type=int, default=1,
-                   help='with a comparison (--visualization compare, several --precision): '
+                   help='with a comparison (--visualization compare, several --precision or '
+                   '--inference-nice values): '
                    'rounds per setting, in a balanced order (a b, b a, a b, ...); the medians '
                    'are compared (default 1)')
     p.add_argument('--json', help='also write the results to this JSON file')
@@ -132,12 +136,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or (args.precision is not None and len(set(precisions)) != len(precisions)):
         p.error(f'--precision: expected distinct values from {(AUTO, *PRECISIONS)}, '
                 f"got '{args.precision}'")
-    if len(precisions) > 1 and args.visualization == 'compare':
-        p.error('compare one thing at a time: several --precision values or '
-                '--visualization compare, not both')
+    nices = args.inference_nice.split(',') if args.inference_nice is not None else []
+    if nices and (not all(n.isdigit() and int(n) <= 19 for n in nices)
+                  or len(set(nices)) != len(nices)):
+        p.error(f"--inference-nice: expected distinct integers 0-19, got '{args.inference_nice}'")
+    if sum((len(precisions) > 1, len(nices) > 1, args.visualization == 'compare')) > 1:
+        p.error('compare one thing at a time: several --precision values, several '
+                '--inference-nice values or --visualization compare, not two of them')
     if args.repeats > 1 and len(variants(args)) < 2:
         p.error('--repeats applies to a comparison only (--visualization compare, or '
-                'several --precision values)')
+                'several --precision or --inference-nice values)')
     if args.model_path and (args.model_size or args.chunk_size):
         p.error('--model-size and --chunk-size describe the created checkpoint; '
                 'they cannot be combined with --model-path')
@@ -147,28 +155,39 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-NODE_OPTIONS = ('mode', 'execution', 'torch_threads', 'backend', 'executor', 'precision')
+NODE_OPTIONS = ('mode', 'execution', 'torch_threads', 'backend', 'executor', 'precision',
+                'inference_nice')
+# Node options a comma list of values compares side by side (one round per value).
+COMPARED_OPTIONS = ('precision', 'inference_nice')
 
 
 def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, str]]]:
     """The settings this run measures, as ``(label, node parameters)``: one, or the two of
-    ``--visualization compare`` (off, on), or one per ``--precision`` value. Every setting
-    carries ``visualization.enabled``; a single ``--precision`` is a plain node option."""
+    ``--visualization compare`` (off, on), or one per ``--precision`` (or
+    ``--inference-nice``) value. Every setting carries ``visualization.enabled``; a single
+    value is a plain node option."""
     visualization = {'visualization.enabled': 'true' if args.visualization == 'on' else 'false'}
     if args.visualization == 'compare':
         return [(label, {'visualization.enabled': enabled})
                 for label, enabled in (('off', 'false'), ('on', 'true'))]
-    precisions = args.precision.split(',') if args.precision else []
-    if len(precisions) > 1:
-        return [(name, {**visualization, 'precision': name}) for name in precisions]
+    kind = compared(args)
+    if kind in COMPARED_OPTIONS:
+        values = getattr(args, kind).split(',')
+        label = (lambda v: v) if kind == 'precision' else (lambda v: f'nice_{v}')
+        return [(label(value), {**visualization, kind: value}) for value in values]
     return [(args.visualization, visualization)]
 
 
 def compared(args: argparse.Namespace) -> str:
-    """What the run compares: ``visualization``, ``precision``, or ``''`` (one setting)."""
+    """What the run compares: ``visualization``, ``precision``, ``inference_nice``, or
+    ``''`` (one setting)."""
     if args.visualization == 'compare':
         return 'visualization'
-    return 'precision' if args.precision and ',' in args.precision else ''
+    for name in COMPARED_OPTIONS:
+        value = getattr(args, name, None)
+        if value and ',' in str(value):
+            return name
+    return ''
 
 
 def node_parameters(args: argparse.Namespace) -> dict[str, object]:
@@ -190,7 +209,7 @@ def _given_node_options(args: argparse.Namespace) -> list[str]:
     out = []
     for name in NODE_OPTIONS:
         value = getattr(args, name)
-        if value is not None and not (name == 'precision' and ',' in str(value)):
+        if value is not None and not (name in COMPARED_OPTIONS and ',' in str(value)):
             out += ['-p', f'{name}:={value}']
     return out
 
@@ -286,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
                           torch_threads=node['torch_threads'],
                           precision_requested=(node['precision'] if kind != 'precision'
                                                else 'compared'),
+                          inference_nice=(node['inference_nice'] if kind != 'inference_nice'
+                                          else 'compared'),
                           preset=args.preset if not args.model_path else 'given',
                           cpu_count=os.cpu_count())
         finally:

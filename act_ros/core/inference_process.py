@@ -72,6 +72,7 @@ class ProcessSpec:
     # act_ros.core.precision.PrecisionPlan: how the precision is settled after the warm-up
     # (precision auto's check of bf16 against fp32); None: options.precision as it is.
     precision_plan: Any = None
+    nice: int = 0  # added to the child's niceness at start (os.nice)
 
 
 class InferenceProcessError(RuntimeError):
@@ -376,6 +377,8 @@ def _exit_with_parent(parent_pid: int) -> None:
 def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = None,
                 frames: SharedFrames | None = None) -> None:
     """Child: build the predictor, report ready, then answer requests until 'stop'."""
+    if spec.nice:
+        os.nice(spec.nice)  # before any thread pool starts: every thread inherits it
     events = {'child_running': time.monotonic() if running_at is None else running_at}
     try:
         predictor = _build_predictor(spec, events)

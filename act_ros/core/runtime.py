@@ -103,6 +103,9 @@ class RuntimeConfig:
     # execution 'process': a chunk not back within this time means a hung child (killed and
     # restarted, see act_ros.core.inference_process).
     inference_timeout_s: float = 30.0
+    # execution 'process': the child's niceness (0-19; higher yields the CPU sooner to the
+    # node's own threads, which tick, receive and publish).
+    inference_nice: int = 0
     # execution 'simulated' (evaluation against simulated time): the background schedule of
     # 'async', with each chunk computed at once but delivered this many ticks after its
     # request, as a model that slow would deliver it on the robot.
@@ -132,6 +135,8 @@ class RuntimeConfig:
         if self.simulated_latency_ticks < 0:
             raise ValueError(f'simulated_latency_ticks must be >= 0, got '
                              f'{self.simulated_latency_ticks}')
+        if not 0 <= self.inference_nice <= 19:
+            raise ValueError(f'inference_nice must be in [0, 19], got {self.inference_nice}')
         if not (math.isfinite(self.inference_timeout_s) and self.inference_timeout_s > 0):
             raise ValueError(f'inference_timeout_s must be > 0, got {self.inference_timeout_s}')
         self.backend, self.backend_why = resolve_backend(
@@ -319,7 +324,8 @@ class PolicyRuntime:
             self._remote = RemotePredictor(ProcessSpec(
                 model_path=str(model_path), contract=self.contract,
                 device=requested_device, options=options, torch_threads=config.torch_threads,
-                warmup_iterations=warmup_iterations, precision_plan=plan),
+                warmup_iterations=warmup_iterations, precision_plan=plan,
+                nice=config.inference_nice),
                 predict_timeout_s=config.inference_timeout_s, wait=wait)
             if wait:
                 self.wait_ready()

@@ -123,7 +123,8 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
         precision_tolerance=settings.precision_tolerance,
         backend=settings.backend, contract=contract,
         warmup=settings.warmup, torch_threads=settings.torch_threads or None,
-        inference_timeout_s=settings.inference_timeout_s), wait=False)
+        inference_timeout_s=settings.inference_timeout_s,
+        inference_nice=settings.inference_nice), wait=False)
     try:
         poses = environment_state_from_object_poses(*(object_pose_stream(obj) for obj in OBJECTS)) \
             if runtime.environment_state_dim else None

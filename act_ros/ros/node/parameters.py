@@ -132,6 +132,10 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('inference_timeout_s', 30.0, 'execution process: a chunk not back within this time '
           'means a hung inference process, which is killed and restarted (as one that died).',
           low=0.1, high=3600.0),
+        P('inference_nice', 0, 'execution process: niceness of the inference process (0-19). '
+          'Higher lets the node\'s own threads (tick, message handling, publishing) take the '
+          'CPU first when both want it, at some cost in model time on a small CPU.',
+          low=0, high=19),
         P('mode', 'chunk', 'chunk: play n_action_steps of each chunk; ensemble: temporal '
           'ensembling of every chunk covering the tick.', choices=('chunk', 'ensemble')),
         P('execution', 'process', 'async: chunks are computed in the background while the '
@@ -334,6 +338,7 @@ class NodeSettings:
     urdf_path: str = ''
     ee_frame: str = 'ee_link'
     inference_timeout_s: float = 30.0
+    inference_nice: int = 0
     precision_tolerance: float = DEFAULT_TOLERANCE
     visualization_enabled: bool = True
     visualization_rate_hz: float = 5.0
@@ -405,7 +410,8 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         gate=gate, pad_source=v['pad_source'], pad_position_m=pad,
         pad_pose_topic=v['pad_pose_topic'], ee_source=v['ee_source'],
         ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'],
-        inference_timeout_s=v['inference_timeout_s'], object_pose_topics=pose_topics,
+        inference_timeout_s=v['inference_timeout_s'], inference_nice=v['inference_nice'],
+        object_pose_topics=pose_topics,
         precision_tolerance=v['precision_tolerance'],
         visualization_enabled=v['visualization.enabled'],
         visualization_rate_hz=v['visualization.rate_hz'],
