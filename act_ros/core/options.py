@@ -67,8 +67,9 @@ def resolve_backend(requested: str, *, device: str = 'auto', precision: str = 'a
                     compile_model: bool = False, installed: list[str] | None = None,
                     accelerator: bool | None = None) -> tuple[str, str]:
     """``(backend, why)`` for ``requested``: a named backend as it is; ``auto`` picks
-    openvino on a CPU when it is installed (on a 2-core CPU it runs the default ACT 1.5x
-    faster than PyTorch in fp32, and in bf16 where the CPU has it), and torch whenever a
+    openvino on a CPU when it is installed (on 2-core CPUs it ran the default ACT 1.5-2.1x
+    faster than LeRobot's eager PyTorch in fp32, docs/performance.md, and in bf16 where
+    the CPU has it), and torch whenever a
     GPU would run the model, torch.compile is asked for, fp16 is asked for, or openvino
     is not installed. ``installed`` and ``accelerator`` default to this machine's."""
     if requested != BACKEND_AUTO:
