@@ -5,6 +5,7 @@ and a run that freezes mid-way resumes, saves the backbone and loads in LeRobot.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -219,3 +220,212 @@ def test_run_freezes_mid_way_resumes_and_keeps_the_backbone(tmp_path):
     assert all(np.isfinite(row['loss']) for row in history)
     policy = ACTPolicy.from_pretrained(str(Path(out) / 'last'))
     assert sum(p.numel() for p in policy.model.backbone.parameters()) > 1e6
+
+
+# -- the layer4 maps kept on disk (act_ros.training.feature_disk) -----------------------------
+
+def _tiny_backbone(seed=0):
+    """A stand-in for LeRobot's ResNet backbone with its stage names (conv1 ... layer4) and
+    a FrozenBatchNorm2d: the disk cache sees only the stages and their state."""
+    from torchvision.ops.misc import FrozenBatchNorm2d
+
+    torch.manual_seed(seed)
+    backbone = torch.nn.Module()
+    backbone.conv1 = torch.nn.Conv2d(3, 4, 3, stride=2, padding=1, bias=False)
+    backbone.bn1 = FrozenBatchNorm2d(4)
+    backbone.relu = torch.nn.ReLU()
+    backbone.maxpool = torch.nn.MaxPool2d(2)
+    for name in ('layer1', 'layer2', 'layer3', 'layer4'):
+        setattr(backbone, name, torch.nn.Sequential(torch.nn.Conv2d(4, 4, 3, padding=1),
+                                                    torch.nn.ReLU()))
+    freeze(backbone)
+    return backbone
+
+
+def _pixels(n=10, seed=3):
+    g = torch.Generator().manual_seed(seed)
+    return {key: torch.randint(0, 256, (n, 3, 16, 16), generator=g, dtype=torch.uint8)
+            for key in KEYS}
+
+
+class _Images:
+    """``load_images`` of the builders: normalized camera batches; records the frames asked."""
+
+    def __init__(self, pixels):
+        self.pixels = pixels
+        self.asked: list[int] = []
+
+    def __call__(self, indices):
+        self.asked += np.asarray(indices).tolist()
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        return {k: (v[idx].float() / 255.0 - 0.45) / 0.25 for k, v in self.pixels.items()}
+
+
+NORMALIZATION = {'normalizers': [{'mode': 'MEAN_STD', 'eps': 1e-8,
+                                  'stats': {k: {'mean': [0.45], 'std': [0.25]} for k in KEYS}}]}
+
+
+def _disk(root, backbone, normalization=NORMALIZATION):
+    from act_ros.training.feature_disk import DiskFeatureCache, backbone_components
+
+    return DiskFeatureCache(root, backbone_components(
+        backbone, 'layer4', normalization=normalization, precision='fp32', dtype=torch.float32,
+        device='cpu', cameras=KEYS, image_shape=(3, 16, 16)))
+
+
+def _build_disk(root, backbone, pixels, frames, *, batch_size=4, normalization=NORMALIZATION):
+    from act_ros.training.feature_disk import build_feature_cache_on_disk, frame_digests
+
+    images = _Images(pixels)
+    frames = np.asarray(frames)
+    cache = build_feature_cache_on_disk(
+        _disk(root, backbone, normalization), frame_digests(pixels, KEYS, frames), backbone,
+        frames, len(next(iter(pixels.values()))), images, KEYS, batch_size=batch_size)
+    return cache, images.asked
+
+
+def _build_memory(backbone, pixels, frames, *, batch_size=4):
+    return build_feature_cache(backbone, np.asarray(frames), len(next(iter(pixels.values()))),
+                               _Images(pixels), KEYS, batch_size=batch_size)
+
+
+def _equal(a, b):
+    return all(torch.equal(a.maps[k], b.maps[k]) for k in KEYS)
+
+
+def test_maps_read_from_disk_are_bitwise_those_computed_in_memory(tmp_path):
+    backbone, pixels, frames = _tiny_backbone(), _pixels(), [0, 2, 3, 5, 6, 7, 9]
+    memory = _build_memory(backbone, pixels, frames)
+    first, asked = _build_disk(tmp_path, backbone, pixels, frames)
+    assert (first.computed, first.reused) == (7, 0) and sorted(asked) == frames
+    assert _equal(first, memory)
+    again, asked = _build_disk(tmp_path, backbone, pixels, frames)
+    assert (again.computed, again.reused, asked) == (0, 7, [])
+    assert all(again.maps[k].dtype == torch.float32 for k in KEYS)
+    assert _equal(again, memory)
+    np.testing.assert_array_equal(again.rows.numpy(), memory.rows.numpy())
+    assert again.location == first.location and first.location.parent == tmp_path
+    meta = json.loads((first.location / 'meta.json').read_text())
+    assert meta['components']['cut'] == 'layer4' and meta['map_dtype'] == 'torch.float32'
+    assert [e['camera'] for e in meta['layout']] == KEYS
+
+
+def test_a_superset_computes_only_the_new_frames(tmp_path):
+    backbone, pixels = _tiny_backbone(), _pixels(12)
+    old, _ = _build_disk(tmp_path, backbone, pixels, range(8))
+    grown, asked = _build_disk(tmp_path, backbone, pixels, range(12))
+    assert sorted(asked) == [8, 9, 10, 11] and (grown.computed, grown.reused) == (4, 8)
+    for k in KEYS:
+        assert torch.equal(grown.maps[k][:8], old.maps[k])
+    new = _build_memory(backbone, pixels, [8, 9, 10, 11])  # the same batch as the disk build
+    assert all(torch.equal(grown.lookup(np.arange(8, 12))[k], new.maps[k]) for k in KEYS)
+    everything = _build_memory(backbone, pixels, range(12))
+    for k in KEYS:
+        assert torch.allclose(grown.maps[k], everything.maps[k], rtol=1e-5, atol=1e-6)
+
+
+def test_another_backbone_or_normalization_is_another_key(tmp_path):
+    from lerobot.policies.act.processor_act import make_act_pre_post_processors
+
+    from act_ros.training.feature_disk import camera_normalization
+
+    backbone, pixels, frames = _tiny_backbone(), _pixels(), range(6)
+    first, _ = _build_disk(tmp_path, backbone, pixels, frames)
+    with torch.no_grad():
+        backbone.layer4[0].bias += 0.5
+    changed, asked = _build_disk(tmp_path, backbone, pixels, frames)
+    assert changed.location != first.location and changed.computed == 6 and len(asked) == 6
+    assert not _equal(changed, first)
+    with torch.no_grad():  # a FrozenBatchNorm2d statistic is part of the state too
+        backbone.bn1.running_var[1] = 2.0
+    assert _build_disk(tmp_path, backbone, pixels, frames)[0].computed == 6
+    normalized = dict(NORMALIZATION, other=True)
+    assert _build_disk(tmp_path, backbone, pixels, frames,
+                       normalization=normalized)[0].computed == 6
+
+    from act_ros.core.checkpoint import make_act_config
+
+    config = make_act_config(CONTRACT, image_size=(48, 64), preset='tiny')
+    stats = {'observation.state': {'mean': torch.zeros(6), 'std': torch.ones(6)},
+             'action': {'mean': torch.zeros(6), 'std': torch.ones(6)}}
+    cams = {k: {'mean': torch.full((3, 1, 1), 0.5), 'std': torch.full((3, 1, 1), 0.25)}
+            for k in KEYS}
+    pre_a = make_act_pre_post_processors(config, {**stats, **cams})[0]
+    pre_b = make_act_pre_post_processors(config, {**stats, **cams, KEYS[1]: {
+        'mean': torch.full((3, 1, 1), 0.5), 'std': torch.full((3, 1, 1), 0.2)}})[0]
+    norm_a, norm_b = camera_normalization(pre_a, KEYS), camera_normalization(pre_b, KEYS)
+    assert norm_a['normalizers'][0]['stats'][KEYS[0]]['mean'] == pytest.approx([0.5] * 3)
+    assert _disk(tmp_path, backbone, norm_a).key != _disk(tmp_path, backbone, norm_b).key
+    assert _disk(tmp_path, backbone, norm_a).key == _disk(tmp_path, backbone,
+                                                          camera_normalization(pre_a, KEYS)).key
+
+
+def test_frames_are_found_by_their_pixels_not_their_index(tmp_path):
+    backbone, pixels = _tiny_backbone(), _pixels(8)
+    first, _ = _build_disk(tmp_path, backbone, pixels, range(8))
+    order = torch.tensor([5, 3, 7, 0, 1, 6, 2, 4])  # a renumbered dataset, same pixels
+    renumbered = {k: v[order] for k, v in pixels.items()}
+    again, asked = _build_disk(tmp_path, backbone, renumbered, range(8))
+    assert (again.computed, asked) == (0, [])
+    assert all(torch.equal(again.maps[k], first.maps[k][order]) for k in KEYS)
+    renumbered[KEYS[1]][2, 0, 0, 0] ^= 1  # one pixel of one camera differs: recomputed
+    changed, asked = _build_disk(tmp_path, backbone, renumbered, range(8))
+    assert (changed.computed, asked) == (1, [2])
+    # Equal pixels at two indices within one build are computed once.
+    doubled = {k: torch.cat([v[:3], v[:3]]) for k, v in _pixels(3, seed=9).items()}
+    twice, asked = _build_disk(tmp_path, backbone, doubled, range(6))
+    assert twice.computed == 3 and sorted(asked) == [0, 1, 2]
+    assert all(torch.equal(twice.maps[k][:3], twice.maps[k][3:]) for k in KEYS)
+
+
+@pytest.mark.parametrize('name, cut', [('maps.bin', 5), ('digests.bin', 3),
+                                       ('maps.bin', 0), ('digests.bin', 0)])
+def test_a_cache_cut_mid_append_keeps_its_whole_rows(tmp_path, name, cut):
+    from act_ros.training.feature_disk import RECORD_SIZE
+
+    backbone, pixels = _tiny_backbone(), _pixels(8)
+    first, _ = _build_disk(tmp_path, backbone, pixels, range(8), batch_size=3)
+    meta = json.loads((first.location / 'meta.json').read_text())
+    path = first.location / name
+    unit = meta['row_bytes'] if name == 'maps.bin' else RECORD_SIZE
+    # digests.bin cut: a process killed mid-append (the last record partly written or, with
+    # cut == 0, not yet). maps.bin cut: the last row's maps partly or wholly gone (warned:
+    # not a crash, records follow their maps). Either way the whole rows before are kept.
+    os.truncate(path, path.stat().st_size - (cut or unit))
+    again, asked = _build_disk(tmp_path, backbone, pixels, range(8), batch_size=3)
+    assert (again.reused, again.computed, asked) == (7, 1, [7])
+    for k in KEYS:  # the whole rows as written; the last one computed alone (batch of 1)
+        assert torch.equal(again.maps[k][:7], first.maps[k][:7])
+        assert torch.allclose(again.maps[k][7], first.maps[k][7], rtol=1e-5, atol=1e-6)
+    assert (first.location / 'maps.bin').stat().st_size == 8 * meta['row_bytes']
+    assert (first.location / 'digests.bin').stat().st_size == 8 * RECORD_SIZE
+    assert _build_disk(tmp_path, backbone, pixels, range(8))[0].computed == 0
+
+
+def test_a_corrupt_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
+    backbone, pixels = _tiny_backbone(), _pixels(6)
+    first, _ = _build_disk(tmp_path, backbone, pixels, range(6))
+    meta = first.location / 'meta.json'
+    text = meta.read_text()
+    for broken in (text[:len(text) // 2], text.replace('"layer4"', '"layer3"'), None):
+        if broken is None:
+            meta.unlink()  # rows without their description
+        else:
+            meta.write_text(broken)
+        caplog.clear()
+        with caplog.at_level('WARNING', logger='act_ros.training.feature_disk'):
+            again, asked = _build_disk(tmp_path, backbone, pixels, range(6))
+        assert 'rebuilding' in caplog.text, broken
+        assert again.computed == 6 and len(asked) == 6 and _equal(again, first)
+    # A map byte changed on disk: its row fails its digest, nothing of it is used.
+    maps = first.location / 'maps.bin'
+    data = bytearray(maps.read_bytes())
+    data[100] ^= 0xFF
+    maps.write_bytes(bytes(data))
+    caplog.clear()
+    with caplog.at_level('WARNING', logger='act_ros.training.feature_disk'):
+        again, _ = _build_disk(tmp_path, backbone, pixels, range(6))
+    assert 'does not match its digest' in caplog.text and again.computed == 6
+    assert _equal(again, first)
+    assert _build_disk(tmp_path, backbone, pixels, range(6))[0].computed == 0
+

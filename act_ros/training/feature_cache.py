@@ -12,6 +12,9 @@ parameters), several times cheaper.
 
 The checkpoint is unchanged: LeRobot's ACT with its whole backbone (the frozen weights
 included), so it loads in LeRobot and runs on images as before.
+
+The layer4 maps are also kept on disk and reused by a later build with the same frozen
+backbone (a ``--resume``, the next DAgger iteration): :mod:`act_ros.training.feature_disk`.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 import contextlib
 import logging
+from pathlib import Path
 import time
 
 import numpy as np
@@ -103,12 +107,18 @@ class FeatureCache:
     """
 
     def __init__(self, maps: dict[str, torch.Tensor], frames: np.ndarray, num_frames: int,
-                 seconds: float, cut: str = 'layer4') -> None:
+                 seconds: float, cut: str = 'layer4', *, computed: int | None = None,
+                 location: Path | None = None) -> None:
         self.maps = maps
         self.cut = cut
         self.rows = torch.full((num_frames,), -1, dtype=torch.long)
         self.rows[torch.as_tensor(frames, dtype=torch.long)] = torch.arange(len(frames))
         self.seconds = seconds
+        # Frames whose maps were computed in this build; the others were read from the
+        # directory ``location`` (act_ros.training.feature_disk; None: memory only).
+        self.computed = len(frames) if computed is None else computed
+        self.reused = len(frames) - self.computed
+        self.location = location
 
     @property
     def nbytes(self) -> int:
@@ -121,6 +131,18 @@ class FeatureCache:
             raise KeyError(f'frames {missing} are not in the feature cache (it holds the '
                            'training frames only)')
         return {key: maps[rows].float() for key, maps in self.maps.items()}
+
+
+def run_stages(stages: Sequence[nn.Module], inputs: dict[str, torch.Tensor], keys: Sequence[str],
+               device: torch.device | str, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """One batch through ``stages`` per camera key; the maps on the CPU in ``dtype``."""
+    out = {}
+    for key in keys:
+        x = inputs[key].to(device)
+        for stage in stages:
+            x = stage(x)
+        out[key] = x.to('cpu', dtype)
+    return out
 
 
 @torch.no_grad()
@@ -155,13 +177,10 @@ def build_feature_cache(backbone: nn.Module, frames: np.ndarray, num_frames: int
                           unit='batch', disable=not progress, leave=False):
             chunk = frames[first:first + batch_size]
             inputs = source.lookup(chunk) if source is not None else load_images(chunk)
-            for key in keys:
-                out = inputs[key].to(device)
-                for stage in stages:
-                    out = stage(out)
+            for key, out in run_stages(stages, inputs, keys, device, dtype).items():
                 if key not in maps:
                     maps[key] = torch.empty((len(frames), *out.shape[1:]), dtype=dtype)
-                maps[key][first:first + len(chunk)] = out.to('cpu', dtype)
+                maps[key][first:first + len(chunk)] = out
     finally:
         backbone.train(was_training)
     cache = FeatureCache(maps, frames, num_frames, time.perf_counter() - start, cut=cut)
