@@ -429,3 +429,36 @@ def test_a_corrupt_cache_is_rebuilt_with_a_warning(tmp_path, caplog):
     assert _equal(again, first)
     assert _build_disk(tmp_path, backbone, pixels, range(6))[0].computed == 0
 
+
+def test_a_resumed_or_fine_tuned_run_reads_every_frame_from_disk(tmp_path):
+    """Frozen at step 2, stopped at 4 and resumed: the resumed run computes no map and
+    trains as the same run on maps kept in memory only; a run started from its weights
+    with the backbone frozen from step 0 reuses them too."""
+    from act_ros.training.train import run
+
+    data = _synthetic_dataset(tmp_path / 'syn', 8)
+    values = dict(dataset_root=data, output_dir=tmp_path / 'disk', preset='synthetic',
+                  model_preset='tiny', image_size=(16, 24), steps=4, batch_size=2, lr=1e-3,
+                  scheduler='none',  # the same learning rate whether the run stops at 4 or 6
+                  val_interval=100, max_val_batches=1, checkpoint_interval=2,
+                  early_stop_patience=0, min_steps=0, device='cpu', torch_threads=1,
+                  progress=False, skip_infer=True, backbone_freeze_step=2)
+    first = run(TrainConfig(**values))['feature_cache']['layer4']
+    frames = first['cached_frames']
+    assert (first['computed_frames'], first['reused_frames']) == (frames, 0)
+    assert first['cache_dir'].startswith(str(tmp_path / 'disk' / 'feature_cache'))
+    resumed = run(TrainConfig(**{**values, 'steps': 6, 'resume': True}))
+    assert resumed['feature_cache']['layer4']['computed_frames'] == 0
+    assert resumed['feature_cache']['layer4']['reused_frames'] == frames
+    memory = run(TrainConfig(**{**values, 'steps': 6, 'output_dir': tmp_path / 'memory',
+                                'feature_cache_dir': 'none'}))
+    assert memory['feature_cache']['layer4']['cache_dir'] is None
+    assert not (tmp_path / 'memory' / 'feature_cache').exists()
+    losses = [[row['loss'] for row in m['history']['train']] for m in (resumed, memory)]
+    assert len(losses[0]) == len(losses[1]) == 6
+    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    tuned = run(TrainConfig(**{**values, 'steps': 1, 'output_dir': tmp_path / 'tuned',
+                               'backbone_freeze_step': 0, 'init_from': tmp_path / 'disk' / 'last',
+                               'feature_cache_dir': tmp_path / 'disk' / 'feature_cache'}))
+    assert tuned['feature_cache']['layer4']['computed_frames'] == 0
+    assert tuned['feature_cache']['layer4']['cache_dir'] == first['cache_dir']

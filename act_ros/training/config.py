@@ -103,6 +103,11 @@ class TrainConfig:
     # episode: consecutive frames at 30 Hz are near duplicates, so more episodes fit the
     # same cache memory and build time. Action chunks still come from every frame.
     cache_frame_stride: int = 1
+    # Where the frozen backbone's layer4 maps are kept on disk (act_ros.training.feature_disk)
+    # so that a later build with the same backbone, normalization and precision (a --resume,
+    # the next DAgger iteration) reads the frames it has instead of computing them again.
+    # None: OUTPUT_DIR/feature_cache; 'none': memory only.
+    feature_cache_dir: Path | str | None = None
     # The object poses (dataset feature observation.environment_state, act_ros.core.object_
     # state) as a policy input, normalized with the dataset's statistics like the state.
     environment_state: bool = False
@@ -155,6 +160,12 @@ class TrainConfig:
                              f"'{self.early_freeze_layer}'")
         if self.cache_frame_stride < 1:
             raise ValueError(f'cache_frame_stride must be >= 1, got {self.cache_frame_stride}')
+        if self.feature_cache_dir is not None:
+            text = str(self.feature_cache_dir).strip()
+            if not text:
+                raise ValueError("feature_cache_dir is empty (give a directory, or 'none')")
+            self.feature_cache_dir = ('none' if text.lower() == 'none'
+                                      else Path(text).expanduser())
         if self.early_freeze_step < 0:
             raise ValueError(f'early_freeze_step must be >= 0, got {self.early_freeze_step}')
         if self.early_freeze_layer and self.backbone_freeze_step is not None \
@@ -231,6 +242,13 @@ class TrainConfig:
     def closed_loop(self) -> bool:
         """Whether checkpoints are selected by closed-loop evaluation in the simulation."""
         return self.preset == 'sim' and self.closed_loop_val_episodes > 0
+
+    @property
+    def feature_cache_path(self) -> Path | None:
+        """The directory of the on-disk feature cache (None: memory only)."""
+        if self.feature_cache_dir is None:
+            return self.output_dir / 'feature_cache'
+        return None if self.feature_cache_dir == 'none' else Path(self.feature_cache_dir)
 
     @property
     def below_recommended_steps(self) -> bool:
@@ -349,6 +367,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--early-freeze-step', type=int, help='step of --early-freeze-layer (0)')
     p.add_argument('--cache-frame-stride', type=int, help='cache and train on every k-th frame '
                    'of each episode once a backbone stage is frozen (1 = every frame)')
+    p.add_argument('--feature-cache-dir', metavar='DIR',
+                   help="where the frozen backbone's layer4 maps are kept on disk and reused "
+                   'by a later build with the same backbone weights, camera normalization, '
+                   'precision and image size (a --resume after the freeze, the next DAgger '
+                   'iteration): frames are found by their pixels, only new ones are computed. '
+                   'One subdirectory per backbone (4 x C x h x w bytes per frame and camera: '
+                   '24 KB for ResNet-18 at 96x128); delete it, or a subdirectory, to free the '
+                   "space. Default OUTPUT_DIR/feature_cache; 'none' keeps the maps in memory "
+                   'only')
     p.add_argument('--environment-state', action=argparse.BooleanOptionalAction, default=None,
                    help='take the object poses (dataset feature observation.environment_state: '
                    'box and pad position and yaw) as a policy input, normalized with the '

@@ -225,13 +225,17 @@ class Trainer:
         self.feature_cache = None  # the earlier cache is released once the new one exists
         # Early cuts hold large maps: float16 halves their memory (used in float32).
         dtype = torch.float32 if cut == 'layer4' else torch.float16
+        disk = self._disk_feature_cache(cut, source, dtype)
         # The maps are computed in the training step's precision, as the step itself would
         # compute them (bf16 autocast, where chosen, is about twice as fast on a CPU).
         with autocast_context(self.inputs.device, self.precision):
-            self.feature_cache = build_feature_cache(
-                backbone, train, len(store), load_images, self.features, cut=cut,
-                device=self.inputs.device, progress=self.config.progress, source=source,
-                dtype=dtype)
+            if disk is not None:
+                self.feature_cache = self._build_on_disk(disk, train, load_images)
+            if self.feature_cache is None:
+                self.feature_cache = build_feature_cache(
+                    backbone, train, len(store), load_images, self.features, cut=cut,
+                    device=self.inputs.device, progress=self.config.progress, source=source,
+                    dtype=dtype)
         del source
         self._loss_step = self._make_loss_step(cut)
         self._ddp = None  # rebuilt at the next step for the parameters that still train
@@ -241,11 +245,63 @@ class Trainer:
                 'cached_frames': int(train.size), 'cameras': len(self.features),
                 'map_shape': list(next(iter(self.feature_cache.maps.values())).shape[1:]),
                 'megabytes': round(self.feature_cache.nbytes / 1e6, 1),
-                'build_s': round(self.feature_cache.seconds, 3)}
+                'build_s': round(self.feature_cache.seconds, 3),
+                'reused_frames': self.feature_cache.reused,
+                'computed_frames': self.feature_cache.computed,
+                'cache_dir': (str(self.feature_cache.location)
+                              if self.feature_cache.location is not None else None)}
         self.feature_cache_info = {**(self.feature_cache_info or {}), cut: info}
+        where = (f' ({self.feature_cache.reused} found on disk in '
+                 f'{self.feature_cache.location}, {self.feature_cache.computed} computed)'
+                 if self.feature_cache.location is not None else '')
         logger.info('step %d: backbone frozen up to %s (%d parameters); feature cache of %d '
-                    'frames built in %.0f s', self.step, cut, frozen, train.size,
-                    self.feature_cache.seconds)
+                    'frames built in %.0f s%s', self.step, cut, frozen, train.size,
+                    self.feature_cache.seconds, where)
+
+    def _disk_feature_cache(self, cut: str, source: Any, dtype: torch.dtype) -> Any:
+        """The on-disk store of this backbone's maps (``feature_cache_dir``), or None where
+        the cache stays in memory: an earlier cut, layer4 built from an earlier cut's cache,
+        ``feature_cache_dir`` 'none', a data-parallel run."""
+        from act_ros.training.feature_disk import (DiskFeatureCache, backbone_components,
+                                                   camera_normalization)
+
+        root = self.config.feature_cache_path
+        if root is None or cut != 'layer4' or source is not None:
+            return None
+        if self.dist.active:
+            logger.info('data-parallel run: the feature cache stays in memory in every process '
+                        '(--feature-cache-dir applies to single-process runs)')
+            return None
+        store = self.inputs.store
+        try:
+            components = backbone_components(
+                self.policy.model.backbone, cut,
+                normalization=camera_normalization(self.preprocessor, self.features),
+                precision=self.precision, dtype=dtype, device=self.inputs.device,
+                cameras=self.features,
+                image_shape=tuple(store.images[self.features[0]].shape[1:]))
+        except (ValueError, KeyError) as exc:
+            logger.warning('feature cache: cannot tell what the maps depend on (%s); it stays '
+                           'in memory', exc)
+            return None
+        return DiskFeatureCache(root, components)
+
+    def _build_on_disk(self, disk: Any, frames: np.ndarray,
+                       load_images: Callable[[np.ndarray], dict[str, torch.Tensor]]) -> Any:
+        """The layer4 cache read from ``disk`` where it holds the frames' pixels and computed
+        (and appended) elsewhere; None when the directory cannot be used (warned)."""
+        from act_ros.training.feature_disk import build_feature_cache_on_disk, frame_digests
+
+        digests = frame_digests(self.inputs.store.images, self.features, frames)
+        try:
+            return build_feature_cache_on_disk(
+                disk, digests, self.policy.model.backbone, frames, len(self.inputs.store),
+                load_images, self.features, device=self.inputs.device,
+                progress=self.config.progress)
+        except OSError as exc:
+            logger.warning('feature cache %s cannot be used (%s); it stays in memory', disk.dir,
+                           exc)
+            return None
 
     def cached_frames(self) -> np.ndarray:
         """The training frames a cache holds: every ``cache_frame_stride``-th of each

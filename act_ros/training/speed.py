@@ -70,6 +70,7 @@ def synthetic_config(inputs: RunInputs, workdir: Path, **fields: Any) -> TrainCo
     from act_ros.training.config import TrainConfig
 
     fields.setdefault('progress', False)
+    fields.setdefault('feature_cache_dir', 'none')  # nothing on disk: see above
     return TrainConfig(dataset_root=workdir, output_dir=workdir, image_size=inputs.image_size,
                        device=str(inputs.device), **fields)
 
