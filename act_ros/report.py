@@ -13,8 +13,11 @@ committed page differs from what it would write (``test/test_docs_report.py`` ru
 
 Every result file a part reads names the command, commit and machine that made it: a JSON
 file in a top-level ``provenance`` object, any other file in the ``provenance.json`` of its
-folder (``{"files": {NAME: {...}}}``). A file put together by hand says so there
-(``assembled_by_hand``). Each generated part ends with a line naming its files.
+folder (``{"files": {NAME: {...}}}``). A file that holds several runs of a command (``python
+-m act_ros.sim.expert_eval --output FILE --run NAME``) keeps each run's own provenance under
+``provenance.runs[NAME]``, and each must name its command, commit and machine too. A file
+put together by hand says so there (``assembled_by_hand``). Each generated part ends with
+a line naming its files.
 
 To add a result (for example a new evaluation of a shipped policy), commit the file with
 its provenance and name it in the part's source list below (``POSES_EVALUATIONS``,
@@ -118,6 +121,15 @@ def check_provenance(root: Path, rel: str) -> dict:
     missing = [key for key in PROVENANCE_KEYS if not str(entry.get(key, '')).strip()]
     if missing:
         raise ReportError(f'{rel}: provenance lacks {", ".join(missing)}')
+    runs = entry.get('runs', {})
+    if not isinstance(runs, dict):
+        raise ReportError(f'{rel}: provenance.runs is not an object (a run name to its '
+                          'provenance)')
+    for name, run in runs.items():
+        missing = [key for key in PROVENANCE_KEYS
+                   if not isinstance(run, dict) or not str(run.get(key, '')).strip()]
+        if missing:
+            raise ReportError(f'{rel}: provenance of run "{name}" lacks {", ".join(missing)}')
     return entry
 
 
@@ -205,7 +217,7 @@ def part_shipped_policies(src: Sources) -> str:
         ['scripted expert (`act_ros/sim/expert.py`)', 'simulator state',
          rate(expert['align_rate'], expert['count']),
          f"{1000 * expert['mean_position_error']:.2f} mm / {expert['mean_yaw_error']:.4f} deg",
-         'none'],
+         failures_text(expert.get('failures', {}))],
     ]
     return table(['policy in `models/`', 'inputs', 'align rate, chunk mode',
                   'mean position / yaw error', 'failures by stage'], rows)

@@ -5,17 +5,37 @@ the release gate's verdict, and the simulation speed. Rendering is off unless as
 With ``--perturb`` every episode is perturbed once (:mod:`act_ros.sim.perturb`: the box
 pushed, the gripper forced open in transit, the arm knocked off its path, in turn) and
 the table says how often the expert still aligned the box, per kind.
+
+``--output FILE`` writes the summary as a result file (atomically, with its
+``provenance``: command, commit, machine, library versions); with ``--run NAME`` as well,
+the summary becomes ``runs[NAME]`` of FILE and the file's other runs are kept, so several
+runs share one file (``docs/results/expert/expert_eval.json``, which ``act-ros report``
+reads)::
+
+    python -m act_ros.sim.expert_eval --episodes 100 --seed 2000000 \\
+        --output docs/results/expert/expert_eval.json --run plain
+    python -m act_ros.sim.expert_eval --perturb --episodes 100 --seed 3000000 \\
+        --perturbation-seed 0 --output docs/results/expert/expert_eval.json --run perturbed
+
+Such a file's top-level ``provenance`` names every run's command, commit and machine, and
+keeps each run's own provenance under ``provenance.runs[NAME]``.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator, Sequence
+import contextlib
+import fcntl
 import json
+import os
+from pathlib import Path
 import sys
 import time
 
 import numpy as np
 
+from act_ros.core.atomic import write_json_atomic
 from act_ros.sim.config import SimConfig
 from act_ros.sim.env import PortPickAlignEnv
 from act_ros.sim.expert import ScriptedExpert, run_episode
@@ -51,15 +71,19 @@ def evaluate_nominal(env: PortPickAlignEnv, expert: ScriptedExpert, seeds: range
 
 def evaluate_perturbed(env: PortPickAlignEnv, expert: ScriptedExpert, seeds: range, *,
                        perturbation_seed: int = 0, verbose: bool = False) -> dict:
-    """Per kind of perturbation: cases, aligned, and the failed seeds (kinds in turn)."""
+    """Summary of perturbed episodes (``summarize_results`` over all of them, the kinds in
+    turn) and ``by_perturbation``: per kind, its episodes (``count``), how many aligned,
+    how many saw the perturbation fire, and the failed seeds."""
     rng = np.random.default_rng(perturbation_seed)
-    table: dict[str, dict] = {kind: {'cases': 0, 'aligned': 0, 'fired': 0, 'failed_seeds': []}
+    table: dict[str, dict] = {kind: {'count': 0, 'aligned': 0, 'fired': 0, 'failed_seeds': []}
                               for kind in PERTURBATIONS}
+    results = []
     for i, seed in enumerate(seeds):
         kind = PERTURBATIONS[i % len(PERTURBATIONS)]
         outcome = run_perturbed_episode(env, expert, seed, sample_perturbation(kind, rng))
+        results.append(outcome.result)
         row = table[kind]
-        row['cases'] += 1
+        row['count'] += 1
         row['fired'] += int(outcome.fired_tick is not None)
         row['aligned'] += int(outcome.result.success)
         if not outcome.result.success:
@@ -68,10 +92,94 @@ def evaluate_perturbed(env: PortPickAlignEnv, expert: ScriptedExpert, seeds: ran
             print(f'seed {seed}: {kind} at tick {outcome.fired_tick}: '
                   f'success={outcome.result.success} '
                   f'({outcome.result.failure_phase or "aligned"})', file=sys.stderr)
-    total = sum(row['cases'] for row in table.values())
-    aligned = sum(row['aligned'] for row in table.values())
-    return {'perturbations': table, 'count': total, 'align_rate': aligned / total,
-            'perturbation_seed': perturbation_seed}
+    summary = summarize_results(results)
+    summary['failed_seeds'] = [seed for row in table.values() for seed in row['failed_seeds']]
+    summary['by_perturbation'] = table
+    summary['perturbation_seed'] = perturbation_seed
+    return summary
+
+
+COMMAND = 'python -m act_ros.sim.expert_eval'
+
+
+class OutputError(Exception):
+    """``--output FILE --run NAME`` cannot merge into FILE as it is (nothing is written)."""
+
+
+def run_provenance(argv: Sequence[str], output: Path) -> dict:
+    """The provenance of one run: ``result_provenance`` (the command without ``--output``
+    and ``--run``) and the versions of the libraries the simulation depends on."""
+    from act_ros.provenance import library_versions, result_provenance
+
+    entry = result_provenance(COMMAND, argv, output_path=output, output_option='--output',
+                              omit=('--run',))
+    entry['versions'] = library_versions(('act_ros', 'numpy', 'mujoco'))
+    return entry
+
+
+def merged_provenance(runs: dict[str, dict]) -> dict:
+    """A file's top-level provenance from its runs' own: every command, the commit and the
+    machine (each run's, named, where they differ) and ``runs``: each run's entry."""
+    def joined(key: str) -> str:
+        values = [entry[key] for entry in runs.values()]
+        if len(set(values)) == 1:
+            return values[0]
+        return '; '.join(f'{name}: {entry[key]}' for name, entry in runs.items())
+
+    return {'command': '; '.join(entry['command'] for entry in runs.values()),
+            'commit': joined('commit'), 'machine': joined('machine'), 'runs': runs}
+
+
+@contextlib.contextmanager
+def _locked_folder(path: Path) -> Iterator[None]:
+    """Hold an exclusive lock on ``path``'s folder: two runs merging into one file at the
+    same time each keep the other's run (the lock leaves no file behind)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def existing_runs(path: Path, run: str) -> tuple[dict[str, dict], dict[str, dict]]:
+    """The runs of the result file ``path`` (none when it does not exist) and their own
+    provenance, or :class:`OutputError` when ``runs[run]`` cannot be merged into it."""
+    if not path.exists():
+        return {}, {}
+    try:
+        old = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise OutputError(f'{path}: not a JSON file ({exc}); give another --output or '
+                          'remove it') from None
+    if not isinstance(old, dict) or not isinstance(old.get('runs'), dict):
+        raise OutputError(f'{path}: has no "runs" (a single run\'s file?); give another '
+                          '--output or remove it')
+    own = (old.get('provenance') or {}).get('runs') or {}
+    lacking = [name for name in old['runs'] if name != run and name not in own]
+    if lacking:
+        raise OutputError(f'{path}: run(s) {", ".join(lacking)} carry no provenance of their '
+                          'own (provenance.runs; put together by hand?): rerun them into a '
+                          'new file, or remove it')
+    return dict(old['runs']), dict(own)
+
+
+def write_result(path: Path, record: dict, provenance: dict, run: str | None = None) -> dict:
+    """Write ``record`` to ``path`` atomically: the whole file (``run`` None), else as
+    ``runs[run]``, keeping the file's other runs. Returns what was written."""
+    if run is None:
+        data = {'provenance': provenance, **record}
+        write_json_atomic(path, data)
+        return data
+    with _locked_folder(path):
+        runs, own = existing_runs(path, run)
+        runs[run] = record
+        own[run] = provenance
+        own = {name: own[name] for name in runs}  # in the runs' order, no stale entries
+        data = {'provenance': merged_provenance(own), 'runs': runs}
+        write_json_atomic(path, data)
+        return data
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -85,11 +193,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--perturbation-seed', type=int, default=0,
                         help='seed of the perturbations drawn (with --perturb)')
     parser.add_argument('--json', action='store_true', help='print the summary as JSON only')
+    parser.add_argument('--output', type=Path, default=None,
+                        help='result file to write (atomically, with its provenance)')
+    parser.add_argument('--run', default=None,
+                        help='with --output: write the summary as runs[RUN] of the file, '
+                             'keeping its other runs (e.g. plain, perturbed)')
     parser.add_argument('--verbose', action='store_true', help='one line per episode')
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f'--episodes must be >= 1, got {args.episodes}')
+    if args.run is not None and (args.output is None or not args.run.strip()):
+        parser.error('--run needs --output and a non-empty name')
 
+    provenance = None
+    if args.output is not None:  # of the code as it is now, before the episodes run
+        provenance = run_provenance(list(argv if argv is not None else sys.argv[1:]),
+                                    args.output)
+        try:
+            if args.run is not None:  # refused now rather than after the episodes
+                existing_runs(args.output, args.run)
+        except OutputError as exc:
+            print(f'expert_eval: {exc}', file=sys.stderr)
+            return 2
     config = SimConfig.from_yaml(args.config, render=args.render)
     seeds = range(args.seed, args.seed + args.episodes)
     with PortPickAlignEnv(config) as env:
@@ -100,15 +225,26 @@ def main(argv: list[str] | None = None) -> int:
                                          verbose=args.verbose)
         else:
             summary = evaluate_nominal(env, expert, seeds, verbose=args.verbose)
+    if provenance is not None:
+        record = {'args': provenance['command'].removeprefix(COMMAND).strip(), **summary}
+        try:
+            write_result(args.output, record, provenance, args.run)
+        except OutputError as exc:
+            print(f'expert_eval: {exc}', file=sys.stderr)
+            return 2
+        where = f' (runs.{args.run})' if args.run is not None else ''
+        print(f'wrote {args.output}{where}', file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
     elif args.perturb:
         print(f"{'perturbation':<14} {'cases':>5} {'aligned':>7}  failed seeds")
-        for kind, row in summary['perturbations'].items():
-            print(f"{kind:<14} {row['cases']:>5} {row['aligned']:>7}  {row['failed_seeds']}")
+        for kind, row in summary['by_perturbation'].items():
+            print(f"{kind:<14} {row['count']:>5} {row['aligned']:>7}  {row['failed_seeds']}")
         print(f"{'all':<14} {summary['count']:>5} "
               f"{round(summary['align_rate'] * summary['count']):>7}  "
               f"(align rate {summary['align_rate']:.2f})")
+        print(f"mean_position_error: {summary['mean_position_error'] * 1000:.2f} mm")
+        print(f"mean_yaw_error:      {summary['mean_yaw_error']:.2f} deg")
     else:
         print(f"episodes:            {summary['count']}")
         print(f"align_rate:          {summary['align_rate']:.3f}")
