@@ -137,3 +137,42 @@ def test_precision_table_pairs_episodes_by_seed(tmp_path, monkeypatch):
     assert rows[3].split('|')[1].strip() == 'openvino bf16'
     assert rows[3].split('|')[5].strip() == '1 / 1'  # seed 12 gained, seed 11 lost
     assert len(rows) == 4  # the missing file is left out
+
+
+def _expert_file(tmp_path, plain_provenance: dict) -> None:
+    """An expert_eval.json as ``expert_eval --output FILE --run NAME`` writes it."""
+    runs = {'plain': {'args': '--episodes 4', 'count': 4, 'align_rate': 0.75,
+                      'mean_position_error': 0.0012, 'mean_yaw_error': 0.01,
+                      'failures': {'grasp': 1, 'yaw': 0}},
+            'perturbed': {'args': '--perturb --episodes 3', 'count': 3, 'align_rate': 1.0,
+                          'mean_position_error': 0.0009, 'mean_yaw_error': 0.02,
+                          'by_perturbation': {'push_box': {'count': 2, 'aligned': 2},
+                                              'open_gripper': {'count': 1, 'aligned': 1}}}}
+    own = {'plain': plain_provenance,
+           'perturbed': {'command': 'python -m act_ros.sim.expert_eval --perturb',
+                         'commit': 'abc1234', 'machine': 'm'}}
+    data = {'provenance': {'command': 'c1; c2', 'commit': 'abc1234', 'machine': 'm',
+                           'runs': own}, 'runs': runs}
+    path = tmp_path / report.EXPERT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data))
+
+
+def test_expert_runs_carry_their_own_provenance(tmp_path):
+    """A file of several runs names each run's command, commit and machine; a run without
+    them is refused like a file without them."""
+    _expert_file(tmp_path, {'command': 'python -m act_ros.sim.expert_eval', 'commit': 'abc1234',
+                            'machine': 'm'})
+    page = tmp_path / 'docs' / 'page.md'
+    page.parent.mkdir(exist_ok=True)
+    body, read = report.render_part(tmp_path, page, 'expert_runs')
+    assert read == [report.EXPERT]
+    assert '| `--episodes 4` | 4 | 3 | 1.20 mm / 0.0100 deg |' in body
+    assert '| `--perturb --episodes 3` | 3 | 3 | 0.90 mm / 0.0200 deg |' in body
+    assert 'assembled by hand' not in body and '(results/expert/expert_eval.json)' in body
+    body, _ = report.render_part(tmp_path, page, 'expert_perturbations')
+    assert '| `push_box` | 2 / 2 |' in body and '| `open_gripper` | 1 / 1 |' in body
+
+    _expert_file(tmp_path, {'command': 'python -m act_ros.sim.expert_eval', 'machine': 'm'})
+    with pytest.raises(report.ReportError, match='run "plain" lacks commit'):
+        report.render_part(tmp_path, page, 'expert_runs')
