@@ -3,6 +3,7 @@ what arrives on the command and diagnostics topics (no mocks of rclpy)."""
 
 import os
 from pathlib import Path
+import shutil
 import signal
 import subprocess
 import sys
@@ -329,10 +330,14 @@ def test_console_script_drives_commands_with_the_model_in_a_child_process(
     child process, a single-threaded executor; SIGINT stops it and its inference process."""
     env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
     log = tmp_path / 'act_node.log'
+    # Its own copy: backend auto exports the checkpoint next to it on the first start,
+    # which must not change the session's shared checkpoint for other tests.
+    own = tmp_path / 'checkpoint'
+    shutil.copytree(checkpoint, own)
     with log.open('w') as out:
         proc = subprocess.Popen(
             [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args', '-p',
-             f'model_path:={checkpoint}', '-p', 'torch_threads:=1', '-p',
+             f'model_path:={own}', '-p', 'torch_threads:=1', '-p',
              'release_gate.enabled:=false'],
             stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
     try:

@@ -103,7 +103,7 @@ def test_inference_child_starts_without_torch_and_computes_the_same(exported):
 @needs_onnx
 def test_no_export_means_the_full_path(tiny_checkpoint, tmp_path):
     ckpt = tmp_path / 'ckpt'
-    shutil.copytree(tiny_checkpoint, ckpt)
+    shutil.copytree(tiny_checkpoint, ckpt, ignore=shutil.ignore_patterns('export'))
     lean, why = lean_onnx_predictor(ckpt, CONTRACT, PredictorOptions(backend=ONNX_BACKENDS[0]))
     assert lean is None and 'no export yet' in why
 
