@@ -76,3 +76,36 @@ def test_run_node_tells_a_shutdown_from_an_error(case, code, ros_domain_id):
             'probe: mode: expected one of chunk, ensemble')
     else:  # cleanup in order (rclpy's shutdown may destroy the node once before)
         assert result['events'][-3:] == CLEANUP, result
+
+
+class _RacingExecutor:
+    """Stands in for an executor whose spin() meets rclpy's destruction race ``races``
+    times (InvalidHandle, ros2/rclpy#1284) before it returns at shutdown."""
+
+    def __init__(self, races):
+        self.races = races
+        self.spins = 0
+
+    def spin(self):
+        from rclpy.exceptions import InvalidHandle
+        self.spins += 1
+        if self.spins <= self.races:
+            raise InvalidHandle('cannot use Destroyable because destruction was requested')
+
+
+def test_spin_executor_goes_on_past_the_destruction_race_and_stops_at_shutdown():
+    from act_ros.ros.spin import spin_executor
+    executor = _RacingExecutor(races=3)
+    spin_executor(executor)
+    assert executor.spins == 4  # three races, then the spin that ended at shutdown
+
+
+def test_spin_executor_raises_a_lasting_invalid_handle():
+    from rclpy.exceptions import InvalidHandle
+
+    from act_ros.ros.spin import MAX_DESTRUCTION_RACES, spin_executor
+    executor = _RacingExecutor(races=10 ** 9)
+    with pytest.raises(InvalidHandle):
+        spin_executor(executor)
+    assert executor.spins == MAX_DESTRUCTION_RACES + 1
+

@@ -27,6 +27,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.ros import conversions as conv
+from act_ros.ros.spin import spin_executor
 from act_ros.ros.diagnostics import status_values
 
 
@@ -267,7 +268,8 @@ def spinning(context: Any, *nodes: Node, num_threads: int = 4) -> Iterator[Multi
     executor = MultiThreadedExecutor(num_threads=num_threads, context=context)
     for node in nodes:
         executor.add_node(node)
-    thread = threading.Thread(target=executor.spin, name='harness-executor', daemon=True)
+    thread = threading.Thread(target=spin_executor, args=(executor,), name='harness-executor',
+                              daemon=True)
     thread.start()
     try:
         yield executor

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 import rclpy
+from rclpy.exceptions import InvalidHandle
 from rclpy.executors import Executor, ExternalShutdownException, MultiThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
@@ -58,7 +59,7 @@ def run_node(make_node: Callable[[], Any], *, name: str, args: list[str] | None 
             elif spin is not None:
                 code = spin(runner, node) or 0
             else:
-                runner.spin()
+                spin_executor(runner)
         finally:
             if node is not None and before_shutdown is not None:
                 before_shutdown(node)
@@ -76,6 +77,32 @@ def run_node(make_node: Callable[[], Any], *, name: str, args: list[str] | None 
             node.destroy_node()
         rclpy.try_shutdown()
     return code
+
+
+# How many times spin_executor carries a spin past rclpy's destruction race before it
+# takes the error for a lasting one and raises it.
+MAX_DESTRUCTION_RACES = 1000
+
+
+def spin_executor(executor: Executor) -> None:
+    """``executor.spin()`` (until shutdown), carried past one rclpy race.
+
+    An entity destroyed from another thread just after the executor gathered it for its
+    wait set (act_node's cleanup destroys its subscriptions, and with them their QoS event
+    handlers) makes rclpy raise ``InvalidHandle`` ("cannot use Destroyable because
+    destruction was requested", ros2/rclpy#1284) out of ``spin_once``: the spinning thread
+    ended and the node stopped serving, its lifecycle services included. The next
+    iteration no longer sees the destroyed entity, so the spin goes on.
+    """
+    races = 0
+    while True:
+        try:
+            executor.spin()
+            return
+        except InvalidHandle:
+            races += 1
+            if races > MAX_DESTRUCTION_RACES:
+                raise
 
 
 def _one_line(name: str, exc: BaseException) -> int:
