@@ -271,12 +271,15 @@ def test_malformed_messages_are_rejected_and_the_node_keeps_running(rclpy_contex
             # Bad copies of the harness's cached image: mutate a fresh message each time.
             harness.mutate[stream] = (mutate if stream == 'joint_states'
                                       else lambda m, f=mutate: f(_copy_image(m)))
-            start = time.monotonic()
-            time.sleep(1.0)
-            # 0.5 s of grace for commands already under way when the bad stream began (on
-            # a busy 2-core machine the harness's callbacks run late); none in the 15
-            # periods after it.
-            assert not harness.commands_since(start + 0.5), f'commands from a bad {stream}'
+            # Counted by the node, not timed: once two bad messages were rejected (a tick
+            # that ran beside the first may still have sent), five more rejections pass
+            # with no command published.
+            first = node.inputs.rejections
+            assert wait_until(lambda n=first + 2: node.inputs.rejections >= n, 20.0)
+            published = node.counters.commands_published
+            assert wait_until(lambda n=first + 7: node.inputs.rejections >= n, 20.0)
+            assert node.counters.commands_published == published, \
+                f'commands from a bad {stream}'
             wait_diagnostics(harness, lambda level, msg, values, w=words:
                              level == DiagnosticStatus.ERROR and w in values['last_rejection'])
             del harness.mutate[stream]
