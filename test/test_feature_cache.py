@@ -310,6 +310,15 @@ def test_maps_read_from_disk_are_bitwise_those_computed_in_memory(tmp_path):
     assert [e['camera'] for e in meta['layout']] == KEYS
 
 
+def _assert_equal_to_float32_rounding(a, b):
+    """The same maps computed in batches of another size: the convolutions sum the same
+    products in another order (another kernel), so they agree to float32 rounding of those
+    sums, which scales with the largest magnitude, not with each element: within 2^-16
+    (512 units in the last place) of the largest value, on any CPU."""
+    scale = float(torch.maximum(a.abs().max(), b.abs().max()))
+    assert float((a - b).abs().max()) <= scale * 2.0 ** -16
+
+
 def test_a_superset_computes_only_the_new_frames(tmp_path):
     backbone, pixels = _tiny_backbone(), _pixels(12)
     old, _ = _build_disk(tmp_path, backbone, pixels, range(8))
@@ -321,7 +330,7 @@ def test_a_superset_computes_only_the_new_frames(tmp_path):
     assert all(torch.equal(grown.lookup(np.arange(8, 12))[k], new.maps[k]) for k in KEYS)
     everything = _build_memory(backbone, pixels, range(12))
     for k in KEYS:
-        assert torch.allclose(grown.maps[k], everything.maps[k], rtol=1e-5, atol=1e-6)
+        _assert_equal_to_float32_rounding(grown.maps[k], everything.maps[k])
 
 
 def test_another_backbone_or_normalization_is_another_key(tmp_path):
@@ -396,7 +405,7 @@ def test_a_cache_cut_mid_append_keeps_its_whole_rows(tmp_path, name, cut):
     assert (again.reused, again.computed, asked) == (7, 1, [7])
     for k in KEYS:  # the whole rows as written; the last one computed alone (batch of 1)
         assert torch.equal(again.maps[k][:7], first.maps[k][:7])
-        assert torch.allclose(again.maps[k][7], first.maps[k][7], rtol=1e-5, atol=1e-6)
+        _assert_equal_to_float32_rounding(again.maps[k][7], first.maps[k][7])
     assert (first.location / 'maps.bin').stat().st_size == 8 * meta['row_bytes']
     assert (first.location / 'digests.bin').stat().st_size == 8 * RECORD_SIZE
     assert _build_disk(tmp_path, backbone, pixels, range(8))[0].computed == 0
@@ -456,7 +465,8 @@ def test_a_resumed_or_fine_tuned_run_reads_every_frame_from_disk(tmp_path):
     assert not (tmp_path / 'memory' / 'feature_cache').exists()
     losses = [[row['loss'] for row in m['history']['train']] for m in (resumed, memory)]
     assert len(losses[0]) == len(losses[1]) == 6
-    np.testing.assert_allclose(losses[0], losses[1], rtol=1e-5)
+    # The same maps (bitwise), the same steps on one thread: the same losses, exactly.
+    np.testing.assert_array_equal(losses[0], losses[1])
     tuned = run(TrainConfig(**{**values, 'steps': 1, 'output_dir': tmp_path / 'tuned',
                                'backbone_freeze_step': 0, 'init_from': tmp_path / 'disk' / 'last',
                                'feature_cache_dir': tmp_path / 'disk' / 'feature_cache'}))
