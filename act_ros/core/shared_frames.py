@@ -2,10 +2,11 @@
 
 Two 480x640 RGB frames are 1.8 MB per chunk request. Pickled through the socket pair they
 cost a copy into a bytes object, the socket transfer and a copy out, each holding the
-parent's interpreter lock while the node's executor wants it (about 10 ms per chunk on a
-2-core CPU, measured with ``act-ros bench node``). Here the parent copies each frame once
-into an anonymous shared file (Linux ``memfd_create``) that the child maps too, and sends
-only where each frame lies: ``('frames', size, ((name, offset, shape, dtype), ...))``.
+parent's interpreter lock while the node's executor wants it (``split_transfer_ms`` 9-11
+ms per chunk on a 2-core CPU in docs/benchmarks/node/in480_c30_precision.json). Here the
+parent copies each frame once into an anonymous shared file (Linux ``memfd_create``) that
+the child maps too, and sends only where each frame lies: ``('frames', size, ((name,
+offset, shape, dtype), ...))``.
 
 One request is in flight at a time (the parent's request lock), so one region serves: the
 parent writes it before a request and not again until the reply has come back, and the
