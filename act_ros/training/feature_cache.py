@@ -117,8 +117,12 @@ class FeatureCache:
         # Frames whose maps were computed in this build; the others were read from the
         # directory ``location`` (act_ros.training.feature_disk; None: memory only).
         self.computed = len(frames) if computed is None else computed
-        self.reused = len(frames) - self.computed
         self.location = location
+
+    @property
+    def reused(self) -> int:
+        """Frames whose maps were read from ``location`` rather than computed."""
+        return int((self.rows >= 0).sum()) - self.computed
 
     @property
     def nbytes(self) -> int:
