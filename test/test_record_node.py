@@ -118,12 +118,16 @@ def test_timer_recording_drops_ticks_without_fresh_inputs(rclpy_context, tmp_pat
         assert call(start).success
         assert wait_until(lambda: recorder.status_values()['frames'] >= 15, 20.0)
         harness.enabled['wrist'] = False  # the wrist camera stops: ticks are dropped
-        assert wait_until(lambda: recorder.status_values()['dropped_ticks'] >= 5, 20.0)
+        # Counted by their reason: on a busy machine a tick can also be dropped for another
+        # input that came late, which the total would mix in.
+        assert wait_until(
+            lambda: recorder.status_values().get('dropped.image/wrist stale', 0) >= 5, 20.0), \
+            recorder.status_values()
         harness.enabled['wrist'] = True
         frames = recorder.status_values()['frames']
         assert wait_until(lambda: recorder.status_values()['frames'] >= frames + 10, 20.0)
         values = recorder.status_values()
-        assert values['dropped.image/wrist stale'] >= 5
+        assert values['dropped_ticks'] >= values['dropped.image/wrist stale'] >= 5
         response = call(save)
         assert response.success, response.message
     _, store = _read(tmp_path / 'rec')
