@@ -45,6 +45,11 @@ def test_episodes_are_matched_by_seed_and_differences_counted(tmp_path, capsys):
     written = json.loads((tmp_path / 'c.json').read_text())
     assert written['modes']['chunk']['episodes_equal_within_0.1_mm'] == 1
     assert written['seeds'] == [1, 2]
+    # where it came from: its own command, and the two runs' provenance carried along
+    assert written['provenance']['command'].startswith(
+        'python -m act_ros.ros.evaluation.compare')
+    assert str(tmp_path / 'c.json') not in written['provenance']['command']
+    assert written['sources'] == {'in_process': None, 'over_ros': None}
 
 
 def test_a_different_outcome_is_not_equal_even_at_the_same_position(tmp_path):

@@ -106,7 +106,12 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
             # One command per observation: a second one would have advanced the chunk.
             assert episode['commands']['received'] == 15, episode['commands']
         assert re.search(rf'{mode}\s+align_rate \d\.\d\d \(\d/2\), mean position error', printed)
-    assert json.loads(output.read_text()) == json.loads(json.dumps(results))
+    written = json.loads(output.read_text())
+    provenance = written.pop('provenance')
+    assert written == json.loads(json.dumps(results))
+    # the command that made it, without this machine's paths
+    assert provenance['command'].startswith('python -m act_ros.ros.evaluation.ros_eval')
+    assert str(tmp_path) not in provenance['command'] and provenance['commit']
     # Both processes really ran, and neither is left.
     logs = {p.name for p in (tmp_path / 'logs').glob('*.log')}
     assert logs == {'sim_bridge.log', 'act_node.log'}

@@ -110,7 +110,15 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError, KeyError) as exc:
         print(f'compare: {exc}', file=sys.stderr)
         return 2
-    result['files'] = {'in_process': str(args.in_process), 'over_ros': str(args.over_ros)}
+    from act_ros.provenance import result_provenance
+
+    # The two runs' own commands, commits and machines come along: the comparison holds
+    # only if both ran the same source on the same machine.
+    result = {'provenance': result_provenance(
+        'python -m act_ros.ros.evaluation.compare', argv if argv is not None else sys.argv[1:],
+        output_path=args.output, output_option='--output'), **result,
+        'sources': {'in_process': in_process.get('provenance'),
+                    'over_ros': over_ros.get('provenance')}}
     print(format_comparison(result))
     if args.output:
         write_json_atomic(args.output, result)

@@ -238,8 +238,18 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
     for mode, metrics in results.items():
         log(format_metrics(mode, metrics))
     if args.output:
+        from act_ros.provenance import result_provenance
+
+        # The file carries where it came from beside the modes (which readers find as the
+        # mappings with episodes); the returned results stay {mode: metrics}.
+        argv = getattr(args, 'argv', None)
+        provenance = result_provenance(
+            'python -m act_ros.ros.evaluation.ros_eval',
+            argv if argv is not None else sys.argv[1:], output_path=args.output,
+            output_option='--output', omit=('--log-dir',))
         args.output.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.output, json.dumps(results, indent=2))
+        write_text_atomic(args.output, json.dumps({'provenance': provenance, **results},
+                                                  indent=2))
         log(f'{PREFIX} results written to {args.output}')
     return results
 
@@ -294,6 +304,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     every child process).
     """
     args = build_parser().parse_args(argv)
+    args.argv = list(argv) if argv is not None else sys.argv[1:]
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
