@@ -8,6 +8,7 @@ make the expected differences exactly zero, which checks that both arms really s
 same weights, batches and seeds.
 """
 
+import json
 import math
 from pathlib import Path
 
@@ -133,7 +134,8 @@ def test_training_benchmark_table(tmp_path):
     from act_ros.bench import training
 
     out = tmp_path / 'training.md'
-    rc = training.main([*TINY, '--warmup', '1', '--no-header', '--output', str(out)])
+    rc = training.main([*TINY, '--warmup', '1', '--no-header', '--output', str(out),
+                        '--json', str(tmp_path / 'training.json')])
     assert rc == 0
     report = out.read_text()
     assert report.startswith('## Training throughput') and 'CPU:' not in report
@@ -148,6 +150,19 @@ def test_training_benchmark_table(tmp_path):
     for row in rows[1:]:
         assert _number(row[5]) <= 1e-5 and '!' not in row[5], row
     assert 'ms per frame' in report
+    # The JSON holds the same figures as the table, with where they came from, in the form
+    # `act-ros report` renders.
+    data = json.loads((tmp_path / 'training.json').read_text())
+    assert [r['step'] for r in data['rows']] == [row[0] for row in rows]
+    for r, row in zip(data['rows'], rows):
+        assert r['ms_per_step'] == pytest.approx(_number(row[1]), abs=0.051)
+    assert data['rows'][0]['speedup_vs_lerobot'] == 1.0
+    assert str(tmp_path) not in data['provenance']['command']
+    from act_ros import report as report_module
+    (tmp_path / 'docs/results/training').mkdir(parents=True)
+    (tmp_path / 'training.json').rename(tmp_path / report_module.TRAINING_STEP)
+    table = report_module.part_training_step(report_module.Sources(tmp_path))
+    assert training.FROZEN in table
 
 
 def test_all_passes_each_benchmark_its_options_and_states_the_machine_once(tmp_path):

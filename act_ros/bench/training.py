@@ -29,6 +29,7 @@ processes under ``accelerate launch``, steps/s and samples/s side by side
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 import sys
 import tempfile
@@ -160,6 +161,18 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
     return results
 
 
+def json_rows(results: list[dict]) -> list[dict]:
+    """The arms as ``--json`` writes them: milliseconds and samples per step, the speed-up
+    over LeRobot (median of per-iteration ratios, not the ratio of the medians), step-1 loss."""
+    return [{'step': r['name'], 'ms_per_step': round(r['median_s'] * 1e3, 1),
+             'samples_per_s': round(r['samples_per_s'], 2),
+             'speedup_vs_lerobot': round(r['speedup'], 3), 'first_loss': r['first_loss'],
+             'loss_diff': r['loss_diff'],
+             'cache_ms_per_frame': (None if r['cache_s_per_frame'] is None
+                                    else round(r['cache_s_per_frame'] * 1e3, 2))}
+            for r in results]
+
+
 def render(results: list[dict], *, model_preset: str, image_size: tuple[int, int],
            batch_size: int, iters: int, warmup: int, device: str, header: bool = True) -> str:
     rows = []
@@ -215,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument('--no-header', action='store_true', help='omit the machine description '
                    '(act-ros bench all writes it once)')
     p.add_argument('--output', type=Path, help='also write the report (markdown) here')
+    p.add_argument('--json', type=Path, help='also write the figures as JSON, with the command, '
+                   'commit and machine that made them (what `act-ros report` reads)')
     args = p.parse_args(argv)
     if args.iters < 1 or args.warmup < 1 or args.batch_size < 1:
         p.error('--iters, --warmup and --batch-size must be >= 1')
@@ -238,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f'act-ros bench training: {exc}', file=sys.stderr)
             return 1
         title = '# act_ros training benchmark\n\n' + machine_description() + '\n\n'
+        figures = {'data_parallel': scaling}
         report = (title if not args.no_header else '') + data_parallel.render(
             scaling, model_preset=args.model_preset, image_size=args.image_size,
             iters=args.iters, warmup=args.warmup, device=device)
@@ -245,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         results = measure(model_preset=args.model_preset, image_size=args.image_size,
                           batch_size=args.batch_size, iters=args.iters, warmup=args.warmup,
                           compile_step=args.compile, device=device, seed=args.seed)
+        figures = {'rows': json_rows(results)}
         report = render(results, model_preset=args.model_preset, image_size=args.image_size,
                         batch_size=args.batch_size, iters=args.iters, warmup=args.warmup,
                         device=device, header=not args.no_header)
@@ -252,6 +269,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.output, report)
+    if args.json:
+        from act_ros.provenance import result_provenance
+
+        provenance = result_provenance('act-ros bench training',
+                                       argv if argv is not None else sys.argv[1:],
+                                       output_path=args.json, omit=('--output',))
+        settings = {'device': device, 'model_preset': args.model_preset,
+                    'image_size': list(args.image_size), 'batch_size': args.batch_size,
+                    'iters': args.iters, 'warmup': args.warmup}
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(args.json, json.dumps({'provenance': provenance, 'settings': settings,
+                                                 **figures}, indent=2))
     return 0
 
 
