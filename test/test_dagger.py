@@ -149,6 +149,14 @@ def test_dagger_iterations_collect_train_and_continue_where_they_stopped(base, t
     stamp = (run_dir / 'iter_1' / 'train' / 'training_metrics.json').stat().st_mtime_ns
     assert dagger_loop.main(argv) == 0                           # nothing left to do
     assert (run_dir / 'iter_1' / 'train' / 'training_metrics.json').stat().st_mtime_ns == stamp
-    assert len((run_dir / 'dagger.jsonl').read_text().splitlines()) == 2
+    # The done iteration keeps its one logged line with the times it took.
+    assert [json.loads(line) for line in
+            (run_dir / 'dagger.jsonl').read_text().splitlines()] == rows
+    # More iterations on the same run: only the new one is done and logged.
+    more = [*argv[:argv.index('--iterations') + 1], '2', *argv[argv.index('--iterations') + 2:]]
+    assert dagger_loop.main(more) == 0
+    logged = [json.loads(line) for line in (run_dir / 'dagger.jsonl').read_text().splitlines()]
+    assert [r['iteration'] for r in logged] == [1, 2] and logged[0] == rows[0]
+    assert logged[1]['dataset_frames'] == 1 * STEPS + 2 * 300
     # Trainer options that the loop sets itself are refused.
     assert dagger_loop.main([*argv, '--steps', '5']) == 2

@@ -15,7 +15,8 @@ Each step runs as a child process and leaves its result on disk, so an interrupt
 continues with the same command: a finished collection or training is not redone, an
 interrupted training resumes (``--resume``). Each iteration's line (episodes, beta, the
 align rate of the policy-driven collection episodes, the expert's share, the new policy's
-closed-loop align rate, times) is appended to ``RUN/dagger.jsonl`` and printed as a table.
+closed-loop align rate, times) is appended to ``RUN/dagger.jsonl`` once, when it is done, and
+printed as a table; a continued run shows the logged lines of the iterations it skips.
 """
 
 from __future__ import annotations
@@ -120,11 +121,19 @@ def run(config: DaggerLoopConfig) -> list[dict[str, Any]]:
     run_dir.mkdir(parents=True, exist_ok=True)
     log_path = run_dir / 'dagger_children.log'
     data, policy = Path(config.dataset_root), Path(config.checkpoint)
+    logged = _logged(run_dir / LOG_NAME)
     rows = []
     for i in range(1, config.iterations + 1):
         it_dir = run_dir / f'iter_{i}'
         dataset, train_dir = it_dir / 'dataset', it_dir / 'train'
         beta = config.beta_at(i)
+        if (i in logged and _collected(dataset, i) is not None
+                and _trained(train_dir) is not None):
+            # Done by an earlier run and logged with its times: shown, not logged again.
+            policy, data = _policy_of(train_dir), dataset
+            rows.append(logged[i])
+            print(_row_text(logged[i]), flush=True)
+            continue
         start = time.perf_counter()
         collected = _collected(dataset, i)
         if collected is None:
@@ -163,6 +172,18 @@ def run(config: DaggerLoopConfig) -> list[dict[str, Any]]:
         with open(run_dir / LOG_NAME, 'a') as log:
             log.write(json.dumps(row) + '\n')
         print(_row_text(row), flush=True)
+    return rows
+
+
+def _logged(path: Path) -> dict[int, dict[str, Any]]:
+    """The iterations already in ``dagger.jsonl`` (the first line of each: a line a
+    continued run wrote again for the same iteration would carry its near-zero times)."""
+    rows: dict[int, dict[str, Any]] = {}
+    if path.is_file():
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                rows.setdefault(int(row['iteration']), row)
     return rows
 
 
