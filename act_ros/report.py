@@ -44,9 +44,13 @@ ROOT = Path(__file__).resolve().parent.parent
 POSES_EVALUATIONS = ('docs/results/sim_port_pick_align_poses/evaluation_100_seeds.json',
                      'docs/results/sim_port_pick_align_poses/evaluation.json')
 POSES_RECIPE_LOG = 'docs/results/sim_port_pick_align_poses/recipe_log_excerpt.txt'
-VISION_CHUNK = 'models/sim_port_pick_align/evaluation_chunk_100.json'
-VISION_ENSEMBLE = 'models/sim_port_pick_align/evaluation_ensemble_30.json'
-VISION_METRICS = 'models/sim_port_pick_align/training_metrics.json'
+# The shipped vision policy: its 100-seed evaluation (both modes) beside the model, and the
+# run of `act-ros recipe vision` that made it (recipe.json, dagger.jsonl and the vision
+# stage's summary in the folder).
+VISION_EVALUATION = 'models/sim_port_pick_align/evaluation_100_seeds.json'
+VISION_RUNS = (('the shipped vision policy\'s run (AVX-512 + bf16 CPU)',
+                'docs/results/vision_recipe/run1', (VISION_EVALUATION,)),)
+VISION_STAGE = 'vision_training_summary.json'
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
@@ -61,11 +65,16 @@ COMPARISON = 'docs/results/sim_port_pick_align/comparison_20_seeds.json'
 TRAINING_STEP = 'docs/results/training/step_times_cpu.json'
 # Runs of `act-ros recipe object_state` (recipe.json and dagger.jsonl in each folder): the
 # one that made the shipped policy, and a later run on another CPU.
+# Each run: (label, folder, its policy's 100-seed evaluation files: one per mode or both
+# modes in one).
+_POSES_EVALUATIONS = ('evaluation_100_seeds.json', 'evaluation_ensemble_100_seeds.json')
 RECIPE_RUNS = (('the shipped policy\'s run (AVX2 CPU, shared)',
-                'docs/results/sim_port_pick_align_poses'),
+                'docs/results/sim_port_pick_align_poses',
+                tuple(f'docs/results/sim_port_pick_align_poses/{n}' for n in _POSES_EVALUATIONS)),
                ('a second run (AVX-512 + bf16 CPU, quiet)',
-                'docs/results/sim_port_pick_align_poses/recipe_run2'))
-RECIPE_EVALUATIONS = ('evaluation_100_seeds.json', 'evaluation_ensemble_100_seeds.json')
+                'docs/results/sim_port_pick_align_poses/recipe_run2',
+                tuple(f'docs/results/sim_port_pick_align_poses/recipe_run2/{n}'
+                      for n in _POSES_EVALUATIONS)))
 
 PROVENANCE_KEYS = ('command', 'commit', 'machine')
 MARKER = re.compile(r'<!-- report:([a-z0-9_]+) -->\n(.*?)<!-- /report:\1 -->', re.S)
@@ -203,7 +212,7 @@ def _poses_chunk(src: Sources) -> dict:
 
 def part_shipped_policies(src: Sources) -> str:
     poses = _poses_chunk(src)
-    vision = src.json(VISION_CHUNK)['modes']['chunk']
+    vision = src.json(VISION_EVALUATION)['modes']['chunk']
     expert = src.json(EXPERT)['runs']['plain']
     rows = [
         ['`sim_port_pick_align_poses`', 'both cameras, joints, box and pad poses',
@@ -254,35 +263,41 @@ def part_demo_result(src: Sources) -> str:
 
 
 def part_vision_policy(src: Sources) -> str:
-    chunk = src.json(VISION_CHUNK)
-    ens = src.json(VISION_ENSEMBLE)
+    data = src.json(VISION_EVALUATION)
     rows = []
-    for data in (chunk, ens):
-        for mode, m in data['modes'].items():
-            rows.append([mode, f"{data['seed']}+", rate(m['align_rate'], m['count']),
-                         f"{100 * m['mean_position_error']:.1f} cm",
-                         f"{m['mean_yaw_error']:.1f} deg", failures_text(m['failures']),
-                         m.get('suppressed_releases', '')])
+    for mode, m in data['modes'].items():
+        rows.append([mode, f"{data['seed']}+", rate(m['align_rate'], m['count']),
+                     f"{100 * m['mean_position_error']:.1f} cm",
+                     f"{m['mean_yaw_error']:.1f} deg", failures_text(m['failures']),
+                     m.get('suppressed_releases', '')])
     return table(['mode', 'seeds', 'align rate', 'mean position error', 'mean yaw error',
                   'failures by stage', 'open requests the gate suppressed'], rows)
 
 
 def part_vision_training(src: Sources) -> str:
-    m = src.json(VISION_METRICS)
-    best = m['best']['closed_loop_chunk']
-    cache = m.get('feature_cache', {}).get('layer4', {})
-    val = [h['val_l1'] for h in m['history']['val'] if h.get('val_l1') is not None]
-    rows = [[f"{m['dataset']['episodes']} episodes, {m['dataset']['frames']} frames, "
-             f"{m['dataset']['stored_image_size'][0]}x{m['dataset']['stored_image_size'][1]}",
-             f"backbone from step {cache.get('frozen_at_step', '-')}",
-             m['steps_completed'], f"{m['wall_time_s'] / 60:.0f} min",
-             f"{cache.get('build_s', 0) / 60:.0f} min",
-             f"{m['steps_per_s']:.1f}", f'{min(val):.3f}' if val else '-',
-             f"{best['align_rate']:.2f} at step {best['step']}",
-             f"{100 * best['mean_position_error']:.1f} cm / {best['mean_yaw_error']:.0f} deg"]]
-    return table(['data', 'frozen and cached', 'steps', 'wall clock', 'cache build',
-                  'steps/s (this session)', 'best val L1',
-                  'align, chunk (10 trainer seeds)', 'position / yaw error there'], rows)
+    """The vision stage of each vision recipe run: the backbone phase with the pose head,
+    the freeze and cache, the frozen phase, and the pose head's held-out error at the
+    freeze (the perception figure)."""
+    rows = []
+    for label, folder, _ in VISION_RUNS:
+        m = src.json(f'{folder}/{VISION_STAGE}')
+        cache = m.get('feature_cache', {}).get('layer4', {})
+        frozen = cache.get('frozen_at_step')
+        val = [h for h in m['val'] if h.get('val_l1') is not None]
+        at_freeze = next((h for h in val if frozen is not None and h['step'] >= frozen), None)
+        pose = ('-' if at_freeze is None or 'val_pose_box_xy_m' not in at_freeze else
+                f"box {100 * at_freeze['val_pose_box_xy_m']:.2f} cm / "
+                f"{at_freeze['val_pose_box_yaw_deg']:.1f} deg, pad "
+                f"{100 * at_freeze['val_pose_pad_xy_m']:.2f} cm / "
+                f"{at_freeze['val_pose_pad_yaw_deg']:.1f} deg")
+        best = m['best']['closed_loop_chunk']
+        rows.append([label, m['steps_completed'], f"{frozen} ({cache.get('cached_frames')} frames, "
+                     f"{cache.get('build_s', 0) / 60:.0f} min)", f"{m['wall_time_s'] / 60:.0f} min",
+                     m.get('precision', '-'), f"{min(h['val_l1'] for h in val):.3f}", pose,
+                     f"{best['align_rate']:.2f} at step {best['step']}"])
+    return table(['run', 'steps', 'backbone frozen and cached at step', 'wall clock',
+                  'precision', 'best val L1', 'pose head at the freeze (held-out median)',
+                  'align, chunk (10 trainer seeds)'], rows)
 
 
 def part_comparison_20_seeds(src: Sources) -> str:
@@ -322,50 +337,64 @@ def part_expert_perturbations(src: Sources) -> str:
                  [[f'`{k}`', f"{v['aligned']} / {v['count']}"] for k, v in data.items()])
 
 
-def _recipe_runs(src: Sources) -> list[tuple[str, str]]:
-    """The recipe runs that have a record, as ``(label, folder)``."""
-    return [(label, folder) for label, folder in RECIPE_RUNS
-            if src.exists(f'{folder}/recipe.json')]
+def _present(src: Sources, runs: tuple) -> list[tuple[str, str, tuple[str, ...]]]:
+    """The runs of ``runs`` that have a record (``recipe.json`` in their folder)."""
+    return [run for run in runs if src.exists(f'{run[1]}/recipe.json')]
 
 
 def _minutes(seconds: float | None) -> str:
     return '' if seconds is None else f'{seconds / 60:.1f} min'
 
 
-def part_recipe_stages(src: Sources) -> str:
-    """Stage times of each recorded run of ``act-ros recipe object_state``, side by side."""
-    runs = _recipe_runs(src)
-    columns = []
-    for _label, folder in runs:
+def _iterations(src: Sources, folder: str) -> dict[int, dict[str, Any]]:
+    """``dagger.jsonl`` by iteration (the first line of each)."""
+    rows: dict[int, dict[str, Any]] = {}
+    for it in src.jsonl(f'{folder}/dagger.jsonl'):
+        rows.setdefault(it['iteration'], it)
+    return rows
+
+
+def recipe_stages_table(src: Sources, runs: tuple) -> str:
+    """Stage times of recorded recipe runs side by side: the stages in the recipe's order,
+    DAgger by iteration (its total is the sum of the iterations, so iterations that a later
+    ``act-ros dagger`` added to the same run count too), and the policy's 100-seed result."""
+    runs = _present(src, runs)
+    columns, names = [], []
+    for _label, folder, _ in runs:
         recipe = src.json(f'{folder}/recipe.json')
         stages = dict(recipe['stage_seconds'])
         if 'bc' not in stages and 'bc_wall_time_s' in recipe:
-            stages['bc'] = recipe['bc_wall_time_s']  # recorded by the training, not the recipe
-        iters = {it['iteration']: it for it in src.jsonl(f'{folder}/dagger.jsonl')}
-        building = sum(v for k, v in stages.items() if k != 'evaluate')
+            stages = {'demos': stages.pop('demos', None), 'bc': recipe['bc_wall_time_s'],
+                      **stages}  # recorded by the training, not the recipe
+        iters = _iterations(src, folder)
+        if iters:
+            stages['dagger'] = sum(it['collect_s'] + it['train_s'] for it in iters.values())
+        names += [n for n in stages if n not in names and n != 'evaluate']
+        building = sum(v for k, v in stages.items() if k != 'evaluate' and v is not None)
         columns.append((stages, iters, building))
     n_iters = max((max(it, default=0) for _, it, _ in columns), default=0)
-    rows = [['demos'] + [_minutes(st.get('demos')) for st, _, _ in columns],
-            ['bc'] + [_minutes(st.get('bc')) for st, _, _ in columns]]
-    for k in range(1, n_iters + 1):
-        rows.append([f'dagger {k}: collect + fine-tune']
-                    + [f"{it[k]['collect_s'] / 60:.1f} + {it[k]['train_s'] / 60:.1f} min"
-                       if k in it else '' for _, it, _ in columns])
-    rows.append(['dagger in all'] + [_minutes(st.get('dagger')) for st, _, _ in columns])
-    rows.append(['final'] + [_minutes(st.get('final')) for st, _, _ in columns])
+    rows = []
+    for name in names:
+        if name == 'dagger':
+            for k in range(1, n_iters + 1):
+                rows.append([f'dagger {k}: collect + fine-tune']
+                            + [f"{it[k]['collect_s'] / 60:.1f} + {it[k]['train_s'] / 60:.1f} min"
+                               if k in it else '' for _, it, _ in columns])
+            rows.append(['dagger in all'] + [_minutes(st.get('dagger')) for st, _, _ in columns])
+        else:
+            rows.append([name] + [_minutes(st.get(name)) for st, _, _ in columns])
     rows.append(['**collection + training**']
                 + [f'**{building / 60:.1f} min**' for _, _, building in columns])
     rows.append(['its policy, 100 unseen seeds: align chunk / ensemble']
-                + [_recipe_policy_result(src, folder) for _, folder in runs])
-    return table(['stage', *[label for label, _ in runs]], rows)
+                + [_policy_result(src, evaluations) for _, _, evaluations in runs])
+    return table(['stage', *[label for label, _, _ in runs]], rows)
 
 
-def _recipe_policy_result(src: Sources, folder: str) -> str:
-    """``0.91 / 0.81`` from the run's 100-seed evaluation files (one per mode or both in
-    one), empty where none is committed."""
+def _policy_result(src: Sources, evaluations: tuple[str, ...]) -> str:
+    """``0.91 / 0.81`` from a policy's 100-seed evaluation files, empty where none is
+    committed."""
     modes: dict[str, float] = {}
-    for name in RECIPE_EVALUATIONS:
-        rel = f'{folder}/{name}'
+    for rel in evaluations:
         if src.exists(rel):
             for mode, result in src.json(rel)['modes'].items():
                 modes.setdefault(mode, result['align_rate'])
@@ -373,10 +402,10 @@ def _recipe_policy_result(src: Sources, folder: str) -> str:
                       ) if modes else ''
 
 
-def part_dagger_iterations(src: Sources) -> str:
+def dagger_iterations_table(src: Sources, runs: tuple) -> str:
     rows = []
-    for label, folder in _recipe_runs(src):
-        for it in src.jsonl(f'{folder}/dagger.jsonl'):
+    for label, folder, _ in _present(src, runs):
+        for it in _iterations(src, folder).values():
             failed = failures_text(it.get('collection_failures', {}))
             rows.append([label, it['iteration'], it['episodes'], f"{it['beta']:.2f}",
                          f"{it['collection_align_rate']:.2f} (failures: {failed})",
@@ -385,6 +414,53 @@ def part_dagger_iterations(src: Sources) -> str:
     return table(['run', 'iteration', 'episodes', 'beta',
                   'align while collecting (policy driving)', 'expert share of ticks',
                   'dataset frames', 'new policy, closed loop (10 trainer seeds)'], rows)
+
+
+def part_recipe_stages(src: Sources) -> str:
+    """Stage times of each recorded run of ``act-ros recipe object_state``."""
+    return recipe_stages_table(src, RECIPE_RUNS)
+
+
+def part_dagger_iterations(src: Sources) -> str:
+    return dagger_iterations_table(src, RECIPE_RUNS)
+
+
+def part_vision_curve(src: Sources) -> str:
+    """Align rate on the 100 unseen seeds against the CPU time spent so far, at each point
+    of each vision recipe run that has an evaluation: after the vision stage
+    (``curve/after_vision.json``) and after each DAgger iteration
+    (``curve/after_dagger_K.json``; the last one is the run's policy evaluation)."""
+    rows = []
+    for label, folder, evaluations in _present(src, VISION_RUNS):
+        stages = src.json(f'{folder}/recipe.json')['stage_seconds']
+        spent = stages['demos'] + stages['vision']
+        points = [('vision stage', spent, f'{folder}/curve/after_vision.json')]
+        iters = _iterations(src, folder)
+        for k in sorted(iters):
+            spent += iters[k]['collect_s'] + iters[k]['train_s']
+            rel = f'{folder}/curve/after_dagger_{k}.json'
+            if k == max(iters) and not src.exists(rel):
+                rel = evaluations[0]
+            points.append((f'DAgger iteration {k}', spent, rel))
+        for name, seconds, rel in points:
+            if not src.exists(rel):
+                continue
+            m = src.json(rel)['modes']['chunk']
+            rows.append([label, name, f'{seconds / 3600:.2f}', rate(m['align_rate'], m['count']),
+                         f"{100 * m['mean_position_error']:.1f} cm / "
+                         f"{m['mean_yaw_error']:.1f} deg", failures_text(m['failures'])])
+    return table(['run', 'after', 'hours of the 2-core CPU (collection + training)',
+                  'align rate, chunk, 100 unseen seeds', 'mean position / yaw error',
+                  'failures by stage'], rows)
+
+
+def part_vision_recipe_stages(src: Sources) -> str:
+    """Stage times of each recorded run of ``act-ros recipe vision``."""
+    return recipe_stages_table(src, VISION_RUNS)
+
+
+def part_vision_dagger_iterations(src: Sources) -> str:
+    return dagger_iterations_table(src, VISION_RUNS)
 
 
 PRECISION_EVALUATIONS = ('docs/results/precision/openvino_fp32_chunk_100.json',
@@ -555,6 +631,9 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'expert_perturbations': part_expert_perturbations,
     'recipe_stages': part_recipe_stages,
     'dagger_iterations': part_dagger_iterations,
+    'vision_recipe_stages': part_vision_recipe_stages,
+    'vision_dagger_iterations': part_vision_dagger_iterations,
+    'vision_curve': part_vision_curve,
     'runtime_loop': part_runtime_loop,
     'model_time': part_model_time,
     'node_realtime': part_node_realtime,
