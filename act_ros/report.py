@@ -572,11 +572,15 @@ def part_node_realtime(src: Sources) -> str:
                   'CPU node (main process)', 'first command'], rows)
 
 
+# `act-ros bench node --startup-only --json`, default ACT at 240x320 input, one file per
+# backend (in NODE_RUNS_DIR).
+NODE_STARTUP_RUNS = ('start_openvino_in240', 'start_torch_in240')
+
+
 def part_node_startup(src: Sources) -> str:
-    runs = src.json(NODE_REALTIME)['runs']
     rows = []
-    for key in ('start_openvino_in240', 'start_torch_in240'):
-        r = runs[key]
+    for key in NODE_STARTUP_RUNS:
+        r = src.json(f'{NODE_RUNS_DIR}/{key}.json')
         phases = {k.split('.', 1)[1][:-2].replace('_', ' '): v for k, v in r.items()
                   if k.startswith('startup.') and k.endswith('_s')
                   and k not in ('startup.time_to_first_command_s',
