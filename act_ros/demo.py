@@ -316,7 +316,13 @@ def main(argv: list[str] | None = None) -> int:
         print('\ndemo interrupted: every stage it started has been stopped', file=sys.stderr)
         return 130
 
-    summary = {'plan': asdict(plan),
+    from act_ros.provenance import result_provenance
+
+    summary = {'provenance': result_provenance(
+                   'make demo (python -m act_ros.demo)',
+                   argv if argv is not None else sys.argv[1:], output_path=None,
+                   output_option='--output-dir'),
+               'plan': asdict(plan),
                'models': {label: str(path) for label, path, _ in models},
                'output_dir': str(out),
                'seeds': [EVAL_SEED + k for k in range(plan.eval_episodes)], 'ros_eval': ros,
