@@ -67,14 +67,14 @@ TRAINING_STEP = 'docs/results/training/step_times_cpu.json'
 # one that made the shipped policy, and a later run on another CPU.
 # Each run: (label, folder, its policy's 100-seed evaluation files: one per mode or both
 # modes in one).
-_POSES_EVALUATIONS = ('evaluation_100_seeds.json', 'evaluation_ensemble_100_seeds.json')
+_RECIPE_EVALUATION_NAMES = ('evaluation_100_seeds.json', 'evaluation_ensemble_100_seeds.json')
 RECIPE_RUNS = (('the shipped policy\'s run (AVX2 CPU, shared)',
                 'docs/results/sim_port_pick_align_poses',
-                tuple(f'docs/results/sim_port_pick_align_poses/{n}' for n in _POSES_EVALUATIONS)),
+                tuple(f'docs/results/sim_port_pick_align_poses/{n}' for n in _RECIPE_EVALUATION_NAMES)),
                ('a second run (AVX-512 + bf16 CPU, quiet)',
                 'docs/results/sim_port_pick_align_poses/recipe_run2',
                 tuple(f'docs/results/sim_port_pick_align_poses/recipe_run2/{n}'
-                      for n in _POSES_EVALUATIONS)))
+                      for n in _RECIPE_EVALUATION_NAMES)))
 
 PROVENANCE_KEYS = ('command', 'commit', 'machine')
 MARKER = re.compile(r'<!-- report:([a-z0-9_]+) -->\n(.*?)<!-- /report:\1 -->', re.S)
@@ -301,14 +301,14 @@ def part_vision_training(src: Sources) -> str:
 
 
 def part_comparison_20_seeds(src: Sources) -> str:
+    from act_ros.ros.evaluation.compare import equal_episodes
+
     data = src.json(COMPARISON)
     rows = []
     for mode, m in data['modes'].items():
         ip, ros = m['in_process'], m['over_ros']
         n = len(m['episodes'])
-        # python -m act_ros.ros.evaluation.compare names the count by its tolerance
-        equal = next(v for k, v in m.items() if k.startswith(('episodes_equal_within_',
-                                                               'episodes_identical_within_')))
+        equal = equal_episodes(m)
         rows.append([mode, f"{rate(ip['align_rate'], n)}, {1000 * ip['mean_position_error']:.1f} mm",
                      f"{rate(ros['align_rate'], n)}, {1000 * ros['mean_position_error']:.1f} mm",
                      f"{equal} of {n} (largest difference "

@@ -24,6 +24,9 @@ from typing import Any
 
 from act_ros.core.atomic import write_json_atomic
 
+# Key of the count of equal episodes in a mode's comparison, followed by the tolerance.
+EQUAL_PREFIX = 'episodes_equal_within_'
+
 
 def _modes_in_process(data: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if not isinstance(data.get('modes'), dict):
@@ -69,7 +72,7 @@ def compare(in_process: dict[str, Any], over_ros: dict[str, Any],
             'in_process': {k: local[mode][k] for k in summary_keys if k in local[mode]},
             'over_ros': {k: remote[mode][k] for k in (*summary_keys, 'lockstep_timeouts',
                                                       'commands_rejected') if k in remote[mode]},
-            f'episodes_equal_within_{tolerance_mm:g}_mm': same,
+            f'{EQUAL_PREFIX}{tolerance_mm:g}_mm': same,
             'largest_difference_mm': max(abs(e['in_process_mm'] - e['over_ros_mm'])
                                          for e in episodes),
             'episodes': episodes}
@@ -77,18 +80,23 @@ def compare(in_process: dict[str, Any], over_ros: dict[str, Any],
     return out
 
 
+def equal_episodes(mode_result: dict[str, Any]) -> int:
+    """How many episodes of one mode's comparison ended the same both ways (the key names
+    the tolerance it was counted with)."""
+    return next(v for k, v in mode_result.items() if k.startswith(EQUAL_PREFIX))
+
+
 def format_comparison(result: dict[str, Any]) -> str:
     lines = [f'{"mode":<10}{"in process":>22}{"over ROS 2":>22}{"equal episodes":>18}'
              f'{"largest diff":>14}']
     for mode, m in result['modes'].items():
-        equal_key = next(k for k in m if k.startswith('episodes_equal_within_'))
         cells = []
         for side in ('in_process', 'over_ros'):
             s = m[side]
             cells.append(f'{s["align_rate"]:.2f} ({round(s["align_rate"] * s["count"])}/'
                          f'{s["count"]}), {s["mean_position_error"] * 1000:.1f} mm')
         lines.append(f'{mode:<10}{cells[0]:>22}{cells[1]:>22}'
-                     f'{m[equal_key]:>11} of {len(m["episodes"]):<4}'
+                     f'{equal_episodes(m):>11} of {len(m["episodes"]):<4}'
                      f'{m["largest_difference_mm"]:>11.2f} mm')
     return '\n'.join(lines)
 
