@@ -184,8 +184,10 @@ def _print(line: str) -> None:
     print(line, flush=True)
 
 
-def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print) -> dict[str, Any]:
-    """Run the evaluation described by parsed ``args``; see the module docstring."""
+def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print,
+                   argv: list[str] | None = None) -> dict[str, Any]:
+    """Run the evaluation described by parsed ``args`` (``argv``: the command line they came
+    from, for the output file's provenance; default ``sys.argv``); see the module docstring."""
     modes = MODES if args.mode == 'both' else (args.mode,)
     if args.episodes < 1:
         raise EvalError(f'--episodes must be >= 1, got {args.episodes}')
@@ -242,7 +244,6 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
 
         # The file carries where it came from beside the modes (which readers find as the
         # mappings with episodes); the returned results stay {mode: metrics}.
-        argv = getattr(args, 'argv', None)
         provenance = result_provenance(
             'python -m act_ros.ros.evaluation.ros_eval',
             argv if argv is not None else sys.argv[1:], output_path=args.output,
@@ -304,11 +305,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     every child process).
     """
     args = build_parser().parse_args(argv)
-    args.argv = list(argv) if argv is not None else sys.argv[1:]
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _raise_terminated) if in_main_thread else None
     try:
-        return run_evaluation(args)
+        return run_evaluation(args, argv=argv)
     except EvalError as exc:
         print(f'{PREFIX} error: {exc}', file=sys.stderr)
         raise SystemExit(1) from None
