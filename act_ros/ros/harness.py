@@ -208,26 +208,36 @@ def make_gated_checkpoint(base: str | Path, path: str | Path, *, size: tuple[int
     """A real ACT checkpoint whose gripper request is steered by the camera image, for
     release-gate tests and fault injection: ``(checkpoint, open_image, closed_image)``.
 
-    The gripper output of ``base`` is measured on an all-black and an all-white image and
-    the action statistics are rescaled so that one image gives -0.5 and the other 1.5
-    (the joint limits then clamp them to exactly 0, closed, and 1, open).
+    Every step of a chunk is made the same action (the decoder's positional queries all set
+    to the first one's), so the steering holds whichever step of a chunk is played: in
+    background execution the first steps have passed when a chunk arrives. The gripper
+    output is then measured on an all-black and an all-white image and the action
+    statistics are rescaled so that one image gives -0.5 and the other 1.5 (the joint
+    limits then clamp them to exactly 0, closed, and 1, open).
     """
     import shutil
 
     from safetensors.torch import load_file, save_file
 
     from act_ros.core.contract import load_contract
+    from act_ros.core.export import EXPORT_DIR
     from act_ros.core.hub import resolve_checkpoint
     from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
 
     base = resolve_checkpoint(base).path  # a Hub id: its cached snapshot
+    path = Path(path)
+    shutil.copytree(base, path, ignore=shutil.ignore_patterns(EXPORT_DIR))  # stale anyway
+    weights = load_file(str(path / 'model.safetensors'))
+    queries = weights['model.decoder_pos_embed.weight']
+    queries[:] = queries[0].clone()
+    save_file(weights, str(path / 'model.safetensors'), metadata={'format': 'pt'})
     contract = load_contract()
     gripper = contract.gripper_index
     state = np.zeros(contract.num_joints) if state is None else state
     black = np.zeros((*size, 3), dtype=np.uint8)
     white = np.full((*size, 3), 255, dtype=np.uint8)
     raw = {}
-    with PolicyRuntime(RuntimeConfig(str(base), execution='sync', n_action_steps=1,
+    with PolicyRuntime(RuntimeConfig(str(path), execution='sync', n_action_steps=1,
                                      contract=contract, warmup=False)) as runtime:
         for name, img in (('black', black), ('white', white)):
             runtime.reset()
@@ -238,8 +248,6 @@ def make_gated_checkpoint(base: str | Path, path: str | Path, *, size: tuple[int
     opened, closed = ('white', 'black') if raw['white'] > raw['black'] else ('black', 'white')
     scale = 2.0 / (raw[opened] - raw[closed])
     offset = -0.5 - scale * raw[closed]
-    path = Path(path)
-    shutil.copytree(base, path)
     stats = load_file(str(path / POSTPROCESSOR_STATS))
     stats['action.mean'][gripper] = scale * stats['action.mean'][gripper] + offset
     stats['action.std'][gripper] = scale * stats['action.std'][gripper]
