@@ -19,10 +19,48 @@ def test_shipped_recipes_load_and_name_their_stages():
     r = recipe_mod.load_recipe('object_state')
     names = [s.name for s in r.stages]
     assert names == ['demos', 'bc', 'dagger', 'final', 'evaluate']
-    assert r.expected_min > 60
     assert all('{run}' in s.done for s in r.stages)
     smoke = recipe_mod.load_recipe('smoke')
     assert [s.name for s in smoke.stages] == names[:4]   # the same stages, smoke-sized
+    # Expected times per CPU class, both classes measured for every stage; the vision
+    # recipe was timed on one class only and says so on another.
+    assert r.measured_classes() == ['x86-avx2', 'x86-avx512-bf16']
+    assert r.expected_on('x86-avx512-bf16') < 120 < r.expected_on('x86-avx2')
+    vision = recipe_mod.load_recipe('vision')
+    assert vision.expected_on('x86-avx512-bf16') > 120 and vision.expected_on('x86-avx2') is None
+    assert 'not measured on a x86-avx2 CPU; measured: x86-avx512-bf16 about ' \
+        in vision.expected_line('x86-avx2')
+    assert smoke.expected_on('arm64') == smoke.expected_on('x86-avx2') == 6
+
+
+def test_expected_minutes_per_cpu_class_are_printed_for_this_cpu(tmp_path, monkeypatch, capsys):
+    path = tmp_path / 'recipe_t.yaml'
+    path.write_text('''recipe:
+  description: timing
+  reference: a 2-core CPU
+  stages:
+    - {name: a, command: collect, args: [], done: '{run}/a', expected_min: {x86-avx2: 10, arm64: 30}}
+    - {name: b, command: train, args: [], done: '{run}/b', expected_min: 5}
+''')
+    r = recipe_mod.load_recipe('t', path)
+    assert r.expected_on('x86-avx2') == 15 and r.expected_on('arm64') == 35
+    assert r.expected_on('x86-avx512') is None
+    assert r.expected_line('arm64') == ('expected wall clock on this CPU (arm64): about 35 min '
+                                        '(a 2-core CPU)')
+    monkeypatch.setattr('act_ros.bench.check.cpu_class', lambda: 'x86-avx512')
+    assert recipe_mod.main(['t', '--file', str(path), '--run-dir', str(tmp_path / 'r'),
+                            '--list']) == 0
+    out = capsys.readouterr().out
+    assert ('expected wall clock: not measured on a x86-avx512 CPU; measured: arm64 about 35 '
+            'min, x86-avx2 about 15 min (a 2-core CPU)') in out
+    assert 'act-ros collect        ~   ? min  to run' in out
+    assert 'act-ros train          ~   5 min  to run' in out
+    bad = tmp_path / 'recipe_bad.yaml'
+    bad.write_text("recipe:\n  stages:\n    - {name: a, command: collect, args: [], done: x, "
+                   "expected_min: soon}\n")
+    with pytest.raises(ValueError, match=r"stage a: expected_min must be minutes or "
+                                         r"\{cpu_class: minutes\}, got 'soon'"):
+        recipe_mod.load_recipe('bad', bad)
 
 
 def test_unknown_recipe_and_bad_stage_are_refused(tmp_path):

@@ -5,15 +5,16 @@ A recipe (``config/recipe_<name>.yaml``) is a list of stages, each an ``act-ros`
 name the run directory (``{run}``) and the results of earlier stages. Every stage runs as
 a child process and leaves its result on disk; a stage whose result is already there is
 skipped, and an interrupted training stage continues with ``--resume``, so the same command
-picks up an interrupted run where it stopped. The recipe's expected wall clock on the
-reference machine is printed at the start, every stage's time at the end and in
-``DIR/recipe.json``.
+picks up an interrupted run where it stopped. The recipe's expected wall clock is printed
+at the start (a stage's ``expected_min`` is a number of minutes, or minutes per CPU class as
+measured on that class: this CPU's class is used, the measured ones are listed when it has
+none), every stage's time at the end and in ``DIR/recipe.json``.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import json
 import os
 from pathlib import Path
@@ -26,6 +27,8 @@ from act_ros.core.atomic import write_json_atomic
 from act_ros.core.paths import config_path, load_yaml_mapping
 
 COMMANDS = ('collect', 'train', 'dagger', 'evaluate', 'package-model')
+#: ``expected_min`` key of a time that holds on any CPU (a plain number in the file).
+ANY_CPU = 'any'
 
 
 @dataclass(frozen=True)
@@ -37,12 +40,18 @@ class Stage:
     command: str
     args: tuple[str, ...]
     done: str
-    expected_min: float = 0.0
+    #: Minutes per CPU class (:func:`act_ros.bench.check.cpu_class`), or ``{ANY_CPU: m}``.
+    expected_min: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.command not in COMMANDS:
             raise ValueError(f"stage '{self.name}': unknown command '{self.command}', expected "
                              f'one of {COMMANDS}')
+
+    def expected_on(self, cpu: str) -> float | None:
+        """Expected minutes on a CPU of class ``cpu`` (None: not measured there)."""
+        times = self.expected_min
+        return times.get(cpu, times.get(ANY_CPU))
 
 
 @dataclass(frozen=True)
@@ -52,9 +61,40 @@ class Recipe:
     stages: tuple[Stage, ...]
     reference: str = ''
 
-    @property
-    def expected_min(self) -> float:
-        return sum(stage.expected_min for stage in self.stages)
+    def expected_on(self, cpu: str) -> float | None:
+        """Expected minutes of the whole recipe on a CPU of class ``cpu`` (None unless every
+        stage was measured there)."""
+        times = [stage.expected_on(cpu) for stage in self.stages]
+        return None if any(t is None for t in times) else sum(times)
+
+    def measured_classes(self) -> list[str]:
+        """The CPU classes every stage has an expected time for."""
+        classes = sorted({c for stage in self.stages for c in stage.expected_min} - {ANY_CPU})
+        return [c for c in classes if self.expected_on(c) is not None]
+
+    def expected_line(self, cpu: str) -> str:
+        """``expected wall clock ...`` as printed at the start."""
+        total = self.expected_on(cpu)
+        where = f' ({self.reference})' if self.reference else ''
+        if total is not None:
+            return f'expected wall clock on this CPU ({cpu}): about {total:.0f} min{where}'
+        measured = ', '.join(f'{c} about {self.expected_on(c):.0f} min'
+                             for c in self.measured_classes())
+        return (f'expected wall clock: not measured on a {cpu} CPU; measured: '
+                f"{measured or 'nothing'}{where}")
+
+
+def _expected_minutes(value: Any, where: str) -> dict[str, float]:
+    """A stage's ``expected_min``: a number (any CPU) or ``{cpu_class: minutes}``."""
+    if value is None:
+        return {}
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {ANY_CPU: float(value)}
+    if isinstance(value, dict) and value and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value.values()):
+        return {str(k): float(v) for k, v in value.items()}
+    raise ValueError(f'{where}: expected_min must be minutes or {{cpu_class: minutes}}, got '
+                     f'{value!r}')
 
 
 def load_recipe(name: str, path: str | Path | None = None) -> Recipe:
@@ -75,7 +115,9 @@ def load_recipe(name: str, path: str | Path | None = None) -> Recipe:
         stages.append(Stage(name=str(entry['name']), command=str(entry['command']),
                             args=tuple(str(a) for a in entry.get('args', ())),
                             done=str(entry['done']),
-                            expected_min=float(entry.get('expected_min', 0.0))))
+                            expected_min=_expected_minutes(
+                                entry.get('expected_min'),
+                                f"{path}: stage {entry.get('name')}")))
     names = [s.name for s in stages]
     if len(set(names)) != len(names):
         raise ValueError(f'{path}: stage names must be unique, got {names}')
@@ -112,11 +154,16 @@ def _stage_command(stage: Stage, run: Path) -> list[str]:
     return [sys.executable, '-m', 'act_ros.cli', stage.command, *args]
 
 
+def _minutes(value: float | None) -> str:
+    return '   ?' if value is None else f'{value:>4.0f}'
+
+
 def run(recipe: Recipe, run_dir: Path, *, only: tuple[str, ...] = (),
-        argv: list[str] | None = None) -> dict[str, Any]:
+        argv: list[str] | None = None, cpu: str = ANY_CPU) -> dict[str, Any]:
     """Run the stages not done yet; returns the timings (also in ``run_dir/recipe.json``,
     with its provenance: the command without the run directory, the commit, the machine;
-    ``argv`` is the command line of ``act-ros recipe``, default the recipe's name)."""
+    ``argv`` is the command line of ``act-ros recipe``, default the recipe's name; ``cpu``
+    the CPU class whose expected stage times are printed)."""
     from act_ros.provenance import result_provenance
 
     run_dir = Path(run_dir).resolve()
@@ -135,7 +182,8 @@ def run(recipe: Recipe, run_dir: Path, *, only: tuple[str, ...] = (),
             print(f'=== {stage.name}: done ({_expand(stage.done, run_dir)}) ===', flush=True)
             continue
         cmd = _stage_command(stage, run_dir)
-        print(f'\n=== {stage.name} (expected ~{stage.expected_min:.0f} min) ===\n$ '
+        print(f'\n=== {stage.name} (expected ~{_minutes(stage.expected_on(cpu)).strip()} min) '
+              '===\n$ '
               + ' '.join(cmd), flush=True)
         start = time.monotonic()
         code = subprocess.run(cmd, env=os.environ.copy()).returncode
@@ -171,13 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f'act-ros recipe: {exc}', file=sys.stderr)
         return 2
+    from act_ros.bench.check import cpu_class
+
+    cpu = cpu_class()
     print(f'recipe {recipe.name}: {recipe.description}')
-    print(f'expected wall clock: about {recipe.expected_min:.0f} min'
-          + (f' ({recipe.reference})' if recipe.reference else ''))
+    print(recipe.expected_line(cpu))
     for stage in recipe.stages:
         state = 'done' if _is_done(stage, args.run_dir.resolve()) else 'to run'
-        print(f'  {stage.name:<12} act-ros {stage.command:<14} ~{stage.expected_min:>4.0f} min  '
-              f'{state}')
+        print(f'  {stage.name:<12} act-ros {stage.command:<14} ~{_minutes(stage.expected_on(cpu))}'
+              f' min  {state}')
     if args.list:
         return 0
     only = tuple(s for s in args.only.split(',') if s)
@@ -190,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     code, record = run_continuable('act-ros recipe',
                                    lambda: run(recipe, args.run_dir, only=only,
                                                argv=argv if argv is not None
-                                               else sys.argv[1:]))
+                                               else sys.argv[1:], cpu=cpu))
     if code:
         return code
     print('\n' + '\n'.join(f'{name:<12} {sec / 60:6.1f} min'
