@@ -126,3 +126,37 @@ def test_without_late_chunks_the_queue_holds_up_to_half_a_chunk(tiny_checkpoint,
     first = next(i for i, a in enumerate(actions) if a is not None)
     dry = [i for i, a in enumerate(actions) if a is None and i > first]
     assert (not dry) is holds, dry
+
+
+def test_a_model_slower_than_a_chunk_is_the_reason_given_for_no_command(tiny_checkpoint):
+    """Every chunk lands after its last action was due: the control step sends nothing, and
+    says why (the node logs it as a warning) instead of "waiting for the first chunk"."""
+    import numpy as np
+
+    from act_ros.core.control import CHUNKS_LATE, WAITING_FOR_CHUNK
+    from act_ros.core.inputs import JOINT_STATES, PAD_POSE, image_stream
+    from act_ros.training.rollout import SimPolicy
+
+    policy = SimPolicy(tiny_checkpoint, latency_ticks=35)  # the tiny chunk is 30 steps
+    try:
+        assert policy.runtime.chunk_size == 30
+        image = np.zeros((48, 64, 3), np.uint8)
+        reasons = []
+        for tick in range(110):
+            now = tick * policy.period_s
+            policy.store.put(JOINT_STATES, np.zeros(6), now, now)
+            for cam in policy.cameras:
+                policy.store.put(image_stream(cam), image, now, now)
+            policy.store.put(PAD_POSE, np.zeros(3), now, now)
+            result = policy.loop.tick(policy.store.snapshot(now))
+            assert result.command is None, f'tick {tick} played an action of a late chunk'
+            reasons.append(result.reason)
+        # The first chunk, asked for at tick 0, lands 35 ticks later, after its 30 actions.
+        late = next(t for t, reason in enumerate(reasons) if reason != WAITING_FOR_CHUNK)
+        assert late in (35, 36)
+        assert reasons[late].startswith(CHUNKS_LATE) and '(1 of 1 chunks so far' in reasons[late]
+        n = policy.runtime.stats.chunks_computed
+        assert n >= 2 and policy.runtime.stats.chunks_late == n
+        assert f'({n} of {n} chunks so far; the model takes 1167 ms)' in reasons[-1]  # 35 ticks
+    finally:
+        policy.close()

@@ -207,6 +207,21 @@ def test_bench_reads_the_start_up_from_diagnostics():
                                     'startup.backend_cache': 'export hit, compiled hit'}
 
 
+def test_bench_tells_a_node_that_sends_nothing_from_one_still_starting():
+    """A node whose every chunk comes after its last action was due never commands; the
+    benchmark measures it (0 commands/s) instead of waiting out its start-up timeout."""
+    from act_ros.bench.node import sends_nothing
+
+    def diag(active, computed, late):
+        return (0, 'warn', {'active': active, 'chunks_computed': computed, 'chunks_late': late})
+
+    assert sends_nothing(diag('True', '3', '3'))
+    assert not sends_nothing(diag('True', '1', '1'))    # one late chunk: still starting up
+    assert not sends_nothing(diag('True', '4', '3'))    # one came in time: it commands
+    assert not sends_nothing(diag('False', '3', '3'))   # not active
+    assert not sends_nothing(diag('True', 'n/a', '3')) and not sends_nothing(None)
+
+
 def test_bench_node_describes_the_created_checkpoint_and_checks_its_options(capsys):
     from act_ros.bench.node import parse_args, summarize
 

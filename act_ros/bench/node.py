@@ -396,17 +396,25 @@ def run_round(harness, plan: PlanCounter, procs: ProcessSet, cmd: list[str],
     launched = time.monotonic()  # the node's process starts now
     node = procs.start(name, cmd)
     node_proc, log_path = node.popen, node.log_path
-    wait_until(lambda: len(harness.commands) > first or node_proc.poll() is not None,
+    wait_until(lambda: len(harness.commands) > first or node_proc.poll() is not None
+               or sends_nothing(harness.latest_diagnostics(since=launched)),
                args.startup_timeout, interval_s=0.2)
-    if len(harness.commands) <= first:
+    if len(harness.commands) > first:
+        results = {'time_to_first_command_s': harness.commands[first].received - launched}
+        # The node reports its phases on /diagnostics once the first command is out.
+        results.update(wait_until(
+            lambda: startup_values(harness.latest_diagnostics(since=launched)), 10.0,
+            interval_s=0.1) or {})
+    elif node_proc.poll() is None and sends_nothing(harness.latest_diagnostics(since=launched)):
+        print('[bench node] the node is active and sends nothing: its chunks come after their '
+              'last action was due (the model is slower than a chunk lasts); measuring that',
+              flush=True)
+        results = {'time_to_first_command_s': None}
+    else:
         print(f'[bench node] no command within {args.startup_timeout:.0f} s '
               f'(node exit code {node_proc.poll()}):\n'
               f'{log_path.read_text()[-3000:]}', flush=True)
         return None
-    results = {'time_to_first_command_s': harness.commands[first].received - launched}
-    # The node reports its phases on /diagnostics once the first command is out.
-    results.update(wait_until(lambda: startup_values(harness.latest_diagnostics(since=launched)),
-                              10.0, interval_s=0.1) or {})
     if not args.startup_only:
         results.update(measure_load(harness, node_proc.pid, args, since=launched, plan=plan))
     procs.stop(node, grace_s=20.0)
@@ -437,6 +445,17 @@ def measure_load(harness, node_pid: int, args: argparse.Namespace, *, since: flo
     results['harness_cpu_percent'] = 100.0 * (own_cpu1 - own_cpu0) / wall
     results['duration_s'] = wall
     return results
+
+
+def sends_nothing(diag: tuple | None) -> bool:
+    """Whether the node's ``/diagnostics`` say it is active, has computed chunks and all of
+    them came late (after their last action was due): it will send no command."""
+    values = diag[2] if diag else {}
+    try:
+        computed, late = float(values['chunks_computed']), float(values['chunks_late'])
+    except (KeyError, ValueError):
+        return False
+    return values.get('active') == 'True' and computed >= 2 and late == computed
 
 
 def startup_values(diag: tuple | None) -> dict[str, float | str]:

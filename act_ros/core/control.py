@@ -43,6 +43,9 @@ if TYPE_CHECKING:
     from act_ros.core.runtime import PolicyRuntime
 
 WAITING_FOR_CHUNK = 'waiting for the first chunk'
+#: Start of the reason of a tick with nothing to play after chunks came late: each arrived
+#: after its last action was due (the model is slower than a chunk lasts).
+CHUNKS_LATE = 'nothing to play: chunks come after their last action was due'
 
 
 @dataclass
@@ -265,6 +268,11 @@ class ControlLoop:
             c.inference_failing = False
         if action is None:
             c.ticks_without_command += 1
+            stats = self.runtime.stats
+            if stats.chunks_late:
+                return TickResult(None, f'{CHUNKS_LATE} ({stats.chunks_late} of '
+                                  f'{stats.chunks_computed} chunks so far; the model takes '
+                                  f'{stats.mean_inference_ms:.0f} ms)', obs_stamp)
             return TickResult(None, WAITING_FOR_CHUNK, obs_stamp)
 
         ee = self._ee_position(snap, state)

@@ -50,7 +50,7 @@ from act_ros.core.contract import Contract, load_contract
 from act_ros.core.errors import ActRosError
 from act_ros.core.object_state import OBJECTS
 from act_ros.ros import conversions as conv
-from act_ros.core.control import WAITING_FOR_CHUNK, ControlCounters, ControlLoop
+from act_ros.core.control import CHUNKS_LATE, WAITING_FOR_CHUNK, ControlCounters, ControlLoop
 from act_ros.core.inputs import InputStore
 from act_ros.core.startup import StartupTimeline
 from act_ros.ros.node.interfaces import Interfaces, build_control_loop, create_interfaces
@@ -294,6 +294,9 @@ class ActNode(LifecycleNode):
             if result.command is None:
                 if not snap.ok:
                     self.get_logger().warning(f'no command, inputs unusable: {result.reason}',
+                                              throttle_duration_sec=LOG_THROTTLE_S)
+                elif result.reason.startswith(CHUNKS_LATE):  # the verdict at configure said
+                    self.get_logger().warning(f'no command: {result.reason}',
                                               throttle_duration_sec=LOG_THROTTLE_S)
                 elif result.reason != WAITING_FOR_CHUNK:
                     self.get_logger().error(f'no command: {result.reason}',
