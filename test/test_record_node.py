@@ -372,3 +372,37 @@ def test_a_full_disk_loses_only_the_episodes_it_cuts(rclpy_context, ros_domain_i
     assert len(store) == 30 * before
     assert len(list(shards.glob('episode_*/meta/info.json'))) == before
     assert not any(shards.glob('.episode_*.partial-*'))  # failed episodes left nothing
+
+
+def _writer_nice() -> dict[str, int]:
+    """Nice value of every episode writer thread alive, by thread name."""
+    import threading
+    return {t.name: os.getpriority(os.PRIO_PROCESS, t.native_id) for t in threading.enumerate()
+            if t.name.startswith('episode-writer-') and t.native_id is not None}
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='per-thread nice is Linux-only')
+def test_every_episode_is_written_at_the_sampling_priority(rclpy_context, tmp_path):
+    """The writers of the episodes after the first are made ahead of time, off the sampling
+    path. They (and the encoder threads they start) inherit their creator's priority: made
+    by the niced saver they ran 5 below the sampling and, on a busy 2-core CPU, fell behind
+    (a third of the ticks of a 10-minute recording dropped as 'writer behind')."""
+    joints = dict(zip(CONTRACT.joint_names, np.zeros(CONTRACT.num_joints)))
+    recorder = _recorder(rclpy_context, tmp_path / 'rec', action_source='leader',
+                         action_topic='leader/joint_states', tolerance_s=0.2,
+                         restart_after_save=True, max_episode_s=0.5, start_recording=True)
+    follower = RobotHarness(context=rclpy_context, joints=joints,
+                            image=np.full((H, W, 3), 40, np.uint8))
+    leader = RobotHarness(context=rclpy_context, joints=joints, image=np.zeros((H, W, 3),
+                                                                                np.uint8),
+                          cameras=(), namespace='leader', name='leader')
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    seen: dict[str, int] = {}
+    with spinning(rclpy_context, follower, leader, recorder):
+        def three_saved() -> bool:
+            seen.update(_writer_nice())
+            return recorder.status_values()['episodes_saved'] >= 3
+        assert wait_until(three_saved, 60.0, interval_s=0.05), recorder.status_values()
+    later = {name: nice for name, nice in seen.items() if name != 'episode-writer-0'}
+    assert len(later) >= 2, seen
+    assert set(later.values()) == {base}, f'writer threads ran at {seen}, the sampling at {base}'

@@ -131,7 +131,6 @@ class _SaveJob:
     result: tuple[bool, str] = (False, 'not saved')
 
 
-_PREPARE = _SaveJob(None, None)  # saver thread: only make the next episode's writer
 
 
 class RecordNode(Node):
@@ -194,6 +193,7 @@ class RecordNode(Node):
         self.restart_after_save = p['restart_after_save']
         self._stopped = False
         self._lock = threading.Lock()
+        self._match_lock = threading.Lock()
         self._spare: EpisodeWriter | None = None  # the next episode's writer, made ahead
         self._saves: queue.Queue = queue.Queue()
         self.pending_saves = 0
@@ -201,9 +201,16 @@ class RecordNode(Node):
         self._saver = threading.Thread(target=self._save_loop, name='record_node-saver',
                                        daemon=True)
         self._saver.start()
+        self._prepares: queue.Queue = queue.Queue()
+        self._preparer = threading.Thread(target=self._prepare_loop,
+                                          name='record_node-preparer', daemon=True)
+        self._preparer.start()
         self.rates = {stream: RateMeter() for stream in self.spec.streams()}
         self.rejections: dict[str, int] = {}
-        inputs = MutuallyExclusiveCallbackGroup()
+        # One group per input stream: a stream's messages are taken in order, the streams in
+        # parallel. (With one group for all inputs, the multi-threaded executor's wait
+        # returned at once while a message of another stream waited for the busy group: its
+        # main thread spun at a whole core, which a 2-core machine's video encoders needed.)
         sampling = MutuallyExclusiveCallbackGroup()  # the timer alone: a service never delays it
         control = MutuallyExclusiveCallbackGroup()
         self._subs = []
@@ -212,7 +219,7 @@ class RecordNode(Node):
             self._subs.append(self.create_subscription(
                 MESSAGE_TYPES[msgtype], topic,
                 lambda msg, s=stream, c=convert: self._store(s, msg, c),
-                qos_profile_sensor_data, callback_group=inputs))
+                qos_profile_sensor_data, callback_group=MutuallyExclusiveCallbackGroup()))
         if self.trigger == 'timer':
             self._timer = self.create_timer(self.spec.period_s, self._tick,
                                             callback_group=sampling)
@@ -230,7 +237,7 @@ class RecordNode(Node):
         if p['start_recording']:
             self._begin()
             if self.restart_after_save:
-                self._saves.put(_PREPARE)
+                self._prepares.put(True)
 
     # -- inputs ------------------------------------------------------------------------
     def _now(self) -> float:
@@ -250,7 +257,8 @@ class RecordNode(Node):
         stamp = (header.stamp.sec + header.stamp.nanosec * 1e-9) if header is not None else now
         self.store.put(stream, value, now, stamp)
         if self.trigger == 'observation':
-            frame = self.matcher.put(stream, stamp, value)
+            with self._match_lock:  # the streams' callbacks run in parallel
+                frame = self.matcher.put(stream, stamp, value)
             if frame is not None:
                 self._add_matched(frame)
 
@@ -279,7 +287,8 @@ class RecordNode(Node):
         """(lock held) Record into ``writer`` from the next tick on."""
         self.writer = writer
         self.buffer = EpisodeBuffer(self.spec, self.contract, sink=writer)
-        self.matcher.clear()
+        with self._match_lock:
+            self.matcher.clear()
         self.recording = True
 
     def _detach(self, restart: bool) -> _SaveJob | None:
@@ -337,9 +346,6 @@ class RecordNode(Node):
             job = self._saves.get()
             if job is None:
                 return
-            if job is _PREPARE:
-                self._prepare_next()
-                continue
             try:
                 ok, message = self._run_save(job)
             except Exception as exc:  # noqa: BLE001 - the thread must go on
@@ -351,6 +357,13 @@ class RecordNode(Node):
                 self.get_logger().info(message)
             else:
                 self.get_logger().error(message)
+            self._prepares.put(True)
+
+    def _prepare_loop(self) -> None:
+        """The preparer thread: make the next episodes' writers. Not the saver: a thread
+        inherits its creator's priority, and the writer and encoder threads must keep the
+        sampling's (``writer_nice`` below it), not the niced saver's."""
+        while self._prepares.get() is not None:
             self._prepare_next()
 
     def _run_save(self, job: _SaveJob) -> tuple[bool, str]:
@@ -426,7 +439,7 @@ class RecordNode(Node):
                 self.last_error = f'cannot start an episode: {exc}'
                 response.success, response.message = False, self.last_error
         if self.restart_after_save:
-            self._saves.put(_PREPARE)
+            self._prepares.put(True)
         return response
 
     def _save(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
@@ -456,6 +469,9 @@ class RecordNode(Node):
     def discard_open_episode(self, why: str) -> None:
         """Drop the episode being recorded (shutdown), let saves under way finish; saved
         episodes stay."""
+        if self._preparer.is_alive():  # stopped: it makes no more writers
+            self._prepares.put(None)
+            self._preparer.join()
         with self._lock:
             writer, frames = self.writer, self.buffer.frames
             spare, self._spare = self._spare, None
