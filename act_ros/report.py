@@ -54,11 +54,13 @@ VISION_STAGE = 'vision_training_summary.json'
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
-NODE_REALTIME = 'docs/benchmarks/node_realtime.json'
 # act_node at camera rate, one `act-ros bench node --json` file per run (each names its
-# machine): shown in this order after the runs of NODE_REALTIME.
+# machine), shown in this order: the AVX2 CPU's runs (in their CPU class's folder), then the
+# AVX-512 + bf16 CPU's.
 NODE_RUNS_DIR = 'docs/benchmarks/node'
-NODE_RUNS = ('in240_c30_openvino', 'in480_c100_openvino', 'in480_c30_precision',
+NODE_RUNS = ('x86-avx2/in240_c30_openvino', 'x86-avx2/in480_c100_openvino',
+             'x86-avx2/in480_c30_defaults',
+             'in240_c30_openvino', 'in480_c100_openvino', 'in480_c30_precision',
              'in480_c30_defaults')
 FAULTS = 'docs/benchmarks/faults.json'
 COMPARISON = 'docs/results/sim_port_pick_align/comparison_20_seeds.json'
@@ -538,11 +540,14 @@ def _node_row(cpu: str, label: str, r: dict) -> list:
     verdict = (f"{'feasible' if feasible else '**not feasible**'} "
                f"({r['realtime_latency_median_ms']:.0f} ms: "
                f"{r['realtime_verdict'].split(':')[0]})")
+    # A node whose every chunk comes late sends nothing: no latency, no first command.
+    latency = (f"{r['latency_p50_ms']:.0f} / {r['latency_p99_ms']:.0f} ms"
+               if r['latency_p50_ms'] is not None else 'no command')
+    first = r['time_to_first_command_s']
     return [cpu, label, verdict, f"{r['command_rate_hz']:.2f}", f"{r['missed_periods']:.0f}",
-            f"{r['chunks_late']:.0f}",
-            f"{r['latency_p50_ms']:.0f} / {r['latency_p99_ms']:.0f} ms",
+            f"{r['chunks_late']:.0f}", latency,
             f"{r['node_cpu_percent']:.0f} % ({r['node_main_process_cpu_percent']:.0f} %)",
-            f"{r['time_to_first_command_s']:.1f} s"]
+            f'{first:.1f} s' if first is not None else 'none']
 
 
 def _node_run_label(data: dict, r: dict) -> str:
@@ -555,10 +560,6 @@ def _node_run_label(data: dict, r: dict) -> str:
 
 def part_node_realtime(src: Sources) -> str:
     rows = []
-    old = src.json(NODE_REALTIME)
-    for key in ('a_in240_c30_openvino', 'b_in480_c100_openvino', 'c_in480_c30_openvino'):
-        rows.append(_node_row(_cpu_class(old['provenance']['machine']),
-                              old['runs'][key]['label'], old['runs'][key]))
     for name in NODE_RUNS:
         rel = f'{NODE_RUNS_DIR}/{name}.json'
         if not src.exists(rel):
