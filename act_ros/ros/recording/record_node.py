@@ -208,9 +208,9 @@ class RecordNode(Node):
         self.rates = {stream: RateMeter() for stream in self.spec.streams()}
         self.rejections: dict[str, int] = {}
         # One group per input stream: a stream's messages are taken in order, the streams in
-        # parallel. (With one group for all inputs, the multi-threaded executor's wait
-        # returned at once while a message of another stream waited for the busy group: its
-        # main thread spun at a whole core, which a 2-core machine's video encoders needed.)
+        # parallel (a camera's conversion does not hold up the joint states). Measured on a
+        # 2-core CPU: the executor's own loop still keeps its main thread at about one core
+        # while two 480x640 cameras come in at 30 Hz (docs/troubleshooting.md).
         sampling = MutuallyExclusiveCallbackGroup()  # the timer alone: a service never delays it
         control = MutuallyExclusiveCallbackGroup()
         self._subs = []
