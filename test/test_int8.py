@@ -18,8 +18,9 @@ from act_ros.core.contract import load_contract
 from act_ros.core.errors import DeviceUnavailableError, QuantizedModelError
 from act_ros.core.export import EXPORT_DIR, read_metadata
 from act_ros.core.options import BACKENDS, PredictorOptions
-from act_ros.core.precision import PrecisionPlan
-from act_ros.core.quantized import int8_paths, quantize_export, read_record
+from act_ros.core.precision import PrecisionPlan, cpu_saturates_int8
+from act_ros.core.quantized import (OVERFLOW_FIX, int8_paths, quantize_export, read_record,
+                                    stale_reason)
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
 needs_openvino = extras.needs_openvino
@@ -215,6 +216,7 @@ def test_export_int8_writes_the_model_and_its_record(quantized, calibration_data
     assert calibration['dataset'] == str(calibration_dataset.resolve())
     assert calibration['samples'] == SAMPLES == len(calibration['frames'])
     assert record['quantization']['subset_size'] == SAMPLES
+    assert record['quantization']['overflow_fix'] == OVERFLOW_FIX == 'enable'  # 7-bit weights
     assert set(record['versions']) == {'nncf', 'openvino'}
     # The network really is quantized: NNCF's FakeQuantize operations, int8 weights.
     xml = paths.xml.read_text()
@@ -339,6 +341,32 @@ def test_stale_int8_model_is_refused(quantized, tmp_path):
         f.write(b'\x7f' * 16)
     with pytest.raises(QuantizedModelError, match=r'model_48x64_int8.bin does not match'):
         OpenVINOBackend(export, precision='int8')
+
+
+@needs_nncf
+@pytest.mark.slow
+def test_a_model_without_the_overflow_fix_is_refused_where_int8_saturates(quantized, tmp_path):
+    """A model quantized with NNCF's default (8-bit weights past the first layer, an older
+    record) is stale on an x86 CPU without VNNI, whose int8 sums saturate, and valid on
+    one with VNNI; this machine decides by its own flags."""
+    ckpt = tmp_path / 'tiny'
+    shutil.copytree(quantized, ckpt)
+    paths = int8_paths(_onnx(ckpt))
+    export = _backend_export(ckpt)
+    record = read_record(paths)
+    del record['quantization']['overflow_fix']
+    paths.record.write_text(json.dumps(record))
+    avx2, vnni = {'sse2', 'avx2'}, {'sse2', 'avx2', 'avx512f', 'avx512_vnni'}
+    assert 'no 8-bit dot products' in stale_reason(export, flags=avx2)
+    assert stale_reason(export, flags=vnni) is None
+    if cpu_saturates_int8():
+        with pytest.raises(QuantizedModelError, match='overflow fix'):
+            OpenVINOBackend(export, precision='int8')
+    else:
+        assert OpenVINOBackend(export, precision='int8', threads=1).int8 is not None
+    record['quantization']['overflow_fix'] = OVERFLOW_FIX  # as this act_ros writes it
+    paths.record.write_text(json.dumps(record))
+    assert stale_reason(export, flags=avx2) is None
 
 
 @needs_nncf

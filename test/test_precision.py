@@ -54,6 +54,25 @@ def test_detection_agrees_with_torch_on_this_cpu():
     assert cpu_has_native_bf16() == bool(caps.get('avx512_bf16') or caps.get('amx_bf16'))
 
 
+@pytest.mark.parametrize('cpu, saturates', [
+    ({'sse2', 'avx2', 'fma'}, True),  # AVX2: byte products summed in pairs in 16 bits
+    ({'sse2', 'avx2', 'avx512f', 'avx512bw'}, True),  # AVX-512 without VNNI
+    ({'sse2', 'avx2', 'avx512f', 'avx512_vnni'}, False),
+    ({'sse2', 'avx2', 'avx_vnni'}, False),
+    ({'sse2', 'amx_int8', 'amx_tile'}, False),
+    ({'fp', 'asimd', 'asimddp'}, False),  # an Arm CPU (/proc/cpuinfo 'Features')
+])
+def test_int8_saturation_is_told_by_the_cpu_flags(cpu, saturates):
+    assert precision_rules.cpu_saturates_int8(cpu) is saturates
+
+
+def test_int8_saturation_detection_agrees_with_torch_on_this_cpu():
+    caps = torch.cpu.get_capabilities()
+    dot = any(caps.get(flag) for flag in precision_rules.INT8_DOT_FLAGS)
+    assert precision_rules.cpu_saturates_int8() == (caps.get('architecture') == 'x86_64'
+                                                    and not dot)
+
+
 @pytest.mark.parametrize('backend, cpu, expected', [
     ('openvino', {'avx2', 'avx512_bf16'}, 'bf16'),
     ('openvino', {'amx_bf16', 'amx_tile'}, 'bf16'),

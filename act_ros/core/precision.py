@@ -51,6 +51,11 @@ NATIVE_BF16_FLAGS = ('avx512_bf16', 'amx_bf16')
 # joint is a few hundredths of a radian: well under max_joint_step (0.1 rad per tick).
 DEFAULT_TOLERANCE = 0.05
 CHECK_OBSERVATIONS = 3  # the warm-up's observation and two seeded random ones
+# Flags with which an x86 CPU multiplies 8-bit integers into 32-bit sums (AVX-512 VNNI,
+# AVX-VNNI, AMX). Without them OpenVINO's int8 kernels (AVX2, or AVX-512 without VNNI)
+# multiply unsigned by signed bytes into pairs summed in 16 bits, which saturate when both
+# use all 8 bits: NNCF's overflow fix keeps the weights to 7 bits for them.
+INT8_DOT_FLAGS = ('avx512_vnni', 'avx_vnni', 'amx_int8')
 # Precisions that, when set by name, are checked against fp32 at start-up and kept.
 CHECKED_PRECISIONS = ('int8',)
 CPUINFO = Path('/proc/cpuinfo')
@@ -87,6 +92,18 @@ def cpu_has_native_bf16(flags: Iterable[str] | None = None) -> bool:
     """
     present = cpu_flags() if flags is None else {str(f).lower() for f in flags}
     return any(flag in present for flag in NATIVE_BF16_FLAGS)
+
+
+def cpu_saturates_int8(flags: Iterable[str] | None = None) -> bool:
+    """True for an x86 CPU without 8-bit integer dot products (:data:`INT8_DOT_FLAGS`),
+    whose int8 kernels sum pairs of byte products in 16 bits (module docstring of
+    :mod:`act_ros.core.quantized`). Other architectures: False.
+
+    ``flags``: the CPU flags to judge (default: this machine's, :func:`cpu_flags`); x86 is
+    told by its ``sse2`` flag, which every x86-64 CPU lists.
+    """
+    present = cpu_flags() if flags is None else {str(f).lower() for f in flags}
+    return 'sse2' in present and not any(flag in present for flag in INT8_DOT_FLAGS)
 
 
 def auto_precision(backend: str, *, flags: Iterable[str] | None = None) -> tuple[str, str]:
@@ -291,7 +308,7 @@ def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.nda
                             keep=plan.keep)
 
 
-__all__ = ['AUTO', 'CHECKED_PRECISIONS', 'DEFAULT_TOLERANCE', 'NATIVE_BF16_FLAGS',
-           'PrecisionCheck', 'PrecisionPlan', 'auto_precision', 'check_observations',
-           'compare_backends', 'cpu_flags', 'cpu_has_native_bf16', 'parse_cpuinfo_flags',
-           'settle']
+__all__ = ['AUTO', 'CHECKED_PRECISIONS', 'DEFAULT_TOLERANCE', 'INT8_DOT_FLAGS',
+           'NATIVE_BF16_FLAGS', 'PrecisionCheck', 'PrecisionPlan', 'auto_precision',
+           'check_observations', 'compare_backends', 'cpu_flags', 'cpu_has_native_bf16',
+           'cpu_saturates_int8', 'parse_cpuinfo_flags', 'settle']
