@@ -406,3 +406,58 @@ def test_every_episode_is_written_at_the_sampling_priority(rclpy_context, tmp_pa
     later = {name: nice for name, nice in seen.items() if name != 'episode-writer-0'}
     assert len(later) >= 2, seen
     assert set(later.values()) == {base}, f'writer threads ran at {seen}, the sampling at {base}'
+
+
+def test_a_save_does_not_stop_sampling_on_one_thread(rclpy_context, tmp_path, monkeypatch):
+    """``record_node`` spins a single-threaded executor. The save service is a coroutine
+    that awaits the saver thread, so the next episode is sampled while one is saved (a save
+    held for 2 s here); a service that waited in its callback would hold the only thread
+    and no tick would run until the save ended."""
+    import threading
+
+    from rclpy.executors import SingleThreadedExecutor
+
+    from act_ros.ros.spin import spin_executor
+
+    joints = dict(zip(CONTRACT.joint_names, np.zeros(CONTRACT.num_joints)))
+    recorder = _recorder(rclpy_context, tmp_path / 'rec', action_source='leader',
+                         action_topic='leader/joint_states', tolerance_s=0.2,
+                         restart_after_save=True, start_recording=True)
+    commit = recorder.episodes.commit
+
+    def slow_commit(shard):
+        time.sleep(2.0)
+        return commit(shard)
+
+    monkeypatch.setattr(recorder.episodes, 'commit', slow_commit)
+    save = recorder.create_client(Trigger, '/record_node/save_episode')
+    follower = RobotHarness(context=rclpy_context, joints=joints,
+                            image=np.full((H, W, 3), 40, np.uint8))
+    leader = RobotHarness(context=rclpy_context, joints=joints, image=np.zeros((H, W, 3),
+                                                                                np.uint8),
+                          cameras=(), namespace='leader', name='leader')
+    executor = SingleThreadedExecutor(context=rclpy_context)
+    executor.add_node(recorder)
+    thread = threading.Thread(target=spin_executor, args=(executor,), daemon=True)
+    thread.start()
+    try:
+        with spinning(rclpy_context, follower, leader):
+            assert save.wait_for_service(timeout_sec=DISCOVERY_S)
+            assert wait_until(lambda: recorder.status_values()['frames'] >= 10, 30.0)
+            future = save.call_async(Trigger.Request())
+            assert wait_until(lambda: recorder.status_values()['saves_pending'] == 1, 5.0)
+            sampled = []
+
+            def next_episode_sampled() -> bool:
+                values = recorder.status_values()
+                sampled.append((values['saves_pending'], values['frames']))
+                return values['saves_pending'] == 1 and values['frames'] >= 15
+
+            assert wait_until(next_episode_sampled, 1.8, interval_s=0.05), sampled[-5:]
+            assert wait_until(future.done, 30.0)
+            assert future.result().success, future.result().message
+            assert recorder.status_values()['episodes_saved'] == 1
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        thread.join(timeout=5.0)
+        recorder.destroy_node()

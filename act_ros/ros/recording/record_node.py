@@ -34,6 +34,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
+from rclpy.task import Future
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from std_srvs.srv import Trigger
@@ -129,6 +130,9 @@ class _SaveJob:
     buffer: EpisodeBuffer | None
     done: threading.Event = field(default_factory=threading.Event)
     result: tuple[bool, str] = (False, 'not saved')
+    # Completed with ``result`` too: what the save service awaits (it answers once the
+    # episode is saved without holding the executor's thread meanwhile).
+    future: Future = field(default_factory=Future)
 
 
 
@@ -207,10 +211,11 @@ class RecordNode(Node):
         self._preparer.start()
         self.rates = {stream: RateMeter() for stream in self.spec.streams()}
         self.rejections: dict[str, int] = {}
-        # One group per input stream: a stream's messages are taken in order, the streams in
-        # parallel (a camera's conversion does not hold up the joint states). Measured on a
-        # 2-core CPU: the executor's own loop still keeps its main thread at about one core
-        # while two 480x640 cameras come in at 30 Hz (docs/troubleshooting.md).
+        # One group per input stream: under a multi-threaded executor (a test's) a stream's
+        # messages are taken in order, the streams in parallel. ``main`` spins a
+        # single-threaded executor: no callback blocks (the save service is a coroutine),
+        # and on a 2-core CPU with two 480x640 cameras at 30 Hz rclpy's multi-threaded
+        # executor spent about 2.5 times its CPU on its own loop (docs/recording.md).
         sampling = MutuallyExclusiveCallbackGroup()  # the timer alone: a service never delays it
         control = MutuallyExclusiveCallbackGroup()
         self._subs = []
@@ -353,6 +358,7 @@ class RecordNode(Node):
                 self.last_error = message
             job.result = (ok, message)
             job.done.set()
+            job.future.set_result(job.result)
             if ok:
                 self.get_logger().info(message)
             else:
@@ -417,16 +423,15 @@ class RecordNode(Node):
             self.last_error = f'cannot start the next episode: {exc}'
             self.get_logger().error(self.last_error)
 
-    def _save_current(self) -> tuple[bool, str]:
-        """Save the open episode and wait for it (the calling thread waits, the sampling
-        timer does not)."""
+    async def _save_current(self) -> tuple[bool, str]:
+        """Save the open episode: hand it to the saver thread and await the result (a
+        coroutine, so the executor goes on sampling meanwhile, also on one thread)."""
         with self._lock:
             job = self._detach(self.restart_after_save)
         if job is None:
             return False, 'not recording: call ~/start_episode first'
         self._saves.put(job)
-        job.done.wait()
-        return job.result
+        return await job.future
 
     def _start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         if self.recording:
@@ -442,8 +447,9 @@ class RecordNode(Node):
             self._prepares.put(True)
         return response
 
-    def _save(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        response.success, response.message = self._save_current()
+    async def _save(self, request: Trigger.Request,
+                    response: Trigger.Response) -> Trigger.Response:
+        response.success, response.message = await self._save_current()
         if not response.success:
             self.get_logger().warning(response.message)
         return response
@@ -537,10 +543,13 @@ class RecordNode(Node):
 def main(args: list[str] | None = None) -> int:
     """Console script ``record_node`` (also ``act-ros record``)."""
     from act_ros.data.writer import quiet_library_output
+    from rclpy.executors import SingleThreadedExecutor
+
     from act_ros.ros.spin import run_node
 
     quiet_library_output()
-    return run_node(RecordNode, name='record_node', args=args, num_threads=5,
+    return run_node(RecordNode, name='record_node', args=args,
+                    executor=lambda node: SingleThreadedExecutor(),
                     # A save in progress finishes (its episode stays); the open one goes.
                     before_shutdown=lambda node: node.stop_recording(),
                     on_exit=lambda node: node.discard_open_episode('shutting down'),
