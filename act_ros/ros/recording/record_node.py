@@ -213,9 +213,10 @@ class RecordNode(Node):
         self.rejections: dict[str, int] = {}
         # One group per input stream: under a multi-threaded executor (a test's) a stream's
         # messages are taken in order, the streams in parallel. ``main`` spins a
-        # single-threaded executor: no callback blocks (the save service is a coroutine),
-        # and on a 2-core CPU with two 480x640 cameras at 30 Hz rclpy's multi-threaded
-        # executor spent about 2.5 times its CPU on its own loop (docs/recording.md).
+        # single-threaded executor: no callback blocks (the save service is a coroutine).
+        # On a 2-core CPU with two 480x640 cameras at 30 Hz, rclpy's multi-threaded
+        # executor kept a core busy with its own loop and the encoders fell behind; with
+        # one thread none did over 10 minutes (docs/recording.md).
         sampling = MutuallyExclusiveCallbackGroup()  # the timer alone: a service never delays it
         control = MutuallyExclusiveCallbackGroup()
         self._subs = []
