@@ -19,7 +19,7 @@ from act_ros.core.errors import DeviceUnavailableError, QuantizedModelError
 from act_ros.core.export import EXPORT_DIR, read_metadata
 from act_ros.core.options import BACKENDS, PredictorOptions
 from act_ros.core.precision import PrecisionPlan, cpu_saturates_int8
-from act_ros.core.quantized import (OVERFLOW_FIX, int8_paths, quantize_export, read_record,
+from act_ros.core.quantized import (DEFAULT_LAYERS, OVERFLOW_FIX, int8_paths, quantize_export, read_record,
                                     stale_reason)
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
@@ -217,6 +217,7 @@ def test_export_int8_writes_the_model_and_its_record(quantized, calibration_data
     assert calibration['samples'] == SAMPLES == len(calibration['frames'])
     assert record['quantization']['subset_size'] == SAMPLES
     assert record['quantization']['overflow_fix'] == OVERFLOW_FIX == 'enable'  # 7-bit weights
+    assert record['quantization']['layers'] == DEFAULT_LAYERS == 'convolutions'
     assert set(record['versions']) == {'nncf', 'openvino'}
     # The network really is quantized: NNCF's FakeQuantize operations, int8 weights.
     xml = paths.xml.read_text()
@@ -246,14 +247,41 @@ def test_int8_actions_stay_close_to_fp32_on_held_out_frames(quantized, calibrati
     assert np.isfinite(quantized_actions).all() and error.max() > 0  # not the fp32 network
     assert error.mean() < 0.25 * between, (error.mean(), between)
     assert error.max() < 0.1 * (fp32.max() - fp32.min()), (error.max(), np.ptp(fp32))
-    # OpenVINO runs every convolution and every linear layer (the backbone's and the
-    # transformer's alike) on 8-bit integers, none in f32 behind fake-quantized inputs.
-    runtime = int8._compiled.get_runtime_model()
+    # The default quantizes the convolutions (backbones and their projection): they run on
+    # 8-bit integers; the transformer's linear layers stay f32.
+    compute = _compute_layers(int8)
+    assert {kind for kind, _, _ in compute} == {'Convolution', 'FullyConnected'}
+    assert all(precision in ('u8', 'i8') for kind, precision, _ in compute
+               if kind == 'Convolution'), compute
+    assert all(precision == 'f32' for kind, precision, _ in compute
+               if kind == 'FullyConnected'), compute
+
+
+def _compute_layers(backend):
+    """``(kind, runtime precision, original names)`` of each convolution and linear layer
+    of an OpenVINO backend's compiled model."""
+    runtime = backend._compiled.get_runtime_model()
     layers = [(op.get_rt_info()['layerType'].astype(str),
                op.get_rt_info()['runtimePrecision'].astype(str),
                op.get_rt_info()['originalLayersNames'].astype(str))
               for op in runtime.get_ordered_ops()]
-    compute = [layer for layer in layers if layer[0] in ('Convolution', 'FullyConnected')]
+    return [layer for layer in layers if layer[0] in ('Convolution', 'FullyConnected')]
+
+
+@needs_nncf
+@pytest.mark.slow
+def test_int8_layers_all_runs_every_layer_on_integers(quantized, calibration_dataset, tmp_path):
+    """``--int8-layers all``: every convolution and every linear layer (the backbone's and
+    the transformer's alike) on 8-bit integers, none in f32 behind fake-quantized inputs;
+    the record says which layers."""
+    ckpt = tmp_path / 'tiny'
+    shutil.copytree(quantized, ckpt)
+    assert _export(['--checkpoint', str(ckpt), '--int8', '--calibration-dataset',
+                    str(calibration_dataset), '--calibration-samples', str(SAMPLES),
+                    '--int8-layers', 'all']) == 0
+    assert read_record(int8_paths(_onnx(ckpt)))['quantization']['layers'] == 'all'
+    compute = _compute_layers(OpenVINOBackend(_backend_export(ckpt), precision='int8',
+                                              threads=1))
     assert {kind for kind, _, _ in compute} == {'Convolution', 'FullyConnected'}
     in_float = [layer for layer in compute if layer[1] not in ('u8', 'i8')]
     assert not in_float, f'{len(in_float)} of {len(compute)} layers not in int8: {in_float[:3]}'
