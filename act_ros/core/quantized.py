@@ -25,9 +25,10 @@ Weights are quantized with NNCF's overflow fix on every layer (7-bit weights): a
 without 8-bit dot products (no AVX-512 VNNI, AVX-VNNI or AMX; an AVX2 one) multiplies
 unsigned activations by signed weights a pair at a time and sums each pair in 16 bits,
 which saturates when both use all 8 bits. NNCF's default fixes the first layer only; on a
-2-core AVX2 CPU, every layer quantized, its model's actions were off from fp32's by 85 % of how much fp32's
-actions differ between frames, against 16 % with the fix on every layer. A model made
-without it (an older record) is refused as stale on such a CPU and used on others.
+2-core AVX2 CPU, every layer quantized, the test model's actions were off from fp32's by
+85 % of how much fp32's actions differ between frames, against 16 % with the fix on every
+layer. A model made without it (an older record) is refused as stale on such a CPU and
+used on others.
 """
 
 from __future__ import annotations
