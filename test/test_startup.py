@@ -275,3 +275,21 @@ def test_bench_node_describes_the_created_checkpoint_and_checks_its_options(caps
     assert result['split_total_ms'] == pytest.approx(120.0)
     assert result['split_total_over_model_only'] == pytest.approx(1.2)
     assert result['precision'] == result['realtime_measured_precision'] == 'fp32'
+
+
+def test_bench_node_feeds_object_poses_to_a_policy_that_takes_them(tiny_checkpoint,
+                                                                    tiny_pose_checkpoint):
+    """A checkpoint with the environment state gets the box and pad poses on the node's
+    object pose topics (config/act.yaml); one without gets none."""
+    import yaml
+
+    from act_ros.bench.node import BENCH_OBJECT_POSES, object_pose_feeds
+    from act_ros.core.contract import load_contract
+    from act_ros.core.paths import config_path
+
+    topics = yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node'][
+        'ros__parameters']['object_pose_topics']
+    feeds = object_pose_feeds(tiny_pose_checkpoint, load_contract())
+    assert feeds == {topics['box']: BENCH_OBJECT_POSES['box'],
+                     topics['pad']: BENCH_OBJECT_POSES['pad']}
+    assert object_pose_feeds(tiny_checkpoint, load_contract()) == {}

@@ -39,6 +39,9 @@ round, ``--repeats`` rounds each in a balanced order, medians compared). ``--jso
 the results with their provenance (the command, the source revision, the machine and its
 CPU class), so a committed result file says where it came from.
 
+A checkpoint that takes the object poses (``--model-path`` of an object-state policy) is
+fed fixed box and pad poses on the node's object pose topics with every camera frame.
+
 Every ROS process runs with ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST in one domain.
 """
 
@@ -203,6 +206,29 @@ def node_parameters(args: argparse.Namespace) -> dict[str, object]:
             for name in NODE_OPTIONS}
 
 
+# Where the benchmark's robot puts the objects for a policy that takes their poses (robot
+# base frame, metres; quaternion w, x, y, z): the box on the table beside the pad, which
+# is at the node's default pad_position_m. Fixed: the benchmark measures time, not success.
+BENCH_OBJECT_POSES = {'box': ((0.2, 0.08, 0.015), (1.0, 0.0, 0.0, 0.0)),
+                      'pad': ((0.25, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0))}
+
+
+def object_pose_feeds(model_path: str | Path, contract) -> dict[str, tuple]:
+    """``{topic: (position, quaternion)}`` the benchmark's robot publishes for the
+    checkpoint at ``model_path``: the box and pad poses on the node's object pose topics
+    (``config/act.yaml``) when it takes them, nothing otherwise."""
+    import yaml
+
+    from act_ros.core.checkpoint_info import read_checkpoint_info
+    from act_ros.core.paths import config_path
+
+    if not read_checkpoint_info(model_path, contract).uses_environment_state:
+        return {}
+    topics = yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node'][
+        'ros__parameters']['object_pose_topics']
+    return {topics[name]: BENCH_OBJECT_POSES[name] for name in BENCH_OBJECT_POSES}
+
+
 def _given_node_options(args: argparse.Namespace) -> list[str]:
     """``-p name:=value`` for each node option given on the command line (a list of
     precisions is the comparison's, set per round)."""
@@ -277,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
         harness = RobotHarness(context=context, cameras=contract.camera_names,
                                joints={n: 0.0 for n in contract.joint_names}, image=image,
                                rate_hz=args.rate, name='bench_robot')
+        harness.poses.update(object_pose_feeds(model_path, contract))
         plan = PlanCounter(harness)
         procs = ProcessSet(Path(tmp), dict(os.environ))
         by_round: dict[str, list[dict]] = {}
