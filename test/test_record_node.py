@@ -410,9 +410,9 @@ def test_every_episode_is_written_at_the_sampling_priority(rclpy_context, tmp_pa
 
 def test_a_save_does_not_stop_sampling_on_one_thread(rclpy_context, tmp_path, monkeypatch):
     """``record_node`` spins a single-threaded executor. The save service is a coroutine
-    that awaits the saver thread, so the next episode is sampled while one is saved (a save
-    held for 2 s here); a service that waited in its callback would hold the only thread
-    and no tick would run until the save ended."""
+    that awaits the saver thread, so the next episode is sampled while one is saved (the
+    save is held here until the test has seen that); a service that waited in its callback
+    would hold the only thread and no tick would run until the save ended."""
     import threading
 
     from rclpy.executors import SingleThreadedExecutor
@@ -424,12 +424,13 @@ def test_a_save_does_not_stop_sampling_on_one_thread(rclpy_context, tmp_path, mo
                          action_topic='leader/joint_states', tolerance_s=0.2,
                          restart_after_save=True, start_recording=True)
     commit = recorder.episodes.commit
+    release = threading.Event()
 
-    def slow_commit(shard):
-        time.sleep(2.0)
+    def held_commit(shard):
+        release.wait(60.0)
         return commit(shard)
 
-    monkeypatch.setattr(recorder.episodes, 'commit', slow_commit)
+    monkeypatch.setattr(recorder.episodes, 'commit', held_commit)
     save = recorder.create_client(Trigger, '/record_node/save_episode')
     follower = RobotHarness(context=rclpy_context, joints=joints,
                             image=np.full((H, W, 3), 40, np.uint8))
@@ -453,7 +454,10 @@ def test_a_save_does_not_stop_sampling_on_one_thread(rclpy_context, tmp_path, mo
                 sampled.append((values['saves_pending'], values['frames']))
                 return values['saves_pending'] == 1 and values['frames'] >= 15
 
-            assert wait_until(next_episode_sampled, 1.8, interval_s=0.05), sampled[-5:]
+            try:
+                assert wait_until(next_episode_sampled, 30.0, interval_s=0.05), sampled[-5:]
+            finally:
+                release.set()
             assert wait_until(future.done, 30.0)
             assert future.result().success, future.result().message
             assert recorder.status_values()['episodes_saved'] == 1

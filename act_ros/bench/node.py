@@ -193,15 +193,21 @@ def compared(args: argparse.Namespace) -> str:
     return ''
 
 
-def node_parameters(args: argparse.Namespace) -> dict[str, object]:
-    """The node's values of the options this benchmark can set: each option given, else the
-    node's own default from ``config/act.yaml``."""
+def _node_defaults() -> dict[str, object]:
+    """The node's parameters as ``config/act.yaml`` (the file the benchmark starts it with)
+    sets them."""
     import yaml
 
     from act_ros.core.paths import config_path
 
-    defaults = yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node'][
+    return yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node'][
         'ros__parameters']
+
+
+def node_parameters(args: argparse.Namespace) -> dict[str, object]:
+    """The node's values of the options this benchmark can set: each option given, else the
+    node's own default from ``config/act.yaml``."""
+    defaults = _node_defaults()
     return {name: getattr(args, name) if getattr(args, name) is not None else defaults[name]
             for name in NODE_OPTIONS}
 
@@ -217,15 +223,11 @@ def object_pose_feeds(model_path: str | Path, contract) -> dict[str, tuple]:
     """``{topic: (position, quaternion)}`` the benchmark's robot publishes for the
     checkpoint at ``model_path``: the box and pad poses on the node's object pose topics
     (``config/act.yaml``) when it takes them, nothing otherwise."""
-    import yaml
-
     from act_ros.core.checkpoint_info import read_checkpoint_info
-    from act_ros.core.paths import config_path
 
     if not read_checkpoint_info(model_path, contract).uses_environment_state:
         return {}
-    topics = yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node'][
-        'ros__parameters']['object_pose_topics']
+    topics = _node_defaults()['object_pose_topics']
     return {topics[name]: BENCH_OBJECT_POSES[name] for name in BENCH_OBJECT_POSES}
 
 

@@ -124,14 +124,12 @@ def record_parameters(contract) -> list[ParamSpec]:
 
 @dataclass(eq=False)
 class _SaveJob:
-    """An episode handed to the saver thread; ``done`` is set once it is saved or failed."""
+    """An episode handed to the saver thread. ``future`` is completed with ``(ok, message)``
+    once it is saved or failed: the save service awaits it without holding the executor's
+    thread."""
 
     writer: EpisodeWriter | None
     buffer: EpisodeBuffer | None
-    done: threading.Event = field(default_factory=threading.Event)
-    result: tuple[bool, str] = (False, 'not saved')
-    # Completed with ``result`` too: what the save service awaits (it answers once the
-    # episode is saved without holding the executor's thread meanwhile).
     future: Future = field(default_factory=Future)
 
 
@@ -357,9 +355,7 @@ class RecordNode(Node):
             except Exception as exc:  # noqa: BLE001 - the thread must go on
                 ok, message = False, f'save failed: {type(exc).__name__}: {exc}'
                 self.last_error = message
-            job.result = (ok, message)
-            job.done.set()
-            job.future.set_result(job.result)
+            job.future.set_result((ok, message))
             if ok:
                 self.get_logger().info(message)
             else:
