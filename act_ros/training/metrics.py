@@ -42,11 +42,11 @@ class History:
         """Convert pending terms with one device sync; returns the latest entry."""
         if not self._pending:
             return self.train[-1] if self.train else None
-        keys = list(self._pending[0][1])
-        values = torch.stack([torch.stack([t[k].float() for k in keys])
-                              for _, t, _, _ in self._pending]).cpu().tolist()
-        for (step, _, lr, wall_s), row in zip(self._pending, values):
-            entry = {'step': step, **dict(zip(keys, row)), 'lr': lr}
+        # Rows may carry different terms (the pose loss stops where the backbone freezes).
+        values = iter(torch.stack([v.float() for _, t, _, _ in self._pending
+                                   for v in t.values()]).cpu().tolist())
+        for step, terms, lr, wall_s in self._pending:
+            entry = {'step': step, **{k: next(values) for k in terms}, 'lr': lr}
             if wall_s is not None:
                 entry['wall_s'] = wall_s
             self.train.append(entry)
