@@ -129,3 +129,46 @@ def test_sim_preset_records_both_closed_loop_modes(dataset, tmp_path):
     assert (out / 'plot_align_rate.png').is_file()
     # Early stop only after min_steps, although patience (1) ran out.
     assert metrics['stopped_early'] is False
+
+
+def test_n_action_steps_sets_how_often_chunk_mode_queries(tiny_checkpoint, tmp_path, capsys):
+    """--n-action-steps k plays k actions of each chunk: 12 ticks are 3 chunks at k = 4 and
+    one at the default (the whole chunk); it is recorded, checked against the chunk size,
+    and refused where it has no meaning (ensemble mode queries every tick)."""
+    from act_ros.sim import PortPickAlignEnv
+    from act_ros.training.evaluate import main
+    from act_ros.training.rollout import SimPolicy, make_sim_config
+
+    chunk_size = json.loads((Path(tiny_checkpoint) / 'config.json').read_text())['chunk_size']
+    assert chunk_size >= 12  # one chunk covers the 12 ticks below
+    env = PortPickAlignEnv(make_sim_config(tiny_checkpoint, (48, 64), episode_steps=12))
+    try:
+        counts = {}
+        for k in (4, None):
+            policy = SimPolicy(tiny_checkpoint, mode='chunk', n_action_steps=k)
+            try:
+                obs = env.reset(seed=5)
+                policy.reset(obs)
+                while not env.done:
+                    obs = env.step(policy.act(obs))
+                counts[k] = policy.counters.chunks_checked
+            finally:
+                policy.close()
+    finally:
+        env.close()
+    assert counts == {4: 3, None: 1}
+    with pytest.raises(ValueError, match='chunk mode'):
+        SimPolicy(tiny_checkpoint, mode='ensemble', n_action_steps=4)
+
+    common = ['--checkpoint', str(tiny_checkpoint), '--episodes', '1', '--render-size', '48x64',
+              '--episode-steps', '6', '--no-progress']
+    out = tmp_path / 'k.json'
+    assert main(common + ['--mode', 'chunk', '--n-action-steps', '3', '--output', str(out)]) == 0
+    assert json.loads(out.read_text())['n_action_steps'] == 3
+    assert main(common + ['--mode', 'chunk', '--n-action-steps', str(chunk_size + 1)]) == 2
+    assert 'cannot exceed' in capsys.readouterr().err
+    assert main(common + ['--mode', 'both', '--n-action-steps', '3']) == 2
+    assert '--mode chunk' in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(common + ['--n-action-steps', '0'])
+    assert '--n-action-steps must be >= 1' in capsys.readouterr().err

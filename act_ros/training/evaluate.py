@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help='episode k uses seed + k (default: seeds used neither by act-ros collect '
                    "nor by the trainer's checkpoint selection)")
     p.add_argument('--ensemble-coeff', type=float, default=0.01)
+    p.add_argument('--n-action-steps', type=int, default=None,
+                   help="chunk mode: actions played from each chunk before the next query, 1 "
+                   "to the checkpoint's chunk size (act_node's n_action_steps; default 30, "
+                   'the whole chunk)')
     p.add_argument('--device', default='cpu', help='auto | cpu | cuda | cuda:N | mps')
     p.add_argument('--backend', choices=BACKEND_CHOICES, default='torch',
                    help='inference backend: torch, or openvino / onnxruntime on the CPU from an '
@@ -98,6 +102,9 @@ def evaluate(args: argparse.Namespace) -> dict:
         if not args.latency_ms >= 0:
             raise ValueError(f'--latency-ms must be >= 0, got {args.latency_ms}')
         latency_ticks = max(1, math.ceil(args.latency_ms / 1000.0 * contract.fps - 1e-9))
+    if args.n_action_steps is not None and 'ensemble' in modes:
+        raise ValueError(f'--n-action-steps applies to --mode chunk (ensemble mode queries '
+                         f'every tick), got --mode {args.mode}')
     out = {'checkpoint': str(args.checkpoint), 'episodes': args.episodes, 'seed': args.seed,
            'render_size': [sim_config.camera_height, sim_config.camera_width],
            'episode_steps': sim_config.episode_steps,
@@ -105,6 +112,8 @@ def evaluate(args: argparse.Namespace) -> dict:
            'latency_ticks': latency_ticks, 'ensemble_coeff': args.ensemble_coeff, 'backend': args.backend,
            'precision': args.precision, 'precision_tolerance': args.precision_tolerance,
            'modes': {}}
+    if args.n_action_steps is not None:
+        out['n_action_steps'] = args.n_action_steps
     if args.workers > 1:
         out['workers'] = args.workers
     for mode in modes:
@@ -127,7 +136,8 @@ def evaluate(args: argparse.Namespace) -> dict:
                 if writer else None,
                 sink_episodes=args.video_episodes, progress=args.progress, backend=args.backend,
                 latency_ticks=latency_ticks, precision=args.precision,
-                precision_tolerance=args.precision_tolerance)
+                precision_tolerance=args.precision_tolerance,
+                n_action_steps=args.n_action_steps)
         finally:
             if writer is not None:
                 writer.close()
@@ -192,7 +202,8 @@ def _run_block(args: argparse.Namespace, mode: str, first: int, count: int,
         contract=contract, safety=SafetySettings.from_node_config(contract),
         ensemble_coeff=args.ensemble_coeff, backend=args.backend,
         latency_ticks=latency_ticks, precision=args.precision,
-        precision_tolerance=args.precision_tolerance).to_dict()
+        precision_tolerance=args.precision_tolerance,
+        n_action_steps=args.n_action_steps).to_dict()
 
 
 def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | None) -> dict:
@@ -226,6 +237,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f'--episodes must be >= 1, got {args.episodes}')
     if args.workers < 1:
         parser.error(f'--workers must be >= 1, got {args.workers}')
+    if args.n_action_steps is not None and args.n_action_steps < 1:
+        parser.error(f'--n-action-steps must be >= 1, got {args.n_action_steps}')
     if args.workers > 1 and args.video is not None:
         parser.error('--video records in one process: leave --workers at 1 with --video')
     try:

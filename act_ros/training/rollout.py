@@ -154,7 +154,8 @@ class SimPolicy:
                  contract: Contract | None = None, safety: SafetySettings | None = None,
                  ensemble_coeff: float = 0.01, backend: str = 'torch',
                  latency_ticks: int | None = None, precision: str = 'fp32',
-                 precision_tolerance: float | None = None) -> None:
+                 precision_tolerance: float | None = None,
+                 n_action_steps: int | None = None) -> None:
         from act_ros.core.control import (ControlLoop, ee_from_kinematics,
                                           environment_state_from_stream, position_from_stream)
         from act_ros.core.inputs import ENVIRONMENT_STATE, PAD_POSE, InputStore
@@ -162,6 +163,12 @@ class SimPolicy:
 
         if mode not in EVAL_MODES:
             raise ValueError(f"unknown mode '{mode}', expected one of {EVAL_MODES}")
+        steps = dict(MODE_SETTINGS[mode])
+        if n_action_steps is not None:
+            if mode != 'chunk':
+                raise ValueError(f'n_action_steps applies to chunk mode (ensemble mode queries '
+                                 f'every tick), got mode {mode!r}')
+            steps['n_action_steps'] = n_action_steps
         self.contract = contract or load_contract()
         safety = safety or SafetySettings.from_node_config(self.contract)
         timing = (dict(execution='sync') if latency_ticks is None else
@@ -171,7 +178,7 @@ class SimPolicy:
             contract=self.contract, warmup=False, backend=backend, **timing,
             precision=precision,
             **({} if precision_tolerance is None else dict(precision_tolerance=precision_tolerance)),
-            **MODE_SETTINGS[mode]))
+            **steps))
         try:
             self.cameras = self.runtime.cameras  # the checkpoint's (maybe none)
             poses = (environment_state_from_stream(ENVIRONMENT_STATE)
@@ -240,7 +247,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
                         sink_episodes: Sequence[int] = (), env: Any = None,
                         progress: bool = False, backend: str = 'torch',
                         latency_ticks: int | None = None, precision: str = 'fp32',
-                        precision_tolerance: float | None = None) -> ModeResult:
+                        precision_tolerance: float | None = None,
+                        n_action_steps: int | None = None) -> ModeResult:
     """Run ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) of one mode and score them.
 
     ``frame_sink(episode, images)`` receives the camera images of every tick of the
@@ -249,7 +257,9 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     node's background schedule against simulated time, each chunk arriving that many ticks
     after its observation (``None``: synchronous, LeRobot's ``select_action`` semantics).
     ``precision``: fp32, bf16, fp16 or auto (as ``act_node``'s parameter, with
-    ``precision_tolerance``: act_ros.core.precision).
+    ``precision_tolerance``: act_ros.core.precision). ``n_action_steps``: actions played
+    from each chunk in chunk mode before the next query (``None``: the whole 30-step
+    chunk, as ``MODE_SETTINGS``).
     """
     import dataclasses
     import time
@@ -263,7 +273,7 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     policy = SimPolicy(checkpoint, mode=mode, device=device, contract=contract, safety=safety,
                        ensemble_coeff=ensemble_coeff, backend=backend,
                        latency_ticks=latency_ticks, precision=precision,
-                       precision_tolerance=precision_tolerance)
+                       precision_tolerance=precision_tolerance, n_action_steps=n_action_steps)
     own_env = env is None
     try:
         if own_env:
