@@ -472,3 +472,38 @@ def test_a_resumed_or_fine_tuned_run_reads_every_frame_from_disk(tmp_path):
                                'feature_cache_dir': tmp_path / 'disk' / 'feature_cache'}))
     assert tuned['feature_cache']['layer4']['computed_frames'] == 0
     assert tuned['feature_cache']['layer4']['cache_dir'] == first['cache_dir']
+
+
+@pytest.mark.sim
+def test_encoder_pose_head_keeps_training_after_the_freeze(tmp_path):
+    """--aux-object-pose-source encoder: the pose loss is in every step's terms, before and
+    after the backbone is frozen and cached (the backbone source stops at the freeze), the
+    held-out pose errors are reported, and a resume with the other source is refused."""
+    pytest.importorskip('mujoco')
+    from act_ros.data import collect
+    from act_ros.training.train import run
+
+    data = tmp_path / 'demos'
+    # 245 ticks: the expert's shortest successful episode (collect keeps successes only)
+    assert collect.main(['--output', str(data), '--episodes', '2', '--seed', '3',
+                         '--image-size', '48x64', '--episode-steps', '245', '--no-progress']) == 0
+    values = dict(dataset_root=data, preset='synthetic', model_preset='tiny',
+                  image_size=(48, 64), steps=6, batch_size=2, lr=1e-3, val_interval=6,
+                  max_val_batches=1, checkpoint_interval=6, early_stop_patience=0, min_steps=0,
+                  device='cpu', torch_threads=1, progress=False, skip_infer=True,
+                  backbone_freeze_step=3, aux_object_pose_weight=1.0,
+                  feature_cache_dir='none')
+    rows = {}
+    for source in ('encoder', 'backbone'):
+        out = tmp_path / source
+        metrics = run(TrainConfig(output_dir=out, aux_object_pose_source=source, **values))
+        assert metrics['steps_completed'] == 6
+        history = json.loads((out / 'training_metrics.json').read_text())['history']
+        rows[source] = {row['step']: row for row in history['train']}
+        val = history['val'][-1]
+        assert all(np.isfinite(val[f'val_pose_{k}']) for k in ('box_xy_m', 'box_yaw_deg'))
+    assert all(np.isfinite(rows['encoder'][s]['aux_pose']) for s in range(1, 7))
+    assert [s for s in range(1, 7) if 'aux_pose' in rows['backbone'][s]] == [1, 2, 3]
+    with pytest.raises(ValueError, match='aux-object-pose-source encoder'):
+        run(TrainConfig(output_dir=tmp_path / 'encoder', aux_object_pose_source='backbone',
+                        **{**values, 'steps': 8, 'resume': True}))

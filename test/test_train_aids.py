@@ -202,8 +202,7 @@ def test_object_pose_head_trains_the_backbone_and_stays_out_of_the_checkpoint(tm
     model = policy.model
     torch.manual_seed(0)
     poses = torch.rand(64, 8)
-    aux = ObjectPoseAuxiliary(model.backbone, [(3, 48, 64), (3, 48, 64)], poses,
-                              torch.device('cpu'))
+    aux = ObjectPoseAuxiliary(model, [(3, 48, 64), (3, 48, 64)], poses, torch.device('cpu'))
     assert aux.targets(poses[:4]).shape == (4, TARGET_DIM)
     # Yaw targets are 4-fold symmetric: a quarter turn gives the same target.
     turned = poses[:4].clone()
@@ -214,13 +213,13 @@ def test_object_pose_head_trains_the_backbone_and_stays_out_of_the_checkpoint(tm
                                   {'params': model.backbone.parameters(), 'lr': 1e-4}])
     losses = []
     for _ in range(60):
-        with aux.capture():
+        with aux.capture():  # the head reads the maps as they enter ACT's image projection
             for img in images:
-                model.backbone(img)
+                model.encoder_img_feat_input_proj(model.backbone(img)['feature_map'])
         loss = aux.loss(poses[:4])
         optimizer.zero_grad()
         loss.backward()
-        losses.append(float(loss))
+        losses.append(loss.item())
         optimizer.step()
     assert min(losses[-5:]) < 0.3 * losses[0]
     assert model.backbone.conv1.weight.grad.abs().sum() > 0  # the loss reaches the stem
@@ -239,14 +238,15 @@ def test_object_pose_errors_are_physical_and_symmetric():
     policy = _act_model()
     torch.manual_seed(1)
     poses = torch.rand(32, 8) * torch.tensor([0.1, 0.3, 0.02, 3.0, 0.1, 0.3, 0.0, 3.0])
-    aux = ObjectPoseAuxiliary(policy.model.backbone, [(3, 48, 64)], poses, torch.device('cpu'))
+    aux = ObjectPoseAuxiliary(policy.model, [(3, 48, 64)], poses, torch.device('cpu'))
     truth = poses[:4].clone()
     shifted = truth.clone()
     shifted[:, 0] += 0.03      # box 3 cm off in x
     shifted[:, 3] += np.pi / 2 + np.radians(5.0)  # a quarter turn (symmetric) plus 5 degrees
     aux.head = lambda maps: aux.targets(shifted)  # a head that predicts the shifted poses
     with aux.capture():
-        policy.model.backbone(torch.rand(4, 3, 48, 64))
+        model = policy.model
+        model.encoder_img_feat_input_proj(model.backbone(torch.rand(4, 3, 48, 64))['feature_map'])
     errors = aux.errors(truth)
     torch.testing.assert_close(errors['box_xy_m'], torch.full((4,), 0.03), atol=1e-5, rtol=0)
     torch.testing.assert_close(errors['box_yaw_deg'], torch.full((4,), 5.0), atol=1e-3, rtol=0)
@@ -254,3 +254,66 @@ def test_object_pose_errors_are_physical_and_symmetric():
     with pytest.raises(RuntimeError, match='capture'):
         aux.errors(truth)
     aux.close()
+
+
+def test_encoder_pose_head_trains_the_encoder_with_the_backbone_frozen(tmp_path):
+    """source='encoder': the head reads every token of ACT's encoder output, so its loss
+    reaches the encoder and the image projection while the backbone is frozen (its maps
+    cached), and the head stays out of the checkpoint."""
+    from act_ros.training.auxiliary import EncoderPoseHead, ObjectPoseAuxiliary
+
+    policy = _act_model()
+    model = policy.model
+    for p in model.backbone.parameters():
+        p.requires_grad_(False)
+    torch.manual_seed(0)
+    poses = torch.rand(64, 8)
+    aux = ObjectPoseAuxiliary(model, [(3, 48, 64), (3, 48, 64)], poses, torch.device('cpu'),
+                              source='encoder')
+    assert isinstance(aux.head, EncoderPoseHead) and aux.trains_with_frozen_backbone
+    grid = model.backbone(torch.zeros(1, 3, 48, 64))['feature_map'].shape[-2:]
+    # latent, joints (no object poses here) and both cameras' grid cells
+    assert aux.head.tokens == 2 + 2 * grid[0] * grid[1]
+    joints = load_contract().num_joints
+    batch = {'observation.state': torch.rand(4, joints),
+             'observation.images': [torch.rand(4, 3, 48, 64), torch.rand(4, 3, 48, 64)],
+             'action': torch.rand(4, model.config.chunk_size, joints),
+             'action_is_pad': torch.zeros(4, model.config.chunk_size, dtype=torch.bool)}
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.Adam([{'params': aux.head.parameters(), 'lr': 1e-3},
+                                  {'params': trained, 'lr': 1e-4}])
+    losses = []
+    for _ in range(40):
+        with aux.capture():
+            model(batch)
+        loss = aux.loss(poses[:4])
+        optimizer.zero_grad()
+        loss.backward()
+        losses.append(loss.item())
+        optimizer.step()
+    assert min(losses[-5:]) < 0.5 * losses[0]
+    assert model.encoder.layers[0].self_attn.in_proj_weight.grad.abs().sum() > 0
+    assert model.encoder_img_feat_input_proj.weight.grad.abs().sum() > 0
+    assert model.backbone.conv1.weight.grad is None
+    aux.close()
+    policy.save_pretrained(tmp_path)
+    from safetensors.torch import load_file
+
+    assert not any('reduce' in k or 'mlp' in k for k in load_file(tmp_path / 'model.safetensors'))
+    with pytest.raises(ValueError, match='source'):
+        ObjectPoseAuxiliary(model, [(3, 48, 64)], poses, torch.device('cpu'), source='decoder')
+
+
+def test_history_keeps_rows_whose_terms_differ():
+    """A freeze between two syncs: the rows before it carry the pose loss, those after not
+    (a freeze step that is not a multiple of the sync interval once raised KeyError)."""
+    from act_ros.training.metrics import History
+
+    history = History()
+    one = torch.tensor(1.0)
+    history.add_train(1, {'loss': one, 'aux_pose': torch.tensor(0.5)}, 1e-4)
+    history.add_train(2, {'loss': one * 2}, 1e-4, wall_s=3.0)
+    history.add_train(3, {'loss': one * 3, 'aux_pose': torch.tensor(0.25)}, 1e-4)
+    assert history.flush() == {'step': 3, 'loss': 3.0, 'aux_pose': 0.25, 'lr': 1e-4}
+    assert history.train[:2] == [{'step': 1, 'loss': 1.0, 'aux_pose': 0.5, 'lr': 1e-4},
+                                 {'step': 2, 'loss': 2.0, 'lr': 1e-4, 'wall_s': 3.0}]

@@ -9,6 +9,15 @@ of every frame are known (``act-ros collect`` records them as ``sim.object_poses
 a small head on top of each camera's backbone feature map learns to predict them, and
 its loss shapes the backbone.
 
+Where the head reads (``source``):
+
+- ``backbone``: each camera's feature map (the input of ACT's image projection). Its
+  loss shapes the backbone; it stops when the backbone is frozen and cached.
+- ``encoder``: the output of ACT's transformer encoder (every token: latent, joints and
+  the camera grid cells). Its loss asks the encoder to gather where the objects are from
+  the image tokens into what the decoder reads; it keeps training after the backbone is
+  frozen, at the cost of a cached step.
+
 The head exists only during training: it is not part of the checkpoint, which keeps
 LeRobot's ACT architecture and takes only the contract's inputs (cameras and joint
 state). Object yaws are encoded as ``cos(4 yaw), sin(4 yaw)``: a cube and a square pad
@@ -24,11 +33,13 @@ import torch
 from torch import nn
 
 from act_ros.data.episode import OBJECT_POSE_NAMES
+from act_ros.training.config import AUX_SOURCES
 
 # Positions standardized with the training frames' statistics, yaws as 4-fold harmonics.
 _POSITIONS = [OBJECT_POSE_NAMES.index(n) for n in ('box_x', 'box_y', 'box_z', 'pad_x', 'pad_y')]
 _YAWS = [OBJECT_POSE_NAMES.index(n) for n in ('box_yaw', 'pad_yaw')]
 TARGET_DIM = len(_POSITIONS) + 2 * len(_YAWS)
+SOURCES = AUX_SOURCES
 
 
 class ObjectPoseHead(nn.Module):
@@ -47,38 +58,74 @@ class ObjectPoseHead(nn.Module):
         return self.mlp(torch.cat(flat, dim=1))
 
 
-class ObjectPoseAuxiliary:
-    """Captures the backbone's feature maps during a forward pass and scores the head.
+class EncoderPoseHead(nn.Module):
+    """On the transformer encoder's output (S, B, D): per token a linear map D ->
+    ``reduced``, then one MLP over all tokens (their order is fixed: latent, joints, grid
+    cells camera by camera)."""
 
-    ``poses``: (N, 8) training-frame poses (``OBJECT_POSE_NAMES`` order), used for the
-    position statistics. The head's parameters are trained with the policy's optimizer.
-    ``tap``: take the feature maps as the input of this module instead of the output of
-    ``backbone`` (ACT's ``encoder_img_feat_input_proj`` sees every camera's map, also
-    while the backbone's first stages are replaced by cached outputs).
+    def __init__(self, tokens: int, dim: int, *, reduced: int = 32, hidden: int = 256) -> None:
+        super().__init__()
+        self.tokens = tokens
+        self.reduce = nn.Linear(dim, reduced)
+        self.mlp = nn.Sequential(nn.Linear(tokens * reduced, hidden), nn.ReLU(),
+                                 nn.Linear(hidden, TARGET_DIM))
+
+    def forward(self, outputs: list[torch.Tensor]) -> torch.Tensor:
+        (out,) = outputs
+        if out.shape[0] != self.tokens:
+            raise ValueError(f'the encoder output has {out.shape[0]} tokens, the pose head was '
+                             f'built for {self.tokens}')
+        return self.mlp(self.reduce(out.float()).transpose(0, 1).flatten(1))
+
+
+def _grid(backbone: nn.Module, shape: tuple[int, int, int], device: torch.device) -> torch.Size:
+    return backbone(torch.zeros(1, *shape, device=device))['feature_map'].shape
+
+
+class ObjectPoseAuxiliary:
+    """Captures what the head reads during a forward pass and scores the head.
+
+    ``model``: LeRobot's ACT network (``policy.model``); ``image_shapes``: (C, H, W) of each
+    camera it sees; ``poses``: (N, 8) training-frame poses (``OBJECT_POSE_NAMES`` order),
+    used for the position statistics. ``source``: ``backbone`` reads every camera's feature
+    map as it enters ACT's ``encoder_img_feat_input_proj`` (also while the backbone's first
+    stages are replaced by cached outputs), ``encoder`` the transformer encoder's output.
+    The head's parameters are trained with the policy's optimizer.
     """
 
-    def __init__(self, backbone: nn.Module, image_shapes: list[tuple[int, int, int]],
-                 poses: torch.Tensor, device: torch.device, *,
-                 tap: nn.Module | None = None) -> None:
+    def __init__(self, model: nn.Module, image_shapes: list[tuple[int, int, int]],
+                 poses: torch.Tensor, device: torch.device, *, source: str = 'backbone') -> None:
+        if source not in SOURCES:
+            raise ValueError(f"unknown pose head source '{source}', expected one of {SOURCES}")
+        self.source = source
         with torch.no_grad():
-            probe = backbone(torch.zeros(1, *image_shapes[0], device=device))['feature_map']
-            grids = []
-            for shape in image_shapes:
-                grids.append(tuple(backbone(torch.zeros(1, *shape, device=device))
-                                   ['feature_map'].shape[-2:]))
-        self.head = ObjectPoseHead(int(probe.shape[1]), grids).to(device)
+            maps = [_grid(model.backbone, shape, device) for shape in image_shapes]
+        grids = [tuple(m[-2:]) for m in maps]
+        if source == 'backbone':
+            self.head: nn.Module = ObjectPoseHead(int(maps[0][1]), grids)
+            self._handle = model.encoder_img_feat_input_proj.register_forward_pre_hook(
+                self._pre_hook)
+        else:
+            # ACT's tokens: the 1-D ones (latent, joints, object poses where given), then
+            # every camera's grid cells.
+            tokens = model.encoder_1d_feature_pos_embed.num_embeddings + sum(
+                h * w for h, w in grids)
+            self.head = EncoderPoseHead(tokens, model.config.dim_model)
+            self._handle = model.encoder.register_forward_hook(self._hook)
+        self.head.to(device)
         positions = poses[:, _POSITIONS].double()
         self.mean = positions.mean(0).float().to(device)
         self.std = positions.std(0).clamp_min(1e-4).float().to(device)
         self._captured: list[torch.Tensor] | None = None
-        if tap is None:
-            self._handle = backbone.register_forward_hook(self._hook)
-        else:
-            self._handle = tap.register_forward_pre_hook(self._pre_hook)
 
-    def _hook(self, _module: nn.Module, _inputs: tuple, output: dict) -> None:
+    @property
+    def trains_with_frozen_backbone(self) -> bool:
+        """Whether the loss still applies once the whole backbone is frozen and cached."""
+        return self.source == 'encoder'
+
+    def _hook(self, _module: nn.Module, _inputs: tuple, output: torch.Tensor) -> None:
         if self._captured is not None:
-            self._captured.append(output['feature_map'])
+            self._captured.append(output)
 
     def _pre_hook(self, _module: nn.Module, inputs: tuple) -> None:
         if self._captured is not None:

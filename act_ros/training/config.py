@@ -19,6 +19,8 @@ from act_ros.core.checkpoint import PRESETS, parse_image_size
 from act_ros.core.paths import config_path
 
 TRAIN_PRESETS = ('synthetic', 'sim')
+# Where the auxiliary object-pose head reads (act_ros.training.auxiliary).
+AUX_SOURCES = ('backbone', 'encoder')
 SCHEDULERS = ('cosine', 'none')
 CAMERA_STATS = ('imagenet', 'dataset')
 # 'auto': bf16 autocast where the device computes bfloat16 natively (a CPU with
@@ -91,6 +93,10 @@ class TrainConfig:
     # head predicts box and pad poses from the backbone features. Needs the dataset
     # feature sim.object_poses (simulation datasets); 0 = off.
     aux_object_pose_weight: float = 0.0
+    # What the pose head reads (act_ros.training.auxiliary.SOURCES): 'backbone', the camera
+    # feature maps (shapes the backbone until it is frozen), or 'encoder', the transformer
+    # encoder's output (shapes the encoder; also trains on cached maps).
+    aux_object_pose_source: str = 'backbone'
     # From this step on the backbone is frozen and its feature maps of every training frame
     # are computed once and reused (act_ros.training.feature_cache): later steps cost a
     # fraction of a full one. None = the backbone trains throughout.
@@ -150,6 +156,9 @@ class TrainConfig:
         if self.precision not in TRAIN_PRECISIONS:
             raise ValueError(f"unknown precision '{self.precision}', expected one of "
                              f'{TRAIN_PRECISIONS}')
+        if self.aux_object_pose_source not in AUX_SOURCES:
+            raise ValueError(f"unknown aux_object_pose_source '{self.aux_object_pose_source}', "
+                             f'expected one of {AUX_SOURCES}')
         if self.image_shift_px < 0:
             raise ValueError(f'image_shift_px must be >= 0, got {self.image_shift_px}')
         if self.backbone_freeze_step is not None and self.backbone_freeze_step < 0:
@@ -359,6 +368,10 @@ def build_parser() -> argparse.ArgumentParser:
                    '(0 = off)')
     p.add_argument('--aux-object-pose-weight', type=float, help='weight of the auxiliary '
                    'object-pose loss (needs sim.object_poses in the dataset; 0 = off)')
+    p.add_argument('--aux-object-pose-source', choices=AUX_SOURCES,
+                   help="what the auxiliary pose head reads: the cameras' backbone feature "
+                   "maps (default; stops when the backbone is frozen) or the transformer "
+                   "encoder's output (keeps training on cached maps)")
     p.add_argument('--backbone-freeze-step', type=int, help='freeze the backbone from this step '
                    'on and train the rest on cached feature maps (much faster steps)')
     p.add_argument('--early-freeze-layer', choices=('layer1', 'layer2', 'layer3'),

@@ -146,8 +146,8 @@ class Trainer:
         store = self.inputs.store
         poses = store.extras[OBJECT_POSES_FEATURE][torch.from_numpy(self.inputs.split.train)]
         shapes = [tuple(self.policy.config.input_features[key].shape) for key in self.features]
-        return ObjectPoseAuxiliary(self.policy.model.backbone, shapes, poses, self.inputs.device,
-                                   tap=self.policy.model.encoder_img_feat_input_proj)
+        return ObjectPoseAuxiliary(self.policy.model, shapes, poses, self.inputs.device,
+                                   source=self.config.aux_object_pose_source)
 
     def _calibrate_backbone(self, frames: int = 64) -> dict[str, float]:
         """Standardize the backbone's frozen norms on ``frames`` evenly spread training frames
@@ -165,7 +165,8 @@ class Trainer:
                         ) -> Callable[..., tuple[torch.Tensor, ...]]:
         """The loss step on images, or with ``cut`` on the cached output of the backbone's
         stages up to it (:mod:`act_ros.training.feature_cache`). The auxiliary pose loss
-        applies while some of the backbone still trains (``cut`` is not ``layer4``).
+        applies while some of the backbone still trains (``cut`` is not ``layer4``), or
+        throughout when its head reads the transformer encoder.
 
         ``l1_scale`` (data-parallel runs): factor of the L1 term, this process's share of
         the global batch's valid action steps times the number of processes."""
@@ -174,7 +175,7 @@ class Trainer:
         model, features, weights, kl = self.policy.model, self.features, self.weights, \
             self.config.kl_weight
         device, precision = self.inputs.device, self.precision
-        aux = self.aux if cut != 'layer4' else None
+        aux = self.aux if cut != 'layer4' or self._aux_trains_when_frozen else None
         aux_weight = self.config.aux_object_pose_weight
 
         def loss_step(batch: dict[str, torch.Tensor], l1_scale: torch.Tensor | None = None
@@ -202,6 +203,15 @@ class Trainer:
                 return step(batch) if l1_scale is None else step(batch, l1_scale)
 
         return bypassed
+
+    @property
+    def _aux_trains_when_frozen(self) -> bool:
+        return self.aux is not None and self.aux.trains_with_frozen_backbone
+
+    @property
+    def _aux_training(self) -> bool:
+        """Whether the auxiliary pose head trains at this step."""
+        return self.aux is not None and (not self.backbone_frozen or self._aux_trains_when_frozen)
 
     @property
     def backbone_frozen(self) -> bool:
@@ -350,7 +360,8 @@ class Trainer:
                  'wall_s': self.previous_wall_s + (time.perf_counter() - self._start),
                  'config': self.config.to_dict(),
                  'dataset_frames': len(self.inputs.store),
-                 'aux_head': self.aux.head.state_dict() if self.aux is not None else None}
+                 'aux_head': self.aux.head.state_dict() if self.aux is not None else None,
+                 'aux_source': self.aux.source if self.aux is not None else None}
         if self.dist.active:
             state['rng_ranks'] = self.dist.gather_objects(state['rng'])
             state['world_size'] = self.dist.world_size
@@ -399,6 +410,11 @@ class Trainer:
             if state.get('aux_head') is None:
                 raise ValueError(f'--resume: {last} was trained without the auxiliary pose head; '
                                  'resume with the same --aux-object-pose-weight')
+            source = state.get('aux_source', 'backbone')  # runs before sources existed
+            if source != self.aux.source:
+                raise ValueError(f'--resume: the pose head of {last} read the {source}, now the '
+                                 f'{self.aux.source}; resume with --aux-object-pose-source '
+                                 f'{source} or start a new --output-dir')
             self.aux.head.load_state_dict(state['aux_head'])
         self.optimizer.load_state_dict(state['optimizer'])
         self.scheduler.load_state_dict(state['scheduler'])
@@ -586,7 +602,7 @@ class Trainer:
         """The DDP-wrapped loss module; built at the first step and again after a freeze,
         so that it holds exactly the parameters that train."""
         if self._ddp is None:
-            head = self.aux.head if self.aux is not None and not self.backbone_frozen else None
+            head = self.aux.head if self._aux_training else None
             self._ddp = self.dist.wrap(_LossModule(self.policy.model, head, self._loss_step))
         return self._ddp
 
@@ -622,7 +638,7 @@ class Trainer:
             loss, l1, kl, aux_loss = self.dist.mean_(torch.stack(
                 [loss.detach(), l1, kl, aux_loss.float()])).unbind()
         terms = {'loss': loss.detach(), 'l1': l1, 'kl': kl, 'grad_norm': grad_norm.detach()}
-        if self.aux is not None and not self.backbone_frozen:
+        if self._aux_training:
             terms['aux_pose'] = aux_loss
         self.history.add_train(self.step, terms, lr,
                                wall_s=self.wall_seconds)
