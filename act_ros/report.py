@@ -51,6 +51,12 @@ VISION_EVALUATION = 'models/sim_port_pick_align/evaluation_100_seeds.json'
 VISION_RUNS = (('the shipped vision policy\'s run (AVX-512 + bf16 CPU)',
                 'docs/results/vision_recipe/run1', (VISION_EVALUATION,)),)
 VISION_STAGE = 'vision_training_summary.json'
+# Levers of the vision policy, each measured on the same 100 unseen seeds (chunk mode):
+# (lever, variant, evaluation file); a lever's first row is its baseline.
+VISION_LEVERS_DIR = 'docs/results/vision_recipe/levers'
+VISION_LEVERS = tuple(
+    ('actions played per chunk (n_action_steps), the shipped policy', f'{k} of 30',
+     f'{VISION_LEVERS_DIR}/n_action_steps_{k}.json') for k in (30, 15, 10, 5))
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
@@ -456,6 +462,19 @@ def part_vision_curve(src: Sources) -> str:
                   'failures by stage'], rows)
 
 
+def part_vision_levers(src: Sources) -> str:
+    """Each measured lever of the vision policy against its baseline, on the same seeds."""
+    rows = []
+    for lever, variant, rel in VISION_LEVERS:
+        data = src.json(rel)
+        m = data['modes']['chunk']
+        rows.append([lever, variant, f"{data['seed']}+", rate(m['align_rate'], m['count']),
+                     f"{100 * m['mean_position_error']:.1f} cm / {m['mean_yaw_error']:.1f} deg",
+                     failures_text(m['failures']), m['suppressed_releases']])
+    return table(['lever', 'variant', 'seeds', 'align rate, chunk', 'mean position / yaw error',
+                  'failures by stage', 'open requests the gate suppressed'], rows)
+
+
 def part_vision_recipe_stages(src: Sources) -> str:
     """Stage times of each recorded run of ``act-ros recipe vision``."""
     return recipe_stages_table(src, VISION_RUNS)
@@ -639,6 +658,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'vision_recipe_stages': part_vision_recipe_stages,
     'vision_dagger_iterations': part_vision_dagger_iterations,
     'vision_curve': part_vision_curve,
+    'vision_levers': part_vision_levers,
     'runtime_loop': part_runtime_loop,
     'model_time': part_model_time,
     'node_realtime': part_node_realtime,
