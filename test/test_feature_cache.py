@@ -475,6 +475,7 @@ def test_a_resumed_or_fine_tuned_run_reads_every_frame_from_disk(tmp_path):
 
 
 @pytest.mark.sim
+@pytest.mark.slow  # collects two full expert episodes
 def test_encoder_pose_head_keeps_training_after_the_freeze(tmp_path):
     """--aux-object-pose-source encoder: the pose loss is in every step's terms, before and
     after the backbone is frozen and cached (the backbone source stops at the freeze), the
