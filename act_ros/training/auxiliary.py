@@ -39,7 +39,6 @@ from act_ros.training.config import AUX_SOURCES
 _POSITIONS = [OBJECT_POSE_NAMES.index(n) for n in ('box_x', 'box_y', 'box_z', 'pad_x', 'pad_y')]
 _YAWS = [OBJECT_POSE_NAMES.index(n) for n in ('box_yaw', 'pad_yaw')]
 TARGET_DIM = len(_POSITIONS) + 2 * len(_YAWS)
-SOURCES = AUX_SOURCES
 
 
 class ObjectPoseHead(nn.Module):
@@ -78,7 +77,9 @@ class EncoderPoseHead(nn.Module):
         return self.mlp(self.reduce(out.float()).transpose(0, 1).flatten(1))
 
 
-def _grid(backbone: nn.Module, shape: tuple[int, int, int], device: torch.device) -> torch.Size:
+def _map_shape(backbone: nn.Module, shape: tuple[int, int, int],
+               device: torch.device) -> torch.Size:
+    """(1, C, h, w) of the backbone's feature map for one (C, H, W) image."""
     return backbone(torch.zeros(1, *shape, device=device))['feature_map'].shape
 
 
@@ -95,11 +96,12 @@ class ObjectPoseAuxiliary:
 
     def __init__(self, model: nn.Module, image_shapes: list[tuple[int, int, int]],
                  poses: torch.Tensor, device: torch.device, *, source: str = 'backbone') -> None:
-        if source not in SOURCES:
-            raise ValueError(f"unknown pose head source '{source}', expected one of {SOURCES}")
+        if source not in AUX_SOURCES:
+            raise ValueError(f"unknown pose head source '{source}', expected one of "
+                             f'{AUX_SOURCES}')
         self.source = source
         with torch.no_grad():
-            maps = [_grid(model.backbone, shape, device) for shape in image_shapes]
+            maps = [_map_shape(model.backbone, shape, device) for shape in image_shapes]
         grids = [tuple(m[-2:]) for m in maps]
         if source == 'backbone':
             self.head: nn.Module = ObjectPoseHead(int(maps[0][1]), grids)

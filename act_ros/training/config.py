@@ -93,7 +93,7 @@ class TrainConfig:
     # head predicts box and pad poses from the backbone features. Needs the dataset
     # feature sim.object_poses (simulation datasets); 0 = off.
     aux_object_pose_weight: float = 0.0
-    # What the pose head reads (act_ros.training.auxiliary.SOURCES): 'backbone', the camera
+    # What the pose head reads (AUX_SOURCES, act_ros.training.auxiliary): 'backbone', the camera
     # feature maps (shapes the backbone until it is frozen), or 'encoder', the transformer
     # encoder's output (shapes the encoder; also trains on cached maps).
     aux_object_pose_source: str = 'backbone'

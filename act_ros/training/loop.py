@@ -175,7 +175,8 @@ class Trainer:
         model, features, weights, kl = self.policy.model, self.features, self.weights, \
             self.config.kl_weight
         device, precision = self.inputs.device, self.precision
-        aux = self.aux if cut != 'layer4' or self._aux_trains_when_frozen else None
+        aux = self.aux if cut != 'layer4' or (
+            self.aux is not None and self.aux.trains_with_frozen_backbone) else None
         aux_weight = self.config.aux_object_pose_weight
 
         def loss_step(batch: dict[str, torch.Tensor], l1_scale: torch.Tensor | None = None
@@ -205,13 +206,10 @@ class Trainer:
         return bypassed
 
     @property
-    def _aux_trains_when_frozen(self) -> bool:
-        return self.aux is not None and self.aux.trains_with_frozen_backbone
-
-    @property
     def _aux_training(self) -> bool:
         """Whether the auxiliary pose head trains at this step."""
-        return self.aux is not None and (not self.backbone_frozen or self._aux_trains_when_frozen)
+        return self.aux is not None and (not self.backbone_frozen
+                                         or self.aux.trains_with_frozen_backbone)
 
     @property
     def backbone_frozen(self) -> bool:
