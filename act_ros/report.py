@@ -52,11 +52,17 @@ VISION_RUNS = (('the shipped vision policy\'s run (AVX-512 + bf16 CPU)',
                 'docs/results/vision_recipe/run1', (VISION_EVALUATION,)),)
 VISION_STAGE = 'vision_training_summary.json'
 # Levers of the vision policy, each measured on the same 100 unseen seeds (chunk mode):
-# (lever, variant, evaluation file); a lever's first row is its baseline.
+# (lever, variant, evaluation file, training run: (file, run name) or None); a lever's first
+# row is its baseline.
 VISION_LEVERS_DIR = 'docs/results/vision_recipe/levers'
+_ENCODER_POSE = ('pose head on the transformer encoder: the shipped policy fine-tuned 3000 '
+                 'steps on the 200 demonstrations, backbone frozen')
 VISION_LEVERS = tuple(
     ('actions played per chunk (n_action_steps), the shipped policy', f'{k} of 30',
-     f'{VISION_LEVERS_DIR}/n_action_steps_{k}.json') for k in (30, 15, 10, 5))
+     f'{VISION_LEVERS_DIR}/n_action_steps_{k}.json', None) for k in (30, 15, 10, 5)) + tuple(
+    (_ENCODER_POSE, f'{variant} the pose loss', f'{VISION_LEVERS_DIR}/encoder_pose_{variant}.json',
+     (f'{VISION_LEVERS_DIR}/encoder_pose_training.json', variant))
+    for variant in ('without', 'with'))
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
@@ -465,13 +471,23 @@ def part_vision_curve(src: Sources) -> str:
 def part_vision_levers(src: Sources) -> str:
     """Each measured lever of the vision policy against its baseline, on the same seeds."""
     rows = []
-    for lever, variant, rel in VISION_LEVERS:
+    for lever, variant, rel, training in VISION_LEVERS:
         data = src.json(rel)
         m = data['modes']['chunk']
-        rows.append([lever, variant, f"{data['seed']}+", rate(m['align_rate'], m['count']),
+        val_l1 = pose = '-'
+        if training is not None:
+            val = src.json(training[0])['runs'][training[1]]['val'][-1]
+            val_l1 = f"{val['val_l1']:.4f}"
+            if 'val_pose_box_xy_m' in val:
+                pose = (f"box {100 * val['val_pose_box_xy_m']:.2f} cm / "
+                        f"{val['val_pose_box_yaw_deg']:.1f} deg, pad "
+                        f"{100 * val['val_pose_pad_xy_m']:.2f} cm / "
+                        f"{val['val_pose_pad_yaw_deg']:.1f} deg")
+        rows.append([lever, variant, val_l1, pose, rate(m['align_rate'], m['count']),
                      f"{100 * m['mean_position_error']:.1f} cm / {m['mean_yaw_error']:.1f} deg",
                      failures_text(m['failures']), m['suppressed_releases']])
-    return table(['lever', 'variant', 'seeds', 'align rate, chunk', 'mean position / yaw error',
+    return table(['lever', 'variant', 'val L1', 'pose head, held-out median',
+                  'align rate, chunk (seeds 2000000+)', 'mean position / yaw error',
                   'failures by stage', 'open requests the gate suppressed'], rows)
 
 
