@@ -118,9 +118,65 @@ def test_dagger_options_are_checked(base, tiny_pose_checkpoint, tmp_path, capsys
     assert collect.main(['--output', out, '--episodes', '1', '--dagger',
                          str(tiny_pose_checkpoint), '--beta', '1.5', *COMMON]) == 2
     assert 'beta' in capsys.readouterr().err
-    assert collect.main(['--output', out, '--episodes', '1', '--join', str(base), *COMMON]) == 2
-    assert '--join needs --dagger' in capsys.readouterr().err
+    assert collect.main(['--output', out, '--episodes', '1', '--dagger',
+                         str(tiny_pose_checkpoint), '--join', str(tmp_path), *COMMON]) == 2
+    assert 'not a LeRobot dataset' in capsys.readouterr().err
     assert not (tmp_path / 'x').exists()
+
+
+def test_expert_demonstrations_join_a_dataset_that_stays_as_it_was(joined, tmp_path):
+    """--join without --dagger: more expert episodes on top of a dataset (here one that
+    already holds a DAgger iteration, whose log and card the result keeps)."""
+    from lerobot.datasets.lerobot_dataset import LeRobotDataset
+
+    from act_ros.data.episode import EPISODE_SOURCE_FEATURE
+    from act_ros.data.video_backend import video_backend
+
+    before = _digest(joined)
+    output = tmp_path / 'more'
+    # No --image-size: the episodes are recorded at the joined dataset's size.
+    assert collect.main(['--output', str(output), '--episodes', '1', '--seed', '7',
+                         '--join', str(joined), *COMMON]) == 0
+    assert _digest(joined) == before
+    ds = LeRobotDataset('local/more', root=output, video_backend=video_backend())
+    assert ds.num_episodes == 4 and ds.num_frames == 4 * STEPS
+    assert tuple(ds[ds.num_frames - 1]['observation.images.top'].shape) == (3, H, W)
+    for key in ('action', 'observation.state', EPISODE_SOURCE_FEATURE):
+        np.testing.assert_array_equal(_columns(output, key)[:3 * STEPS], _columns(joined, key))
+    np.testing.assert_array_equal(_columns(output, EPISODE_SOURCE_FEATURE)[3 * STEPS:],
+                                  np.tile([0.0, 1.0], (STEPS, 1)))
+    # The new episode is the one a plain collection with that seed records.
+    alone = tmp_path / 'alone'
+    assert collect.main(['--output', str(alone), '--episodes', '1', '--seed', '7',
+                         '--image-size', f'{H}x{W}', *COMMON]) == 0
+    np.testing.assert_array_equal(_columns(output, 'action')[3 * STEPS:],
+                                  _columns(alone, 'action'))
+    assert (output / 'dagger_log.jsonl').read_text() == (joined / 'dagger_log.jsonl').read_text()
+    card = (output / 'README.md').read_text()
+    assert card.startswith((joined / 'README.md').read_text())
+    assert card.count('Scripted-expert demonstrations') == 2 and 'seeds 7..7' in card
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith('.')]  # no scratch left
+
+
+def test_a_join_that_does_not_fit_or_fails_leaves_nothing(base, tmp_path, monkeypatch, capsys):
+    from act_ros.data import join
+
+    output = tmp_path / 'more'
+    assert collect.main(['--output', str(output), '--episodes', '1', '--join', str(base),
+                         '--image-size', '24x32', *COMMON]) == 1
+    err = capsys.readouterr().err
+    assert 'features differ' in err and f'image [{H}, {W}, 3]' in err and 'image [24, 32, 3]' in err
+
+    def broken(*args, **kwargs):
+        raise OSError('disk full')
+
+    monkeypatch.setattr(join, 'joined', broken)
+    before = _digest(base)
+    with pytest.raises(OSError, match='disk full'):
+        collect.main(['--output', str(output), '--episodes', '1', '--seed', '3',
+                      '--join', str(base), *COMMON])
+    assert _digest(base) == before
+    assert list(tmp_path.iterdir()) == []     # neither an output nor a scratch directory
 
 
 @pytest.mark.slow

@@ -4,7 +4,8 @@ Episode k of a run is simulated with seed ``seed + k``; attempts continue with t
 seeds until ``--episodes`` successful episodes are recorded (failed expert episodes are
 counted, reported and not written). With ``--workers`` > 1 the simulation and rendering
 run in worker processes while the main process writes the episodes in seed order, so the
-dataset is the same for a given seed whatever the number of workers.
+dataset is the same for a given seed whatever the number of workers. ``--join DATASET``
+writes that dataset plus the new episodes to the output (:mod:`act_ros.data.join`).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ class CollectConfig:
     exploration_noise_rad: float = 0.0
     contract_path: Path | None = None
     sim_config_path: Path | None = None
+    base_dataset: Path | None = None  # --join: write this dataset plus the new episodes
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -163,16 +165,21 @@ def _rollouts_in_pool(sim_config, seeds: Iterator[int], cameras: tuple[str, ...]
 
 
 def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
-    """Run the expert until ``config.episodes`` successes and write them atomically."""
-    from tqdm import tqdm
+    """Run the expert until ``config.episodes`` successes and write them atomically.
 
-    from act_ros.data.writer import AtomicDatasetWriter, check_output
+    With ``config.base_dataset`` the output is that dataset plus the new episodes
+    (:mod:`act_ros.data.join`); the base dataset is not modified.
+    """
+    from act_ros.data.join import check_joinable
+    from act_ros.data.writer import check_output
 
     contract = load_contract(config.contract_path)
     layout = DatasetLayout(contract=contract, image_height=config.image_height,
                            image_width=config.image_width, use_video=config.use_video,
                            extra_features=SIM_EXTRA_FEATURES)
     check_output(config.output, config.overwrite)
+    if config.base_dataset is not None:
+        check_joinable(config.base_dataset, layout.features())
     sim_config = make_sim_config(config, contract.fps)
     cameras = contract.camera_names
     limit = config.attempt_limit
@@ -188,10 +195,50 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
     else:
         results = _rollouts_in_process(sim_config, seeds, cameras, wanted,
                                        config.exploration_noise_rad)
+    try:
+        if config.base_dataset is None:
+            _write(config, layout, results, stats, wanted, progress, config.output)
+        else:
+            _write_joined(config, layout, results, stats, wanted, progress)
+    finally:
+        results.close()
+    return stats
+
+
+def _write_joined(config: CollectConfig, layout: DatasetLayout, results, stats: CollectStats,
+                  wanted: Callable[[], int], progress: bool) -> None:
+    """The new episodes to a scratch dataset, then the base plus them to the output."""
+    import shutil
+    import tempfile
+
+    from act_ros.data.join import joined, move_into_place
+
+    config.output.parent.mkdir(parents=True, exist_ok=True)
+    scratch = Path(tempfile.mkdtemp(prefix=f'.{config.output.name}.join-',
+                                    dir=config.output.parent))
+    try:
+        new = scratch / 'new'
+        card = _write(config, layout, results, stats, wanted, progress, new)
+        start = time.perf_counter()
+        built = joined(Path(config.base_dataset), new, scratch, card)
+        move_into_place(built, config.output, config.overwrite, scratch)
+        stats.seconds += time.perf_counter() - start
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _write(config: CollectConfig, layout: DatasetLayout, results, stats: CollectStats,
+           wanted: Callable[[], int], progress: bool, output: Path) -> str:
+    """Record successful episodes from ``results`` to ``output``; returns the card."""
+    from tqdm import tqdm
+
+    from act_ros.data.writer import AtomicDatasetWriter
+
+    limit = config.attempt_limit
     start = time.perf_counter()
     bar = tqdm(total=config.episodes, unit='ep', disable=not progress, dynamic_ncols=True)
     try:
-        with AtomicDatasetWriter(layout, config.output, overwrite=config.overwrite) as writer:
+        with AtomicDatasetWriter(layout, output, overwrite=config.overwrite) as writer:
             for result in results:
                 if not result.success:
                     stats.failed.append(result)
@@ -208,7 +255,7 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
                 if wanted() <= 0:
                     break
             stats.seconds = time.perf_counter() - start
-            writer.card = dataset_card(layout, config, stats)
+            writer.card = card = dataset_card(layout, config, stats)
             if wanted() > 0:
                 raise RuntimeError(
                     f'the expert succeeded in only {len(stats.recorded_seeds)} of {limit} '
@@ -217,9 +264,8 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
                     '--max-attempts or check the simulation.')
     finally:
         bar.close()
-        results.close()
     stats.seconds = time.perf_counter() - start
-    return stats
+    return card
 
 
 def frame_storage_text(layout: DatasetLayout) -> str:
@@ -278,11 +324,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help='number of successful episodes to record')
     parser.add_argument('--seed', type=int, default=0,
                         help='attempt k is simulated with seed SEED+k (default 0)')
-    parser.add_argument('--image-size', default='480x640', type=parse_image_size,
-                        help='rendered and stored image size HEIGHTxWIDTH (default 480x640)')
-    parser.add_argument('--video', action=argparse.BooleanOptionalAction, default=False,
+    parser.add_argument('--image-size', default=None, type=parse_image_size,
+                        help='rendered and stored image size HEIGHTxWIDTH (default 480x640, or '
+                             'the --join dataset\'s)')
+    parser.add_argument('--video', action=argparse.BooleanOptionalAction, default=None,
                         help='store cameras as lossless PNG images (default: a decoded frame '
-                             'equals the render) or as lossy MP4 videos (--video, smaller)')
+                             'equals the render) or as lossy MP4 videos (--video, smaller); '
+                             'with --join, as the dataset stores them')
+    parser.add_argument('--join', type=Path, default=None, metavar='DATASET',
+                        help='write DATASET plus the new episodes to --output (DATASET is not '
+                             'modified; the output appears only when complete): more '
+                             'demonstrations, or a DAgger iteration, on top of a dataset')
     parser.add_argument('--workers', type=int, default=1,
                         help='simulation worker processes (default 1: simulate in-process)')
     parser.add_argument('--max-attempts', type=int, default=None,
@@ -309,9 +361,6 @@ def build_parser() -> argparse.ArgumentParser:
         'checkpoint\'s.')
     dagger.add_argument('--dagger', type=Path, default=None, metavar='CHECKPOINT',
                         help='policy checkpoint that drives (a LeRobot pretrained_model dir)')
-    dagger.add_argument('--join', type=Path, default=None, metavar='DATASET',
-                        help='write DATASET plus the new episodes to --output (DATASET is not '
-                             'modified)')
     dagger.add_argument('--beta', type=float, default=0.0,
                         help='probability that the expert drives a chunk-long window instead of '
                              'the policy (default 0: the policy drives throughout)')
@@ -330,18 +379,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault('MUJOCO_GL', 'egl')  # headless rendering unless the user chose
     if args.dagger is not None:
         return _main_dagger(args)
-    if args.join is not None:
-        print('act-ros collect: --join needs --dagger CHECKPOINT', file=sys.stderr)
-        return 2
-    height, width = args.image_size
     try:
+        (height, width), use_video = _frame_layout(args)
         config = CollectConfig(
             output=args.output, episodes=args.episodes, seed=args.seed, image_height=height,
-            image_width=width, use_video=args.video, workers=args.workers,
+            image_width=width, use_video=use_video, workers=args.workers,
             max_attempts=args.max_attempts, episode_steps=args.episode_steps,
             overwrite=args.overwrite, exploration_noise_rad=args.exploration_noise,
-            contract_path=args.contract, sim_config_path=args.sim_config)
-    except ValueError as exc:
+            contract_path=args.contract, sim_config_path=args.sim_config,
+            base_dataset=args.join)
+    except (ValueError, FileNotFoundError) as exc:
         print(f'act-ros collect: {exc}', file=sys.stderr)
         return 2
     quiet_library_output()
@@ -360,6 +407,19 @@ def main(argv: list[str] | None = None) -> int:
           f'{config.workers} worker(s)); expert failures: {len(stats.failed)} of {attempts}'
           + (f' (seeds {[r.seed for r in stats.failed]})' if stats.failed else ''))
     return 0
+
+
+def _frame_layout(args: argparse.Namespace) -> tuple[tuple[int, int], bool]:
+    """Image size and storage: as given, else the --join dataset's, else 480x640 images."""
+    size, video = args.image_size, args.video
+    if args.join is not None and (size is None or video is None):
+        from act_ros.data.join import frame_layout
+
+        camera = load_contract(args.contract).cameras[0].feature
+        height, width, stored_video = frame_layout(args.join, camera)
+        size = size or (height, width)
+        video = stored_video if video is None else video
+    return size or (480, 640), bool(video)
 
 
 def _main_dagger(args: argparse.Namespace) -> int:

@@ -32,8 +32,8 @@ import time
 import numpy as np
 
 from act_ros.data.episode import OBJECT_POSE_NAMES, Episode
+from act_ros.data.join import DAGGER_LOG, frame_layout, joined, move_into_place
 
-DAGGER_LOG = 'dagger_log.jsonl'  # one line per iteration, beside meta/ in the dataset
 EPISODE_TIMEOUT_S = 900.0
 
 
@@ -237,10 +237,8 @@ def render_size_of(checkpoint: Path, base: Path | None) -> tuple[int, int]:
     from act_ros.training.rollout import checkpoint_render_size
 
     if base is not None:
-        info = json.loads((Path(base) / 'meta' / 'info.json').read_text())
-        camera = load_contract().cameras[0].feature
-        shape = info['features'][camera]['shape']
-        return int(shape[0]), int(shape[1])
+        height, width, _ = frame_layout(Path(base), load_contract().cameras[0].feature)
+        return height, width
     size = checkpoint_render_size(Path(checkpoint))
     if size is None:
         raise ValueError(f'{checkpoint}: no training_info.json with the image size it was '
@@ -296,50 +294,19 @@ def collect_dagger(config: DaggerConfig, *, progress: bool = True) -> DaggerStat
             episodes.close()
         log = [stats.summary(config)]
         if config.base_dataset is not None:
-            merged = scratch / 'merged'
-            _aggregate([Path(config.base_dataset), new], merged)
+            built = joined(Path(config.base_dataset), new, scratch, _card(config, stats))
             previous = Path(config.base_dataset) / DAGGER_LOG
             if previous.is_file():
                 log = [json.loads(line) for line in previous.read_text().splitlines()
                        if line.strip()] + log
-            base_card = Path(config.base_dataset) / 'README.md'
-            card = base_card.read_text() if base_card.is_file() else ''
-            (merged / 'README.md').write_text(card + '\n' + _card(config, stats))
-            built = merged
         else:
             built = new
         (built / DAGGER_LOG).write_text(''.join(json.dumps(entry) + '\n' for entry in log))
-        _move_into_place(built, config.output, config.overwrite, scratch)
+        move_into_place(built, config.output, config.overwrite, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     stats.seconds = time.perf_counter() - start
     return stats
-
-
-def _aggregate(sources: list[Path], destination: Path) -> None:
-    """LeRobot's aggregation of ``sources`` (same features) into a new dataset."""
-    from lerobot.datasets.aggregate import aggregate_datasets
-
-    aggregate_datasets(repo_ids=[f'local/{p.name}' for p in sources], roots=sources,
-                       aggr_repo_id=f'local/{destination.name}', aggr_root=destination)
-
-
-def _move_into_place(built: Path, output: Path, overwrite: bool, scratch: Path) -> None:
-    from act_ros.data.writer import check_output
-
-    previous = scratch / 'previous'
-    if output.is_dir():
-        if any(output.iterdir()):
-            check_output(output, overwrite)
-            output.rename(previous)
-        else:
-            output.rmdir()
-    try:
-        built.rename(output)
-    except OSError:
-        if previous.exists() and not output.exists():
-            previous.rename(output)
-        raise
 
 
 def _card(config: DaggerConfig, stats: DaggerStats) -> str:
