@@ -72,6 +72,7 @@ def test_unknown_recipe_and_bad_stage_are_refused(tmp_path):
         recipe_mod.load_recipe('x', bad)
 
 
+@pytest.mark.slow
 def test_a_recipe_runs_its_stages_once_and_continues_after_a_stop(tmp_path, capsys):
     path = tmp_path / 'recipe_tiny.yaml'
     path.write_text('''recipe:

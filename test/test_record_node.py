@@ -313,6 +313,7 @@ def test_sigkill_loses_at_most_the_open_episode_and_a_restart_continues(
     assert len(list(shards.glob('episode_*/meta/info.json'))) == total
 
 
+@pytest.mark.slow
 def test_a_full_disk_loses_only_the_episodes_it_cuts(rclpy_context, ros_domain_id, tmp_path):
     """A recorder whose writes fail (the file size limit of its process set so low that
     no episode's files fit: what a full disk does to every write) keeps the dataset it

@@ -195,6 +195,7 @@ def test_wall_clock_ticks_do_not_pile_up_where_no_steps_ran():
     assert all(0.0 <= t <= 80.0 for t in ticks)
 
 
+@pytest.mark.slow
 def test_object_pose_head_trains_the_backbone_and_stays_out_of_the_checkpoint(tmp_path):
     from act_ros.training.auxiliary import TARGET_DIM, ObjectPoseAuxiliary
 
