@@ -17,6 +17,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'record': ('act_ros.ros.recording.record_node', 'record demonstrations from ROS 2 topics (record_node)'),
     'train': ('act_ros.training.train', 'train an ACT policy on a LeRobot dataset'),
     'evaluate': ('act_ros.training.evaluate', 'closed-loop evaluation in the simulation'),
+    'pose-probe': ('act_ros.training.pose_probe', "what a vision policy's features tell of the "
+                   "object poses, on its own states and on random first frames"),
     'dagger': ('act_ros.training.dagger_loop', 'DAgger iterations: collect with the policy, '
                'expert labels, train, repeat'),
     'recipe': ('act_ros.training.recipe', 'a whole training recipe (config/recipe_<name>.yaml) '

@@ -41,6 +41,35 @@ _YAWS = [OBJECT_POSE_NAMES.index(n) for n in ('box_yaw', 'pad_yaw')]
 TARGET_DIM = len(_POSITIONS) + 2 * len(_YAWS)
 
 
+def pose_targets(poses: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
+    """(B, 8) poses -> (B, TARGET_DIM): positions standardized with ``mean`` and ``std``,
+    yaws as 4-fold harmonics."""
+    yaw = poses[:, _YAWS] * 4.0
+    return torch.cat([(poses[:, _POSITIONS] - mean) / std, torch.cos(yaw), torch.sin(yaw)],
+                     dim=1)
+
+
+def physical_errors(prediction: torch.Tensor, poses: torch.Tensor, mean: torch.Tensor,
+                    std: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-frame errors of a head's (B, TARGET_DIM) ``prediction`` against (B, 8) ``poses``:
+    box and pad position in the table plane (m) and yaw modulo 90 degrees (deg)."""
+    prediction = prediction.float()
+    poses = poses.to(prediction.device).float()
+    n = len(_POSITIONS)
+    positions = prediction[:, :n] * std + mean
+    true = poses[:, _POSITIONS]
+    out = {}
+    for name, (ix, iy) in (('box', (0, 1)), ('pad', (3, 4))):
+        out[f'{name}_xy_m'] = torch.linalg.vector_norm(positions[:, [ix, iy]]
+                                                       - true[:, [ix, iy]], dim=1)
+    yaws = len(_YAWS)
+    angle = torch.atan2(prediction[:, n + yaws:n + 2 * yaws], prediction[:, n:n + yaws]) / 4
+    diff = torch.remainder(angle - poses[:, _YAWS] + torch.pi / 4, torch.pi / 2) - torch.pi / 4
+    for k, name in enumerate(('box', 'pad')):
+        out[f'{name}_yaw_deg'] = torch.rad2deg(diff[:, k].abs())
+    return out
+
+
 class ObjectPoseHead(nn.Module):
     """Per camera a 1x1 convolution (channels -> ``reduced``), then one MLP over all cameras."""
 
@@ -144,9 +173,7 @@ class ObjectPoseAuxiliary:
 
     def targets(self, poses: torch.Tensor) -> torch.Tensor:
         """(B, 8) poses -> (B, TARGET_DIM) standardized positions and yaw harmonics."""
-        yaw = poses[:, _YAWS] * 4.0
-        return torch.cat([(poses[:, _POSITIONS] - self.mean) / self.std, torch.cos(yaw),
-                          torch.sin(yaw)], dim=1)
+        return pose_targets(poses, self.mean, self.std)
 
     def loss(self, poses: torch.Tensor) -> torch.Tensor:
         """Mean L1 between the head's prediction and the targets of the captured pass."""
@@ -165,21 +192,7 @@ class ObjectPoseAuxiliary:
         if not maps:
             raise RuntimeError('ObjectPoseAuxiliary.errors() needs a forward pass inside '
                                'capture()')
-        prediction = self.head(maps).float()
-        poses = poses.to(prediction.device).float()
-        n = len(_POSITIONS)
-        positions = prediction[:, :n] * self.std + self.mean
-        true = poses[:, _POSITIONS]
-        out = {}
-        for name, (ix, iy) in (('box', (0, 1)), ('pad', (3, 4))):
-            out[f'{name}_xy_m'] = torch.linalg.vector_norm(positions[:, [ix, iy]]
-                                                           - true[:, [ix, iy]], dim=1)
-        yaws = len(_YAWS)
-        angle = torch.atan2(prediction[:, n + yaws:n + 2 * yaws], prediction[:, n:n + yaws]) / 4
-        diff = torch.remainder(angle - poses[:, _YAWS] + torch.pi / 4, torch.pi / 2) - torch.pi / 4
-        for k, name in enumerate(('box', 'pad')):
-            out[f'{name}_yaw_deg'] = torch.rad2deg(diff[:, k].abs())
-        return out
+        return physical_errors(self.head(maps), poses, self.mean, self.std)
 
     def close(self) -> None:
         self._handle.remove()

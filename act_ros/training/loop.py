@@ -359,7 +359,10 @@ class Trainer:
                  'config': self.config.to_dict(),
                  'dataset_frames': len(self.inputs.store),
                  'aux_head': self.aux.head.state_dict() if self.aux is not None else None,
-                 'aux_source': self.aux.source if self.aux is not None else None}
+                 'aux_source': self.aux.source if self.aux is not None else None,
+                 # the head's position standardization (act-ros pose-probe reads the head)
+                 'aux_position_mean': self.aux.mean.cpu() if self.aux is not None else None,
+                 'aux_position_std': self.aux.std.cpu() if self.aux is not None else None}
         if self.dist.active:
             state['rng_ranks'] = self.dist.gather_objects(state['rng'])
             state['world_size'] = self.dist.world_size
