@@ -219,3 +219,33 @@ def test_parse_image_size(text, expected):
 def test_parse_image_size_rejects(text):
     with pytest.raises(ValueError, match='HEIGHTxWIDTH|positive'):
         parse_image_size(text)
+
+
+def test_fast_image_embedding_writes_the_table_lerobot_writes(tmp_path):
+    """The batched embedding (installed by the writer and the join) gives the same Arrow
+    table as LeRobot's row-by-row one: image bytes read from the files, other columns as
+    they were; a table without images comes back untouched."""
+    import datasets
+    from lerobot.datasets import io_utils
+    from PIL import Image
+
+    from act_ros.data import writer
+
+    rng = np.random.default_rng(0)
+    paths = []
+    for i in range(70):  # more rows than one batch
+        paths.append(str(tmp_path / f'{i}.png'))
+        Image.fromarray(rng.integers(0, 255, (H, W, 3), dtype=np.uint8)).save(paths[-1])
+    features = datasets.Features({'image': datasets.Image(), 'x': datasets.Value('float32')})
+    table = datasets.Dataset.from_dict({'image': paths, 'x': list(np.arange(70.0))},
+                                       features=features)
+    writer.fast_image_embedding()  # what AtomicDatasetWriter and the join install
+    writer.fast_image_embedding()  # installing twice keeps one wrapper
+    fast = io_utils.embed_images
+    original = fast._act_ros_original
+    assert fast._act_ros_fast and not getattr(original, '_act_ros_fast', False)
+    got = fast(table).with_format('arrow')[:]
+    assert got.equals(original(table).with_format('arrow')[:])
+    assert got.column('image')[0]['bytes'].as_py() == Path(paths[0]).read_bytes()
+    plain = datasets.Dataset.from_dict({'x': [1.0, 2.0]})
+    assert fast(plain) is plain

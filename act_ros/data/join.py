@@ -67,6 +67,9 @@ def joined(base: Path, new: Path, scratch: Path, card: str) -> Path:
     """
     from lerobot.datasets.aggregate import aggregate_datasets
 
+    from act_ros.data.writer import fast_image_embedding
+
+    fast_image_embedding()
     merged = scratch / 'merged'
     sources = [Path(base), Path(new)]
     aggregate_datasets(repo_ids=[f'local/{p.name}' for p in sources], roots=sources,
