@@ -171,6 +171,15 @@ class ObjectPoseAuxiliary:
         finally:
             pass
 
+    @property
+    def captured(self) -> bool:
+        """Whether a forward pass ran inside the last :meth:`capture` and was not yet scored."""
+        return bool(self._captured)
+
+    def discard(self) -> None:
+        """Forget what the last :meth:`capture` recorded (a pass that is not scored)."""
+        self._captured = None
+
     def targets(self, poses: torch.Tensor) -> torch.Tensor:
         """(B, 8) poses -> (B, TARGET_DIM) standardized positions and yaw harmonics."""
         return pose_targets(poses, self.mean, self.std)

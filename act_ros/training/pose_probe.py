@@ -144,12 +144,12 @@ def probe_rollouts(checkpoint: Path, *, episodes: int, seed: int,
                     label = np.asarray(expert.act(obs), dtype=np.float64)
                     with aux.capture():
                         command = policy.act(obs)
-                    if aux._captured:  # the policy queried a chunk on this frame
+                    if aux.captured:  # the policy queried a chunk on this frame
                         errors = _errors_from(aux.errors(torch.from_numpy(_poses(obs))[None]))[0]
                         rows.append({'driver': driver, 'seed': seed + k, 'tick': tick,
                                      'lifted': bool(obs.box_pose[2] > table_z + 0.01),
                                      **dict(zip(ERROR_KEYS, map(float, errors)))})
-                    aux._captured = None
+                    aux.discard()
                     obs = env.step(label if driver == 'expert' else command)
                     tick += 1
                 result = env.evaluate()
