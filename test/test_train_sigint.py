@@ -71,6 +71,7 @@ def test_ctrl_c_saves_last_exits_130_and_resumes(dataset, tmp_path, repetition):
     metrics = json.loads((out / 'training_metrics.json').read_text())
     assert metrics['status'] == 'interrupted' and metrics['interrupted']
     assert 'SIGINT: saving last/ at step' in log
+    assert 'SIGINT: the run stops and saves last/ after the current step' in log  # said at once
     stopped_at = metrics['steps_completed']
     assert stopped_at >= 1
 

@@ -740,6 +740,10 @@ class Trainer:
             if self._stop_requested:  # second signal: stop now, without saving
                 raise KeyboardInterrupt
             self.request_stop(signal.Signals(signum).name)
+            logger.warning('%s: the run stops and saves last/ after the current step (a feature '
+                           'cache being built is finished first); send it again to stop now '
+                           'without saving (the maps computed so far stay in the disk cache)',
+                           signal.Signals(signum).name)
 
         for sig in (signal.SIGINT, signal.SIGTERM):
             previous[sig] = signal.signal(sig, handler)
