@@ -63,6 +63,10 @@ VISION_LEVERS = tuple(
     (_ENCODER_POSE, f'{variant} the pose loss', f'{VISION_LEVERS_DIR}/encoder_pose_{variant}.json',
      (f'{VISION_LEVERS_DIR}/encoder_pose_training.json', variant))
     for variant in ('without', 'with'))
+# act-ros pose-probe results: the encoder pose head of the A/B's "with" run on the states
+# of the policy and of the expert; heads fit on the shipped backbone's maps of first frames.
+VISION_POSE_PROBES = (f'{VISION_LEVERS_DIR}/pose_probe_rollouts.json',
+                      f'{VISION_LEVERS_DIR}/pose_probe_layouts.json')
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
@@ -491,6 +495,29 @@ def part_vision_levers(src: Sources) -> str:
                   'failures by stage', 'open requests the gate suppressed'], rows)
 
 
+def _pose_cells(errors: dict) -> list[str]:
+    return [f"{errors['box_cm']:.2f} cm / {errors['box_deg']:.1f} deg",
+            f"{errors['pad_cm']:.2f} cm / {errors['pad_deg']:.1f} deg"]
+
+
+def part_vision_pose_probe(src: Sources) -> str:
+    """Where the vision policy's features know the object poses (act-ros pose-probe)."""
+    rollouts, layouts = (src.json(rel) for rel in VISION_POSE_PROBES)
+    rows = []
+    drivers = {'expert': 'the expert drives', 'policy': 'the policy drives'}
+    for row in rollouts['summary']:
+        rows.append([f"the run's encoder pose head, {rollouts['episodes']} unseen seeds",
+                     f"{drivers[row['driver']]}: {row['frames']}", row['n'],
+                     *_pose_cells(row)])
+    for fit in layouts['fits']:
+        rows.append([f"a head fit on the shipped backbone's maps ({fit['cameras']}), "
+                     f"{fit['layouts_train']} random first frames",
+                     f"{fit['layouts_held_out']} held-out first frames", fit['layouts_held_out'],
+                     *_pose_cells(fit['held_out'])])
+    return table(['probe', 'frames', 'n', 'box: position / yaw error (median)',
+                  'pad: position / yaw error (median)'], rows)
+
+
 def part_vision_recipe_stages(src: Sources) -> str:
     """Stage times of each recorded run of ``act-ros recipe vision``."""
     return recipe_stages_table(src, VISION_RUNS)
@@ -675,6 +702,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'vision_dagger_iterations': part_vision_dagger_iterations,
     'vision_curve': part_vision_curve,
     'vision_levers': part_vision_levers,
+    'vision_pose_probe': part_vision_pose_probe,
     'runtime_loop': part_runtime_loop,
     'model_time': part_model_time,
     'node_realtime': part_node_realtime,
