@@ -19,6 +19,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'evaluate': ('act_ros.training.evaluate', 'closed-loop evaluation in the simulation'),
     'pose-probe': ('act_ros.training.pose_probe', "what a vision policy's features tell of the "
                    "object poses, on its own states and on random first frames"),
+    'pose-pretrain': ('act_ros.training.pose_pretrain', "train a policy's vision backbone on "
+                      'the object poses of random rendered scenes (no expert)'),
     'dagger': ('act_ros.training.dagger_loop', 'DAgger iterations: collect with the policy, '
                'expert labels, train, repeat'),
     'recipe': ('act_ros.training.recipe', 'a whole training recipe (config/recipe_<name>.yaml) '

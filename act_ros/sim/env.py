@@ -232,6 +232,27 @@ class PortPickAlignEnv:
                 return False
         return True
 
+    def pose_scene(self, arm_joints: np.ndarray, opening: float,
+                   box_pose: np.ndarray | None = None) -> SimObservation:
+        """Place the arm (arm joints in contract order without the gripper, as
+        :class:`~act_ros.sim.ik.ArmIK` solves them; gripper ``opening`` normalized)
+        and, where given, the box (``x, y, z, yaw``) without simulating: a still scene to
+        render (pose-supervised renders; the episode's layout and pad stay)."""
+        if self.layout is None:
+            raise RuntimeError('pose_scene needs a layout: call reset(seed) first')
+        arm_joints = np.asarray(arm_joints, dtype=np.float64)
+        if arm_joints.shape != (len(self._arm_qadr),) or not np.all(np.isfinite(arm_joints)):
+            raise ValueError(f'arm_joints: expected {len(self._arm_qadr)} finite values, got '
+                             f'{arm_joints.tolist()}')
+        self.data.qpos[self._arm_qadr] = arm_joints
+        self.data.qpos[self._finger_qadr] = float(np.clip(opening, 0.0, 1.0)) * self.finger_open_m
+        if box_pose is not None:
+            x, y, z, yaw = (float(v) for v in box_pose)
+            self.data.qpos[self._box_qadr:self._box_qadr + 7] = [x, y, z, *yaw_quat(yaw)]
+        self.data.qvel[:] = 0.0
+        mujoco.mj_forward(self.model, self.data)
+        return self.observe()
+
     def _set_ctrl(self, target: np.ndarray) -> None:
         self.data.ctrl[self._arm_act] = target[self.arm_index]
         self.data.ctrl[self._finger_act] = target[self.gripper_index] * self.finger_open_m
