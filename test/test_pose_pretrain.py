@@ -132,6 +132,8 @@ def test_pretrain_changes_only_the_backbone_and_resumes_as_one_run(tiny_checkpoi
         torch.testing.assert_close(resumed[key], trained[key])
     result = json.loads((whole / pose_pretrain.RESULT_FILE).read_text())
     assert [row['step'] for row in result['history']] == [0, 2, 4]
+    command = result['provenance']['command']
+    assert command.startswith('act-ros pose-pretrain') and str(whole) not in command
     final = result['history'][-1]
     assert final['all']['n'] == 6 and sum(final[k]['n'] for k in SCENE_KINDS
                                            if k in final) == 6

@@ -173,11 +173,13 @@ def _errors_by_kind(prediction: Any, poses: Any, kinds: list[str], mean: Any,
     return out
 
 
-def pretrain(args: argparse.Namespace) -> dict[str, Any]:
+def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[str, Any]:
+    """Train as ``args`` say (``argv``: the command line, recorded in the result file)."""
     import torch
 
     from act_ros.core.atomic import write_json_atomic
     from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.provenance import result_provenance
     from act_ros.training.auxiliary import ObjectPoseHead, pose_targets, _POSITIONS
     from act_ros.training.loop import random_shift
     from act_ros.training.state import (TRAINING_INFO_FILE, TRAINING_STATE_FILE, capture_rng,
@@ -264,7 +266,10 @@ def pretrain(args: argparse.Namespace) -> dict[str, Any]:
                            'position_std': std}})
 
         def write_result() -> dict[str, Any]:
-            out = {'checkpoint': str(args.checkpoint), 'step': step, 'steps': args.steps,
+            out = {'provenance': result_provenance(
+                       'act-ros pose-pretrain', argv if argv is not None else sys.argv[1:],
+                       output_path=run, output_option='--output-dir'),
+                   'checkpoint': str(args.checkpoint), 'step': step, 'steps': args.steps,
                    'batch_size': args.batch_size, 'frozen_up_to': args.frozen_up_to,
                    'image_shift_px': args.image_shift_px, 'lr': args.lr,
                    'head_lr': args.head_lr, 'val_scenes': args.val_scenes,
@@ -340,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault('MUJOCO_GL', 'egl')
     logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
     try:
-        out = pretrain(args)
+        out = pretrain(args, argv)
     except (FileNotFoundError, ValueError) as exc:
         print(f'act-ros pose-pretrain: {exc}', file=sys.stderr)
         return 2
