@@ -493,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         harness.ee_position = np.array(FAR_EE)
         report = None
         try:
-            with spinning(context, harness, num_threads=2):
+            with spinning(context, harness, num_threads=1):
                 if not wait_until(lambda: harness.commands or not node.running(),
                                   args.startup_timeout, 0.2):
                     print(f'[bench faults] no command within {args.startup_timeout:.0f} s:\n'

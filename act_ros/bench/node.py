@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         procs = ProcessSet(Path(tmp), dict(os.environ))
         by_round: dict[str, list[dict]] = {}
         try:
-            with spinning(context, harness, num_threads=2):
+            with spinning(context, harness, num_threads=1):
                 for label in rounds:
                     cmd = base_cmd + [word for name, value in settings[label].items()
                                       for word in ('-p', f'{name}:={value}')]
