@@ -227,6 +227,22 @@ def test_startup_phases_add_up_to_the_time_to_the_first_command(rclpy_context, c
     assert 0.0 < float(values['startup.inputs_complete_at_s']) < total
 
 
+def test_model_only_calls_time_the_model_alone_at_configure(rclpy_context, checkpoint, image):
+    """``model_only_calls``: that many calls of the model alone at configure are the
+    model-only time beside the latency split on /diagnostics (by default the two calls
+    behind the real-time verdict)."""
+    for calls, expected in ((0, 2), (5, 5)):
+        node = make_node(rclpy_context, checkpoint, model_only_calls=calls)
+        harness = make_harness(rclpy_context, image)
+        with spinning(rclpy_context, node, harness):
+            assert node.start()
+            wait_commands(harness, 0.0, 1)
+            wait_diagnostics(harness, lambda level, msg, values, n=str(expected):
+                             values.get('latency_split.model_only_calls') == n)
+            model_only = float(harness.latest_diagnostics()[2]['latency_split.model_only_ms'])
+        assert model_only > 0.0
+
+
 def test_a_failed_configure_does_not_count_in_the_next_start_up(rclpy_context, checkpoint,
                                                                 image):
     node = make_node(rclpy_context, '/nonexistent/checkpoint', execution='process')
@@ -306,6 +322,7 @@ def _copy_image(msg):
     ({'joint_names': ['a', 'b']}, 'joint_names: expected 6 distinct names'),
     ({'max_joint_step': [0.1, -0.1]}, 'max_joint_step'),
     ({'n_action_steps': 64}, 'n_action_steps (64) cannot exceed'),
+    ({'model_only_calls': -1}, 'model_only_calls: -1 is out of range'),
 ])
 def test_bad_parameters_fail_configure(rclpy_context, checkpoint, params, words):
     node = make_node(rclpy_context, checkpoint, **params)

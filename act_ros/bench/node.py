@@ -51,6 +51,7 @@ import argparse
 import json
 import os
 from pathlib import Path
+from typing import Any
 import random
 import sys
 import tempfile
@@ -125,6 +126,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--inference-nice', default=None,
                    help="act_node's inference_nice (the inference process's niceness; default: "
                    "the node's, 0), or a comma list of values measured side by side in one run")
+    p.add_argument('--model-only-calls', type=int, default=10,
+                   help="model-only calls the node times at configure (its model_only_calls) "
+                        'for split_model_only_ms, the model alone per chunk beside the split '
+                        '(default 10; 0: the two calls behind the real-time verdict; not with '
+                        '--startup-only, whose time to the first command they would lengthen)')
     p.add_argument('--repeats', type=int, default=1,
                    help='with a comparison (--visualization compare, several --precision or '
                    '--inference-nice values): '
@@ -134,6 +140,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.repeats < 1:
         p.error(f'--repeats must be >= 1, got {args.repeats}')
+    if not 0 <= args.model_only_calls <= 1000:
+        p.error(f'--model-only-calls must be 0-1000, got {args.model_only_calls}')
     precisions = args.precision.split(',') if args.precision is not None else []
     unknown = [name for name in precisions if name not in (AUTO, *PRECISIONS)]
     if unknown or (args.precision is not None and len(set(precisions)) != len(precisions)):
@@ -219,6 +227,21 @@ BENCH_OBJECT_POSES = {'box': ((0.2, 0.08, 0.015), (1.0, 0.0, 0.0, 0.0)),
                       'pad': ((0.25, 0.0, 0.0), (1.0, 0.0, 0.0, 0.0))}
 
 
+def _given_checkpoint(model_path: str | Path) -> dict[str, Any]:
+    """The chunk size and image input size (``HxW``) of a local checkpoint given with
+    --model-path, for the result (empty where its config cannot be read)."""
+    try:
+        config = json.loads((Path(model_path) / 'config.json').read_text())
+    except (OSError, ValueError):
+        return {}
+    shapes = {tuple(f['shape'][-2:]) for f in (config.get('input_features') or {}).values()
+              if f.get('type') == 'VISUAL' and len(f.get('shape') or ()) == 3}
+    out: dict[str, Any] = {'chunk_size': config.get('chunk_size')}
+    if len(shapes) == 1:
+        out['input_size'] = 'x'.join(map(str, shapes.pop()))
+    return out
+
+
 def object_pose_feeds(model_path: str | Path, contract) -> dict[str, tuple]:
     """``{topic: (position, quaternion)}`` the benchmark's robot publishes for the
     checkpoint at ``model_path``: the box and pad poses on the node's object pose topics
@@ -287,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
                     '-p', f'model_path:={model_path}', '-p', f'device:={args.device}',
                     '-p', f'control_rate_hz:={float(args.rate)}',
                     '-p', 'diagnostics_period_s:=1.0']
+        if not args.startup_only:  # a steadier model-only figure; startup-only: the defaults
+            base_cmd += ['-p', f'model_only_calls:={args.model_only_calls}']
         # Only what was asked for: the node's own defaults else.
         base_cmd += _given_node_options(args)
         node = node_parameters(args)
@@ -323,11 +348,13 @@ def main(argv: list[str] | None = None) -> int:
                     if result is None:
                         return 1
                     by_round.setdefault(label, []).append(result)
+            given = _given_checkpoint(model_path) if args.model_path else {}
             common = dict(camera_size=f'{args.height}x{args.width}',
-                          model_input_size=('x'.join(map(str, args.model_size))
-                                            if args.model_size else 'camera size'),
-                          chunk_size=args.chunk_size or ('given' if args.model_path
-                                                         else contract.chunk_size),
+                          model_input_size=given.get('input_size') or (
+                              'x'.join(map(str, args.model_size)) if args.model_size
+                              else 'camera size'),
+                          chunk_size=args.chunk_size or given.get('chunk_size') or (
+                              'given' if args.model_path else contract.chunk_size),
                           n_action_steps=n_action_steps or 'config/act.yaml',
                           mode=f"{node['mode']}/{node['execution']}",
                           executor=node['executor'], backend=node['backend'],
@@ -337,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
                           inference_nice=(node['inference_nice'] if kind != 'inference_nice'
                                           else 'compared'),
                           preset=args.preset if not args.model_path else 'given',
+                          model_only_calls=(args.model_only_calls if not args.startup_only
+                                            else 'node default'),
                           cpu_count=os.cpu_count())
         finally:
             procs.stop_all(grace_s=20.0)  # SIGINT, then escalation; its inference child too

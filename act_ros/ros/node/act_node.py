@@ -219,6 +219,10 @@ class ActNode(LifecycleNode):
                 self.get_logger().info(f'real time: {self.verdict.line()}')
             else:
                 self.get_logger().warning(f'real time: {self.verdict.line()}')
+        if settings.model_only_calls:
+            seconds = runtime.measure_model_only(settings.model_only_calls)
+            self.get_logger().info(f'model alone: {1e3 * float(np.median(seconds)):.0f} ms '
+                                   f'median of {len(seconds)} calls')
         if not self.startup.complete:
             self.startup.merge(runtime.startup_events)
             self.startup.notes['backend_cache'] = runtime.stats.backend_cache

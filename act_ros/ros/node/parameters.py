@@ -132,6 +132,11 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('inference_timeout_s', 30.0, 'execution process: a chunk not back within this time '
           'means a hung inference process, which is killed and restarted (as one that died).',
           low=0.1, high=3600.0),
+        P('model_only_calls', 0, 'Model-only calls timed at configure, after the real-time '
+          'verdict, as the model alone per chunk beside the latency split on /diagnostics '
+          '(latency_split.model_only_ms); 0 takes the model parts of the verdict\'s two '
+          'timed calls (no extra call). Benchmarks set more for a steadier figure.',
+          low=0, high=1000),
         P('inference_nice', 0, 'execution process: niceness of the inference process (0-19). '
           'Higher lets the node\'s own threads (tick, message handling, publishing) take the '
           'CPU first when both want it, at some cost in model time on a small CPU.',
@@ -339,6 +344,7 @@ class NodeSettings:
     ee_frame: str = 'ee_link'
     inference_timeout_s: float = 30.0
     inference_nice: int = 0
+    model_only_calls: int = 0
     precision_tolerance: float = DEFAULT_TOLERANCE
     visualization_enabled: bool = True
     visualization_rate_hz: float = 5.0
@@ -411,6 +417,7 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         pad_pose_topic=v['pad_pose_topic'], ee_source=v['ee_source'],
         ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'],
         inference_timeout_s=v['inference_timeout_s'], inference_nice=v['inference_nice'],
+        model_only_calls=v['model_only_calls'],
         object_pose_topics=pose_topics,
         precision_tolerance=v['precision_tolerance'],
         visualization_enabled=v['visualization.enabled'],
