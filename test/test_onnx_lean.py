@@ -76,6 +76,16 @@ def _check_image_feed(lean, full, obs):
     expected = full.checkpoint.preprocessor(full.observation_tensors(obs))
     for _, feature, _ in lean.cameras:
         want = expected[feature].numpy()
+        if feature in lean.backend.uint8_images:
+            # OpenVINO normalizes these pixels in the compiled model with the same affine
+            # (the chunk's agreement above covers that step).
+            pixels = feed[feature]
+            assert pixels.dtype == np.uint8 and pixels.shape == (1, *want.shape[2:], 3)
+            scale, offset = lean.processors.image_affine(feature)
+            got = pixels[0].transpose(2, 0, 1) * scale + offset
+            ulp = np.finfo(np.float32).eps * float(np.abs(want).max())
+            assert np.abs(got[None] - want).max() <= 4 * ulp, feature
+            continue
         ulp = np.finfo(np.float32).eps * float(np.abs(want).max())
         assert np.abs(feed[feature] - want).max() <= 4 * ulp, feature
 
@@ -194,6 +204,46 @@ def test_openvino_compiled_model_is_cached_per_export_content(exported):
             for name, spec in zip(export.input_names, meta['inputs'])}
     np.testing.assert_array_equal(first.run(feed), second.run(feed))
     assert OpenVINOBackend(export, threads=1, cache=False).compiled_cache == 'off'
+
+
+@extras.needs_openvino
+@pytest.mark.slow
+def test_openvino_normalizes_uint8_images_in_the_compiled_model(exported):
+    """image_affine: the images go in as uint8 pixels and OpenVINO's pre-processing
+    normalizes them: the chunk of the numpy-normalized float inputs, to float32 rounding;
+    the compiled model with its pre-processing is cached too; a bad affine is refused."""
+    from act_ros.core.backends import OPENVINO_CACHE_DIR, OpenVINOBackend
+    from act_ros.core.export import EXPORT_DIR, OnnxExport, read_metadata
+
+    options = PredictorOptions(backend='openvino', threads=1)
+    lean, why = lean_onnx_predictor(exported, CONTRACT, options)
+    assert lean is not None, why
+    images = {key for key in lean.info.image_features}
+    assert lean.backend.uint8_images == images and images
+    path = exported / EXPORT_DIR / 'model_48x64.onnx'
+    export = OnnxExport(path=path, metadata=read_metadata(path), exported=False, seconds=0.0)
+    plain = OpenVINOBackend(export, threads=1, cache=False)
+    assert plain.uint8_images == frozenset()
+    fused_backend = lean.backend
+    for obs in _observations(3):
+        fused = lean.normalized(obs)
+        lean.use_backend(plain)
+        float_fed = lean.normalized(obs)
+        lean.use_backend(fused_backend)
+        np.testing.assert_allclose(fused, float_fed, rtol=0, atol=1e-5)
+    cache = exported / EXPORT_DIR / OPENVINO_CACHE_DIR / export.metadata['onnx_sha256'][:16]
+    affine = {key: lean.processors.image_affine(key) for key in images}
+    again = OpenVINOBackend(export, threads=1, image_affine=affine)
+    assert again.compiled_cache == 'hit' and any(cache.glob('*.blob'))
+    assert len(list(cache.glob('preprocessed_*.xml'))) == 1  # the graph with it, written once
+    assert again.with_precision('fp32').uint8_images == images  # a rebuild keeps it
+    key = sorted(images)[0]
+    with pytest.raises(ValueError, match='a non-zero scale and an offset per channel'):
+        OpenVINOBackend(export, threads=1, cache=False,
+                        image_affine={key: (np.zeros(3), np.zeros(3))})
+    with pytest.raises(ValueError, match='not inputs of the export'):
+        OpenVINOBackend(export, threads=1, cache=False,
+                        image_affine={'observation.images.nope': affine[key]})
 
 
 def test_onnx_predictor_module_needs_no_torch():

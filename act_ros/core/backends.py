@@ -22,8 +22,12 @@ Pre- and post-processing (normalization) stay in the predictor, shared by all ba
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
+import os
 from pathlib import Path
+import tempfile
 import time
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -85,6 +89,14 @@ class OnnxBackend:
         self.input_names = export.input_names
         self.compile_seconds = 0.0
         self.compiled_cache = 'off'  # a cache of the compiled model: hit | miss | off
+        # Image inputs this backend takes as the camera's uint8 pixels, (1, H, W, 3), and
+        # normalizes itself (OpenVINOBackend with image_affine); the rest take the
+        # normalized float32 (1, 3, H, W) the export was traced with.
+        self.uint8_images: frozenset[str] = frozenset()
+
+    def with_precision(self, precision: str) -> OnnxBackend:
+        """The same backend (export, threads, options) built for ``precision``."""
+        return type(self)(self.export, precision=precision, threads=self.threads)
 
     @property
     def load_seconds(self) -> float:
@@ -123,9 +135,23 @@ class OpenVINOBackend(OnnxBackend):
     CAPABILITY = {'bf16': 'BF16', 'fp16': 'FP16', 'int8': 'INT8'}
 
     def __init__(self, export: OnnxExport, *, precision: str = 'fp32',
-                 threads: int | None = None, cache: bool = True) -> None:
+                 threads: int | None = None, cache: bool = True,
+                 image_affine: dict[str, tuple[np.ndarray, np.ndarray]] | None = None) -> None:
+        """``image_affine``: for image inputs by name, the per-channel ``(scale, offset)``
+        with which the normalized image is ``scale * pixels + offset`` (LeRobot's
+        ``pixels / 255`` and the feature's normalization folded into one multiply-add,
+        :meth:`~act_ros.core.onnx_predictor.NumpyProcessors.image_affine`): those inputs
+        then take the camera's uint8 pixels, (1, H, W, 3), and OpenVINO converts, transposes
+        and normalizes them as the first steps of the compiled model (its pre-processing,
+        fused with the first layer), instead of a pass over every pixel in numpy before each
+        call."""
         check_backend_options(self.name, precision=precision, compile_model=False)
         super().__init__(export, precision, threads)
+        self.image_affine = dict(image_affine or {})
+        unknown = sorted(set(self.image_affine) - set(self.input_names))
+        if unknown:
+            raise ValueError(f'image_affine names {unknown}, which are not inputs of the export '
+                             f'{self.input_names}')
         # int8: the quantized model beside the export (QuantizedModelError, saying how to
         # make it, when there is none or it is stale), else the ONNX file itself.
         self.int8 = find_int8_model(export) if precision == 'int8' else None
@@ -150,19 +176,33 @@ class OpenVINOBackend(OnnxBackend):
             cache_dir = _openvino_cache_dir(export, digest) if cache else None
             start = time.perf_counter()
             if cache_dir is not None:
+                # The model with its image pre-processing is written once as OpenVINO IR
+                # beside the compiled blobs: compiled from a file, a cached blob is found
+                # without hashing the whole graph at each start.
+                source = (_preprocessed_ir(ov, core, Path(model_path), self.image_affine,
+                                           cache_dir) if self.image_affine else Path(model_path))
                 # OpenVINO keys its blobs on the model file, the device and this config; the
                 # folder is keyed on the file's content (its sha256, checked with the export
                 # or the quantized model's record).
-                self.compiled_cache = 'hit' if any(cache_dir.glob('*.blob')) else 'miss'
+                blobs = set(cache_dir.glob('*.blob'))
                 core.set_property({props.cache_dir: str(cache_dir)})
-                self._compiled = core.compile_model(str(model_path), 'CPU', config)
+                self._compiled = core.compile_model(str(source), 'CPU', config)
+                self.compiled_cache = 'miss' if set(cache_dir.glob('*.blob')) - blobs else 'hit'
             else:
-                self._compiled = core.compile_model(core.read_model(str(model_path)), 'CPU', config)
+                model = core.read_model(str(model_path))
+                if self.image_affine:
+                    model = _with_image_preprocessing(ov, model, self.image_affine)
+                self._compiled = core.compile_model(model, 'CPU', config)
             self.compile_seconds = time.perf_counter() - start
             compiled_as = self._compiled.get_property(hints.inference_precision)
             if compiled_as != wanted:
                 raise DeviceUnavailableError(self._refusal(precision, capabilities, compiled_as))
             self._request = self._compiled.create_infer_request()
+        self.uint8_images = frozenset(self.image_affine)
+
+    def with_precision(self, precision: str) -> OpenVINOBackend:
+        return type(self)(self.export, precision=precision, threads=self.threads,
+                          image_affine=self.image_affine)
 
     @staticmethod
     def _refusal(precision: str, capabilities: list[str], compiled_as: Any = None) -> str:
@@ -175,6 +215,53 @@ class OpenVINOBackend(OnnxBackend):
         self._request.infer(feed)
         # The request reuses its output buffer: copy before the next call.
         return np.array(self._request.get_output_tensor(0).data, dtype=np.float32, copy=True)
+
+
+def _with_image_preprocessing(ov: Any, model: Any,
+                              image_affine: dict[str, tuple[np.ndarray, np.ndarray]]) -> Any:
+    """``model`` whose image inputs take uint8 (1, H, W, 3) pixels: OpenVINO's
+    pre-processing converts them to f32, lays them out as the model's NCHW and applies
+    ``scale * pixels + offset`` per channel (as ``(pixels - mean) / scale'`` with
+    ``mean = -offset / scale``, ``scale' = 1 / scale``)."""
+    from openvino.preprocess import PrePostProcessor
+
+    ppp = PrePostProcessor(model)
+    for name, (scale, offset) in image_affine.items():
+        scale = np.asarray(scale, dtype=np.float64).reshape(-1)
+        offset = np.asarray(offset, dtype=np.float64).reshape(-1)
+        if not (scale.shape == offset.shape == (3,)) or not np.all(scale != 0):
+            raise ValueError(f"image_affine['{name}']: expected a non-zero scale and an offset "
+                             f'per channel (3 each), got {scale} and {offset}')
+        stage = ppp.input(name)
+        stage.tensor().set_element_type(ov.Type.u8).set_layout(ov.Layout('NHWC'))
+        stage.model().set_layout(ov.Layout('NCHW'))
+        stage.preprocess().convert_element_type(ov.Type.f32).mean(
+            (-offset / scale).tolist()).scale((1.0 / scale).tolist())
+    return ppp.build()
+
+
+def _preprocessed_ir(ov: Any, core: Any, model_path: Path,
+                     image_affine: dict[str, tuple[np.ndarray, np.ndarray]],
+                     cache_dir: Path) -> Path:
+    """``model_path`` with the image pre-processing of ``image_affine``
+    (:func:`_with_image_preprocessing`) as OpenVINO IR in ``cache_dir``, keyed on the
+    source file's name and the affine values; written once, the ``.bin`` before the
+    ``.xml`` (whose presence says the pair is whole), weights as they are (no fp16
+    compression)."""
+    key = hashlib.sha256(json.dumps(
+        [model_path.name, {name: [np.asarray(v, dtype=np.float32).reshape(-1).tolist()
+                                  for v in pair] for name, pair in sorted(image_affine.items())}]
+    ).encode()).hexdigest()[:16]
+    xml = cache_dir / f'preprocessed_{key}.xml'
+    if xml.is_file() and xml.with_suffix('.bin').is_file():
+        return xml
+    model = _with_image_preprocessing(ov, core.read_model(str(model_path)), image_affine)
+    with tempfile.TemporaryDirectory(dir=cache_dir, prefix='.preprocessed-') as tmp:
+        tmp_xml = Path(tmp) / xml.name
+        ov.save_model(model, str(tmp_xml), compress_to_fp16=False)
+        os.replace(tmp_xml.with_suffix('.bin'), xml.with_suffix('.bin'))
+        os.replace(tmp_xml, xml)
+    return xml
 
 
 def _openvino_cache_dir(export: OnnxExport, digest: str | None = None) -> Path | None:

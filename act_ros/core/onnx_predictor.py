@@ -253,7 +253,8 @@ class LeanOnnxPredictor:
         self.backend = backend
 
     def _feed(self, obs: Observation) -> dict[str, np.ndarray]:
-        """The backend's normalized, batched float32 inputs for ``obs``."""
+        """The backend's batched inputs for ``obs``: normalized float32, and uint8 pixels for
+        the images the backend normalizes itself (``uint8_images``)."""
         missing = [name for name, _, _ in self.cameras if name not in obs.images]
         if missing:
             raise ObservationError(f'observation lacks cameras {missing} (has {sorted(obs.images)})')
@@ -262,17 +263,24 @@ class LeanOnnxPredictor:
             arrays[self.info.env_state_key] = environment_state_to_array(
                 obs.environment_state, self.info.env_state_dim)
         batch = self.processors.preprocess(arrays)
-        # The images: checked and resized as uint8, then converted and normalized in one
-        # multiply-add per pixel into the batch array: one pass over the pixels instead of
-        # a conversion, a division and the normalizer's two passes, each a new array.
+        # The images: checked and resized as uint8; a backend that normalizes them itself
+        # (OpenVINO's pre-processing, in the compiled model) takes these pixels as they
+        # are; else they are converted and normalized in one multiply-add per pixel into
+        # the batch array: one pass over the pixels instead of a conversion, a division and
+        # the normalizer's two passes, each a new array.
+        uint8_images = self.backend.uint8_images
         for name, feature, size in self.cameras:
             pixels = checked_image(obs.images[name], size, name)
+            if feature in uint8_images:
+                batch[feature] = np.ascontiguousarray(pixels)[None]
+                continue
             scale, offset = self._affine[feature]
             out = np.empty((1, 3, *pixels.shape[:2]), dtype=np.float32)
             np.multiply(pixels.transpose(2, 0, 1), scale, out=out[0], casting='unsafe')
             out[0] += offset
             batch[feature] = out
-        return {name: np.ascontiguousarray(batch[name], dtype=np.float32)
+        return {name: batch[name] if name in uint8_images
+                else np.ascontiguousarray(batch[name], dtype=np.float32)
                 for name in self.backend.input_names}
 
     def warmup(self, iterations: int = 1) -> float:
@@ -311,8 +319,11 @@ def lean_onnx_predictor(path: str | Path, contract: Contract, options: Predictor
         return None, f'ONNX export {export_path}: {reason}'
     export = OnnxExport(path=export_path, metadata=read_metadata(export_path), exported=False,
                         seconds=0.0)
+    extra: dict[str, Any] = {}
+    if options.backend == 'openvino':  # the images normalized in the compiled model
+        extra['image_affine'] = {key: processors.image_affine(key) for key in info.image_features}
     backend = BACKEND_CLASSES[options.backend](export, precision=options.precision,
-                                               threads=options.threads)
+                                               threads=options.threads, **extra)
     events['backend_built'] = time.monotonic()
     return LeanOnnxPredictor(info, contract, processors, backend), ''
 

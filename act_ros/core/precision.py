@@ -301,7 +301,7 @@ def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.nda
     fp32 = predictor.backend
 
     def build():
-        return type(fp32)(fp32.export, precision=plan.candidate, threads=fp32.threads)
+        return fp32.with_precision(plan.candidate)
 
     return compare_backends(predictor, build, observations, plan.tolerance,
                             requested=plan.requested, why=plan.why, name=plan.candidate,
