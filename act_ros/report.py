@@ -77,7 +77,7 @@ NODE_RUNS_DIR = 'docs/benchmarks/node'
 NODE_RUNS = ('x86-avx2/in240_c30_openvino', 'x86-avx2/in480_c100_openvino',
              'x86-avx2/in480_c30_defaults',
              'in240_c30_openvino', 'in480_c100_openvino', 'in480_c30_precision',
-             'in480_c30_defaults')
+             'in480_c30_defaults', 'x86-amx/in480_c30_precision')
 FAULTS = 'docs/benchmarks/faults.json'
 COMPARISON = 'docs/results/sim_port_pick_align/comparison_20_seeds.json'
 TRAINING_STEP = 'docs/results/training/step_times_cpu.json'
@@ -635,6 +635,38 @@ def part_node_realtime(src: Sources) -> str:
                   'CPU node (main process)', 'first command'], rows)
 
 
+# `act-ros bench node --json` runs whose latency split is compared (label, file in
+# NODE_RUNS_DIR): the same checkpoint before and after a change, alternated, and the
+# precisions side by side.
+NODE_SPLIT_RUNS = (
+    ('before: images normalized in numpy (round 1)', 'x86-amx/split_before_1'),
+    ('after: images normalized in the compiled model (round 1)', 'x86-amx/split_after_1'),
+    ('before (round 2)', 'x86-amx/split_before_2'),
+    ('after (round 2)', 'x86-amx/split_after_2'),
+    ('', 'x86-amx/in480_c30_precision'),
+)
+
+
+def part_node_split(src: Sources) -> str:
+    rows = []
+    for label, name in NODE_SPLIT_RUNS:
+        data = src.json(f'{NODE_RUNS_DIR}/{name}.json')
+        cpu = _cpu_class(data['provenance']['machine'])
+        runs = data['settings'].values() if data.get('compared') else [data]
+        for r in runs:
+            rest = sum(r[f'split_{part}_ms'] for part in ('postprocess', 'return', 'other'))
+            rows.append([cpu, label or _node_run_label(data, r), f"{r['split_chunks']:.0f}",
+                         *(f"{r[f'split_{part}_ms']:.{digits}f}" for part, digits in
+                           (('transfer', 1), ('preprocess', 2), ('model', 0))),
+                         f'{rest:.1f}', f"{r['split_total_ms']:.0f}",
+                         f"{r['split_model_only_ms']:.0f}",
+                         f"{r['split_total_over_model_only']:.2f}",
+                         f"{r['command_rate_hz']:.2f}", f"{r['missed_periods']:.0f}"])
+    return table(['CPU', 'run (480x640 input, chunk 30)', 'chunks', 'transfer', 'preprocess',
+                  'model', 'postprocess + return + other', 'total', 'model alone',
+                  'total / model alone', 'commands/s', 'missed periods'], rows)
+
+
 # `act-ros bench node --startup-only --json`, default ACT at 240x320 input, one file per
 # backend (in NODE_RUNS_DIR).
 NODE_STARTUP_RUNS = ('start_openvino_in240', 'start_torch_in240')
@@ -706,6 +738,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'runtime_loop': part_runtime_loop,
     'model_time': part_model_time,
     'node_realtime': part_node_realtime,
+    'node_split': part_node_split,
     'precision_policy': part_precision_policy,
     'node_startup': part_node_startup,
     'faults': part_faults,
