@@ -140,6 +140,9 @@ def test_pretrain_changes_only_the_backbone_and_resumes_as_one_run(tiny_checkpoi
     assert all(math.isfinite(final['all'][k]) for k in ('box_cm', 'box_deg', 'pad_cm',
                                                         'pad_deg'))
     load_checkpoint(whole / 'last')  # a LeRobot checkpoint the trainer and node load
+    # --precision auto (default): bf16 autocast only where the CPU computes it natively.
+    from act_ros.core.precision import cpu_has_native_bf16
+    assert result['precision'] == ('bf16' if cpu_has_native_bf16() else 'fp32')
 
 
 def test_pretrain_refuses_what_would_lose_or_mix_runs(tiny_checkpoint, tmp_path, capsys):

@@ -47,6 +47,8 @@ FROZEN_CHOICES = ('none', 'stem', 'layer1', 'layer2')
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from act_ros.training.config import TRAIN_PRECISIONS
+
     parser = argparse.ArgumentParser(
         prog='act-ros pose-pretrain',
         description='Train a policy\'s vision backbone on the box and pad poses of random '
@@ -75,6 +77,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--val-interval', type=int, default=100)
     parser.add_argument('--checkpoint-interval', type=int, default=100)
     parser.add_argument('--torch-threads', type=int, default=None)
+    parser.add_argument('--precision', choices=TRAIN_PRECISIONS, default='auto',
+                        help='autocast precision of the backbone and head; auto = bf16 where '
+                             'the CPU computes bfloat16 natively (AVX512-BF16, AMX), else fp32')
     parser.add_argument('--resume', action='store_true', help='continue RUN/last')
     parser.add_argument('--no-progress', action='store_true')
     return parser
@@ -181,7 +186,8 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
     from act_ros.core.checkpoint import load_checkpoint
     from act_ros.provenance import result_provenance
     from act_ros.training.auxiliary import ObjectPoseHead, pose_targets, _POSITIONS
-    from act_ros.training.loop import random_shift
+    from act_ros.core.inference import autocast_context
+    from act_ros.training.loop import random_shift, resolve_precision
     from act_ros.training.state import (TRAINING_INFO_FILE, TRAINING_STATE_FILE, capture_rng,
                                         restore_rng, save_model)
 
@@ -202,6 +208,12 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
     source_info = json.loads(info_file.read_text()) if info_file.is_file() else {}
     policy = loaded.policy
     backbone = policy.model.backbone
+    device = next(backbone.parameters()).device
+    precision = resolve_precision(args.precision, device)
+    logger.info('precision %s (requested %s)', precision, args.precision)
+
+    def autocast() -> Any:
+        return autocast_context(device, precision)
     scenes = SceneBatches(source, loaded)
     try:
         val_seeds = list(range(args.val_seed, args.val_seed + args.val_scenes))
@@ -247,9 +259,10 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
             with torch.no_grad():
                 predictions = []
                 for start in range(0, len(val_seeds), 64):
-                    maps = [backbone(v[start:start + 64])['feature_map']
-                            for v in val_images.values()]
-                    predictions.append(head(maps))
+                    with autocast():
+                        maps = [backbone(v[start:start + 64])['feature_map']
+                                for v in val_images.values()]
+                        predictions.append(head(maps).float())
             head.train()
             return _errors_by_kind(torch.cat(predictions), val_poses, val_kinds, mean, std)
 
@@ -271,6 +284,7 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                        output_path=run, output_option='--output-dir'),
                    'checkpoint': str(args.checkpoint), 'step': step, 'steps': args.steps,
                    'batch_size': args.batch_size, 'frozen_up_to': args.frozen_up_to,
+                   'precision': precision,
                    'image_shift_px': args.image_shift_px, 'lr': args.lr,
                    'head_lr': args.head_lr, 'val_scenes': args.val_scenes,
                    'val_seeds': [val_seeds[0], val_seeds[-1]], 'history': history}
@@ -298,8 +312,10 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                 images, poses, _ = scenes(list(range(first, first + args.batch_size)))
                 if args.image_shift_px:
                     images = {k: random_shift(v, args.image_shift_px) for k, v in images.items()}
-                maps = [backbone(v)['feature_map'] for v in images.values()]
-                loss = (head(maps) - pose_targets(poses, mean, std)).abs().mean()
+                with autocast():
+                    maps = [backbone(v)['feature_map'] for v in images.values()]
+                    predicted = head(maps).float()
+                loss = (predicted - pose_targets(poses, mean, std)).abs().mean()
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f'step {step}: the pose loss is {loss.item()}')
                 optimizer.zero_grad(set_to_none=True)
