@@ -531,11 +531,23 @@ PRECISION_EVALUATIONS = ('docs/results/precision/openvino_fp32_chunk_100.json',
                          'docs/results/precision/openvino_bf16_chunk_100.json',
                          'docs/results/precision/openvino_int8_chunk_100.json')
 
+# The same policy, seeds and precisions on a CPU with AMX (amx_bf16, amx_int8).
+PRECISION_EVALUATIONS_AMX = tuple(rel.replace('_100.json', '_100_amx.json')
+                                  for rel in PRECISION_EVALUATIONS)
+
 
 def part_precision_policy(src: Sources) -> str:
+    return _precision_table(src, PRECISION_EVALUATIONS)
+
+
+def part_precision_policy_amx(src: Sources) -> str:
+    return _precision_table(src, PRECISION_EVALUATIONS_AMX)
+
+
+def _precision_table(src: Sources, files: tuple[str, ...]) -> str:
     """One policy, one backend, the same seeds, each precision: align rate and errors, and
     the episodes each precision alone aligned (paired by seed against the first)."""
-    runs = [(rel, src.json(rel)) for rel in PRECISION_EVALUATIONS if src.exists(rel)]
+    runs = [(rel, src.json(rel)) for rel in files if src.exists(rel)]
     base = {e['seed']: e['success'] for e in runs[0][1]['modes']['chunk']['episodes']}
     rows = []
     for _rel, data in runs:
@@ -740,6 +752,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'node_realtime': part_node_realtime,
     'node_split': part_node_split,
     'precision_policy': part_precision_policy,
+    'precision_policy_amx': part_precision_policy_amx,
     'node_startup': part_node_startup,
     'faults': part_faults,
     'training_step': part_training_step,
