@@ -227,6 +227,22 @@ def test_startup_phases_add_up_to_the_time_to_the_first_command(rclpy_context, c
     assert 0.0 < float(values['startup.inputs_complete_at_s']) < total
 
 
+def test_one_thread_spins_the_node_and_harness_on_a_single_threaded_executor(
+        rclpy_context, checkpoint, image):
+    """``spinning(..., num_threads=1)`` (the benchmarks' load generator): rclpy's
+    single-threaded executor, which blocks in its wait instead of looping while a callback
+    is pending (ros2/rclpy#1452); frames go out and commands come back through it."""
+    from rclpy.executors import SingleThreadedExecutor
+
+    node = make_node(rclpy_context, checkpoint)
+    harness = make_harness(rclpy_context, image)
+    with spinning(rclpy_context, node, harness, num_threads=1) as executor:
+        assert isinstance(executor, SingleThreadedExecutor)
+        assert node.start()
+        commands = wait_commands(harness, 0.0, 5)
+    assert harness.published >= 5 and all(np.isfinite(c.positions).all() for c in commands)
+
+
 def test_model_only_calls_time_the_model_alone_at_configure(rclpy_context, checkpoint, image):
     """``model_only_calls``: that many calls of the model alone at configure are the
     model-only time beside the latency split on /diagnostics (by default the two calls
