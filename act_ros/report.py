@@ -67,6 +67,8 @@ VISION_LEVERS = tuple(
 # of the policy and of the expert; heads fit on the shipped backbone's maps of first frames.
 VISION_POSE_PROBES = (f'{VISION_LEVERS_DIR}/pose_probe_rollouts.json',
                       f'{VISION_LEVERS_DIR}/pose_probe_layouts.json')
+# act-ros pose-pretrain: the shipped backbone trained on the poses of random scenes.
+VISION_POSE_PRETRAIN = f'{VISION_LEVERS_DIR}/pose_pretrain.json'
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
@@ -518,6 +520,29 @@ def part_vision_pose_probe(src: Sources) -> str:
                   'pad: position / yaw error (median)'], rows)
 
 
+def part_vision_pose_pretrain(src: Sources) -> str:
+    """Held-out pose errors of ``act-ros pose-pretrain`` per scene kind along the run, against
+    CPU hours and the scenes drawn."""
+    run = src.json(VISION_POSE_PRETRAIN)
+    kinds = [k for k in ('start', 'reach', 'held') if k in run['history'][0]]
+    rows = []
+    last = run['history'][-1]['step']
+    for row in run['history']:
+        if row['step'] not in (0, 100, 300, last) and row['step'] % 500:
+            continue  # the curve's shape; every row is in the file
+        cells = []
+        for kind in kinds:
+            cells.extend(_pose_cells(row[kind]))
+        rows.append([row['step'], f"{row['seconds'] / 3600:.2f}",
+                     row['step'] * run['batch_size'], *cells])
+    names = {'start': 'first frame', 'reach': 'gripper near', 'held': 'box held'}
+    header = ['step', 'hours (2-core CPU)', 'scenes drawn']
+    for kind in kinds:
+        n = run['history'][-1][kind]['n']
+        header += [f'{names[kind]} (n={n}): box', f'{names[kind]}: pad']
+    return table(header, rows)
+
+
 def part_vision_recipe_stages(src: Sources) -> str:
     """Stage times of each recorded run of ``act-ros recipe vision``."""
     return recipe_stages_table(src, VISION_RUNS)
@@ -747,6 +772,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'vision_curve': part_vision_curve,
     'vision_levers': part_vision_levers,
     'vision_pose_probe': part_vision_pose_probe,
+    'vision_pose_pretrain': part_vision_pose_pretrain,
     'runtime_loop': part_runtime_loop,
     'model_time': part_model_time,
     'node_realtime': part_node_realtime,
