@@ -64,6 +64,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--head-lr', type=float, default=1e-3, help='pose head learning rate')
     parser.add_argument('--warmup-steps', type=int, default=50)
     parser.add_argument('--weight-decay', type=float, default=1e-4)
+    parser.add_argument('--image-size', type=_image_size, default=None, metavar='HxW',
+                        help='render the scenes at this size instead of the checkpoint\'s '
+                             '(e.g. 192x256; the output checkpoint then expects it: a finer-'
+                             'features lever, train on a dataset recorded at that size)')
     parser.add_argument('--image-shift-px', type=int, default=4,
                         help='random shift augmentation in pixels (0: none)')
     parser.add_argument('--frozen-up-to', choices=FROZEN_CHOICES, default='layer1',
@@ -85,6 +89,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _image_size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.lower().split('x'))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'expected HxW such as 192x256, got {text!r}') from None
+    if h < 32 or w < 32:
+        raise argparse.ArgumentTypeError(f'expected at least 32x32 (the backbone\'s stride), '
+                                         f'got {text!r}')
+    return h, w
+
+
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     for name in ('steps', 'batch_size', 'val_scenes', 'val_interval', 'checkpoint_interval'):
         if getattr(args, name) < 1:
@@ -104,7 +119,8 @@ def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> No
 class SceneBatches:
     """Normalized camera batches and poses of the scenes of given seeds."""
 
-    def __init__(self, checkpoint: Path, loaded: Any) -> None:
+    def __init__(self, checkpoint: Path, loaded: Any,
+                 size: tuple[int, int] | None = None) -> None:
         import torch
 
         from act_ros.sim import PortPickAlignEnv
@@ -120,7 +136,8 @@ class SceneBatches:
                      for k in self.keys}
         self.std = {k: torch.as_tensor(stats[k]['std']).float().reshape(3, 1, 1)
                     for k in self.keys}
-        sizes = {tuple(loaded.image_shapes[k])[-2:] for k in self.keys}
+        sizes = {tuple(loaded.image_shapes[k])[-2:] for k in self.keys} if size is None \
+            else {tuple(size)}
         if len(sizes) != 1:
             raise ValueError(f'{checkpoint}: the cameras take different sizes {sorted(sizes)}; '
                              f'the simulation renders every camera at one size')
@@ -214,7 +231,25 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
 
     def autocast() -> Any:
         return autocast_context(device, precision)
-    scenes = SceneBatches(source, loaded)
+    if args.image_size is not None and not args.resume:
+        # The policy's convolutions and sine position embeddings take any size; the config
+        # (what a dataset and the node must feed it) and the training record say the new one.
+        features = [policy.config.input_features] + [
+            step.features for step in loaded.preprocessor.steps
+            if isinstance(getattr(step, 'features', None), dict)]
+        for key in loaded.image_shapes:
+            for table in features:
+                if key in table:
+                    table[key].shape = (int(table[key].shape[0]), *args.image_size)
+        source_info['dataset_image_size'] = list(args.image_size)
+        logger.info('rendering at %dx%d (the checkpoint took %s)', *args.image_size,
+                    sorted({tuple(v) for v in loaded.image_shapes.values()}))
+    elif args.image_size is not None:
+        recorded = tuple(source_info.get('dataset_image_size') or ())
+        if recorded != tuple(args.image_size):
+            raise ValueError(f'--resume with --image-size {args.image_size[0]}x'
+                             f'{args.image_size[1]}: {last} was trained at {recorded}')
+    scenes = SceneBatches(source, loaded, args.image_size)
     try:
         val_seeds = list(range(args.val_seed, args.val_seed + args.val_scenes))
         val_images, val_poses, val_kinds = scenes(val_seeds)
@@ -285,6 +320,7 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                    'checkpoint': str(args.checkpoint), 'step': step, 'steps': args.steps,
                    'batch_size': args.batch_size, 'frozen_up_to': args.frozen_up_to,
                    'precision': precision,
+                   'image_size': list(args.image_size) if args.image_size else None,
                    'image_shift_px': args.image_shift_px, 'lr': args.lr,
                    'head_lr': args.head_lr, 'val_scenes': args.val_scenes,
                    'val_seeds': [val_seeds[0], val_seeds[-1]], 'history': history}
