@@ -33,6 +33,7 @@ LOWER, UPPER = CONTRACT.lower, CONTRACT.upper
 # Distinct measured positions, so a joint taken by position instead of by name shows.
 MEASURED = np.array([0.3, -0.4, 0.5, -0.2, 0.1, 0.6])
 DISCOVERY_S = 20.0  # generous: the test machine may be shared and slow
+SETTLE_S = 120.0  # a bound on waiting for what must come, not a speed requirement
 # Inputs count as fresh for this long unless a test is about staleness: on a busy 2-core
 # machine the publishing thread can be held back for several hundred milliseconds, which
 # the node rightly treats as stale input (no command), and a test about something else
@@ -465,19 +466,29 @@ def test_lifecycle_over_services_nothing_published_unless_active(rclpy_context, 
 
 def test_observation_trigger_sends_one_command_per_observation(rclpy_context, checkpoint,
                                                                image):
+    """Counted by the observations' stamps, not by waiting: the node answers each one once
+    however slow its model runs on a busy machine."""
     node = make_node(rclpy_context, checkpoint, trigger='observation', execution='sync')
     harness = make_harness(rclpy_context, image, rate_hz=None)
+
+    def answered(stamp):
+        """The node's last command answered ``stamp`` and every command it sent arrived."""
+        return wait_until(lambda: node.status.last_obs_stamp_s == stamp
+                          and len(harness.commands) == node.counters.commands_published,
+                          SETTLE_S)
+
     with spinning(rclpy_context, node, harness):
         assert node.start()
-        # Discovery: publish until the first command comes back.
-        assert wait_until(lambda: harness.publish_once() or harness.commands, DISCOVERY_S,
-                          interval_s=0.3)
-        time.sleep(1.0)  # let any tick still in flight arrive
+        # Discovery: publish until the first command comes back (the commands of the other
+        # observations published meanwhile may still be on their way) ...
+        assert wait_until(lambda: harness.publish_once() and bool(harness.commands),
+                          SETTLE_S, interval_s=0.3)
+        # ... then one more: each topic delivers in order, so once it is answered, every
+        # earlier observation is too.
+        assert answered(harness.publish_once())
         for _ in range(3):
             before = len(harness.commands)
-            harness.publish_once()
-            assert wait_until(lambda n=before: len(harness.commands) > n, 10.0)
-            time.sleep(0.3)
+            assert answered(harness.publish_once())
             assert len(harness.commands) == before + 1
 
 

@@ -159,3 +159,42 @@ def test_pretrain_refuses_what_would_lose_or_mix_runs(tiny_checkpoint, tmp_path,
     with pytest.raises(SystemExit):
         pose_pretrain.main([*base, '--val-seed', '7000001'])
     assert 'overlaps the training scenes' in capsys.readouterr().err
+
+
+def test_image_size_renders_at_it_and_the_checkpoint_then_expects_it(tiny_checkpoint, tmp_path,
+                                                                    capsys):
+    import torch
+
+    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.training.rollout import checkpoint_render_size
+
+    run = tmp_path / 'run'
+    base = ['--checkpoint', str(tiny_checkpoint), '--output-dir', str(run), *ARGS]
+    before = load_checkpoint(tiny_checkpoint).image_shapes
+    assert set(before.values()) != {(64, 96)}
+    assert pose_pretrain.main([*base, '--steps', '2', '--image-size', '64x96']) == 0
+    loaded = load_checkpoint(run / 'last')
+    assert set(loaded.image_shapes) == set(before)
+    assert set(loaded.image_shapes.values()) == {(64, 96)}
+    assert checkpoint_render_size(run / 'last') == (64, 96)  # rollouts render at it too
+    result = json.loads((run / pose_pretrain.RESULT_FILE).read_text())
+    assert result['image_size'] == [64, 96]
+    scenes = pose_pretrain.SceneBatches(tiny_checkpoint, load_checkpoint(tiny_checkpoint),
+                                        (64, 96))
+    try:
+        images, _, _ = scenes([0])
+    finally:
+        scenes.close()
+    assert {tuple(v.shape) for v in images.values()} == {(1, 3, 64, 96)}
+    # The trained backbone at the new size: a 2x3 grid per camera (stride 32).
+    backbone = loaded.policy.model.backbone
+    assert backbone(torch.zeros(1, 3, 64, 96))['feature_map'].shape[-2:] == (2, 3)
+    # Continuing at another size would mix two runs.
+    capsys.readouterr()
+    assert pose_pretrain.main([*base, '--steps', '4', '--resume', '--image-size', '96x128']) == 2
+    assert 'was trained at (64, 96)' in capsys.readouterr().err
+    assert pose_pretrain.main([*base, '--steps', '4', '--resume', '--image-size', '64x96']) == 0
+    for bad in ('64', '16x16', 'axb'):
+        with pytest.raises(SystemExit):
+            pose_pretrain.main([*base, '--image-size', bad])
+        assert 'expected' in capsys.readouterr().err

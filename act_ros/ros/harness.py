@@ -115,8 +115,9 @@ class RobotHarness(Node):
             self._cache = {key: msg}
         return msg
 
-    def publish_once(self) -> None:
-        """Publish every enabled stream once, all with the same header stamp."""
+    def publish_once(self) -> float:
+        """Publish every enabled stream once, all with the same header stamp; returns that
+        stamp in seconds."""
         stamp = self.get_clock().now().to_msg()
         if self._sends('joint_states'):
             msg = JointState(name=list(self.joints),
@@ -154,6 +155,7 @@ class RobotHarness(Node):
             q.w, q.x, q.y, q.z = (float(v) for v in quaternion)
             pub.publish(self.mutate.get(topic, _same)(pose))
         self.published += 1
+        return stamp.sec + stamp.nanosec * 1e-9
 
     def _sends(self, stream: str) -> bool:
         if not self.enabled.get(stream, True):

@@ -32,6 +32,8 @@ class NodeStatus:
         self.command_rate = RateMeter(window_s=2.0)
         self._lock = threading.Lock()
         self.last_latency_ms: float | None = None
+        # Header stamp of the observation the last command answered (s; None before one).
+        self.last_obs_stamp_s: float | None = None
         self._latency_sum_ms = 0.0
         self._latency_count = 0
         self._recent_latency_ms: deque[float] = deque(maxlen=1000)
@@ -63,6 +65,7 @@ class NodeStatus:
                 self._gap_max_ms = max(self._gap_max_ms, gap * 1e3)
                 self.missed_periods += missed_periods(gap, period)
             self._last_command_s = now
+            self.last_obs_stamp_s = obs_stamp_s
         if obs_stamp_s is not None and obs_stamp_s > 0.0:
             latency = (now - obs_stamp_s) * 1e3
             with self._lock:
