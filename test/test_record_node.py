@@ -174,9 +174,12 @@ def test_sigint_during_recording_leaves_only_whole_episodes(rclpy_context, ros_d
             proc.kill()
         log.close()
     text = (tmp_path / 'record.log').read_text()
-    assert 'discarding the open episode' in text
     dataset, store = _read(output)
     saved = len(list(shards.glob('episode_*/meta/info.json')))
+    # The open episode is dropped; where the signal met a save under way (a slow machine
+    # moves the moment), that save finished and no frame of the next was taken.
+    assert 'discarding the open episode' in text \
+        or saved == text.count('reached max_episode_s'), text[-3000:]
     assert dataset.meta.total_episodes == saved >= 2
     assert len(store) == 30 * saved  # whole 1 s episodes only
     info = json.loads((output / 'meta' / 'info.json').read_text())
