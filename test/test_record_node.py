@@ -112,7 +112,7 @@ def test_timer_recording_drops_ticks_without_fresh_inputs(rclpy_context, tmp_pat
         return future.result()
 
     with spinning(rclpy_context, harness, recorder):
-        assert wait_until(lambda: all(v > 5 for k, v in recorder.status_values().items()
+        assert wait_until(lambda: all(v > 0 for k, v in recorder.status_values().items()
                                       if k.startswith('rate_hz.')), DISCOVERY_S), \
             recorder.status_values()
         assert call(start).success

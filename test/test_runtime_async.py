@@ -19,7 +19,7 @@ from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 # one remain (a latency of at least one tick plus REQUEST_MARGIN_TICKS = 2), so the queue
 # never runs dry while a model holds for 2 ticks, however long the test's ticks take.
 HOLD_TICKS = 2
-GIVE_UP_S = 10.0  # a held model returns by itself after this: act() blocked on it
+GIVE_UP_S = 120.0  # a held model returns by itself after this: act() blocked on it
 LIVENESS_S = 30.0  # waits that end at once when the code works; only a hang reaches them
 
 

@@ -1,6 +1,5 @@
 """Headless rendering of the top and wrist cameras (MUJOCO_GL=egl, set in conftest)."""
 
-import time
 
 import numpy as np
 import pytest
@@ -45,12 +44,7 @@ def test_full_size_render_and_render_off():
     with PortPickAlignEnv(SimConfig.from_yaml()) as env:
         obs = env.reset(seed=3)
         _check_images(obs.images, 480, 640)
-        start = time.perf_counter()
-        images = env.render()
-        elapsed = time.perf_counter() - start
-        _check_images(images, 480, 640)
-        # Generous bound for a loaded CI machine; the benchmark reports the real number.
-        assert elapsed < 1.0
+        _check_images(env.render(), 480, 640)  # its speed: act-ros bench (no bound here)
     with PortPickAlignEnv(SimConfig.from_yaml(render=False)) as env:
         assert env.reset(seed=3).images == {}
 
