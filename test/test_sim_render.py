@@ -67,3 +67,36 @@ def test_rendering_works_in_a_plain_shell_without_gl_settings():
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip() == 'egl'
+
+
+def _square_angle_deg(mask):
+    """(angle modulo 90 degrees, side ratio) of the rectangle fit to a mask's pixels."""
+    import cv2
+
+    ys, xs = np.nonzero(mask)
+    (_, _), (w, h), angle = cv2.minAreaRect(np.stack([xs, ys], 1).astype(np.float32))
+    return angle % 90.0, min(w, h) / max(w, h)
+
+
+def test_the_top_camera_shows_the_box_and_pad_at_their_recorded_yaws():
+    """The labels a pose head learns from: where the top camera sees the box and the pad
+    whole, their squares' orientation is their recorded yaw (modulo 90 degrees; the image
+    y axis points down, so the angle turns the other way)."""
+    checked = {'box': 0, 'pad': 0}
+    with PortPickAlignEnv(SimConfig.from_yaml(camera_height=240, camera_width=320)) as env:
+        for seed in range(12):
+            obs = env.reset(seed=seed)
+            image = obs.images['top'].astype(int)
+            r, g, b = image[..., 0], image[..., 1], image[..., 2]
+            masks = {'pad': (g > r + 60) & (g > b + 60),  # green plate (its dark stripe aside)
+                     'box': (r > g + 60) & (r > b + 100)}  # orange cube
+            for name, yaw in (('box', obs.box_pose[3]), ('pad', obs.pad_pose[3])):
+                if masks[name].sum() < 50:
+                    continue
+                angle, squareness = _square_angle_deg(masks[name])
+                if squareness < 0.9:  # partly hidden under the arm: not a whole square
+                    continue
+                error = (angle + np.degrees(yaw) + 45.0) % 90.0 - 45.0
+                assert abs(error) < 3.0, (seed, name, angle, np.degrees(yaw))
+                checked[name] += 1
+    assert checked['box'] >= 6 and checked['pad'] >= 6, checked
