@@ -47,6 +47,7 @@ FROZEN_CHOICES = ('none', 'stem', 'layer1', 'layer2')
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from act_ros.training.auxiliary import YAW_READOUTS
     from act_ros.training.config import TRAIN_PRECISIONS
 
     parser = argparse.ArgumentParser(
@@ -68,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help='render the scenes at this size instead of the checkpoint\'s '
                              '(e.g. 192x256; the output checkpoint then expects it: a finer-'
                              'features lever, train on a dataset recorded at that size)')
+    parser.add_argument('--yaw-readout', choices=YAW_READOUTS, default='attention',
+                        help='how the pose head reads the yaws: attention (per cell, weighted '
+                             'where the object is) or flatten (one MLP over the whole grid, '
+                             'the first design, whose yaws stayed at chance)')
     parser.add_argument('--image-shift-px', type=int, default=4,
                         help='random shift augmentation in pixels (0: none)')
     parser.add_argument('--frozen-up-to', choices=FROZEN_CHOICES, default='layer1',
@@ -259,11 +264,16 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                      for v in val_images.values()]
             channels = int(backbone(next(iter(val_images.values()))[:1])
                            ['feature_map'].shape[1])
-        torch.manual_seed(args.seed)
-        head = ObjectPoseHead(channels, grids)
         state = None
         if args.resume:
             state = torch.load(last / TRAINING_STATE_FILE, weights_only=False)[STATE_KEY]
+            readout = state.get('yaw_readout', 'flatten')  # runs from before the choice
+            if readout != args.yaw_readout:
+                raise ValueError(f'--resume with --yaw-readout {args.yaw_readout}: {last} '
+                                 f'was trained with {readout}')
+        torch.manual_seed(args.seed)
+        head = ObjectPoseHead(channels, grids, yaw_readout=args.yaw_readout)
+        if state is not None:
             mean, std = state['position_mean'], state['position_std']
             head.load_state_dict(state['head'])
         else:
@@ -311,6 +321,7 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                            'optimizer': optimizer.state_dict(),
                            'scheduler': scheduler.state_dict(), 'rng': capture_rng(),
                            'history': history, 'position_mean': mean,
+                           'yaw_readout': args.yaw_readout,
                            'position_std': std}})
 
         def write_result() -> dict[str, Any]:
@@ -321,6 +332,7 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                    'batch_size': args.batch_size, 'frozen_up_to': args.frozen_up_to,
                    'precision': precision,
                    'image_size': list(args.image_size) if args.image_size else None,
+                   'yaw_readout': args.yaw_readout,
                    'image_shift_px': args.image_shift_px, 'lr': args.lr,
                    'head_lr': args.head_lr, 'val_scenes': args.val_scenes,
                    'val_seeds': [val_seeds[0], val_seeds[-1]], 'history': history}
