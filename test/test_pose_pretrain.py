@@ -193,7 +193,11 @@ def test_image_size_renders_at_it_and_the_checkpoint_then_expects_it(tiny_checkp
     capsys.readouterr()
     assert pose_pretrain.main([*base, '--steps', '4', '--resume', '--image-size', '96x128']) == 2
     assert 'was trained at (64, 96)' in capsys.readouterr().err
+    assert pose_pretrain.main([*base, '--steps', '4', '--resume', '--image-size', '64x96',
+                               '--yaw-readout', 'flatten']) == 2
+    assert 'was trained with attention' in capsys.readouterr().err
     assert pose_pretrain.main([*base, '--steps', '4', '--resume', '--image-size', '64x96']) == 0
+    assert json.loads((run / pose_pretrain.RESULT_FILE).read_text())['yaw_readout'] == 'attention'
     for bad in ('64', '16x16', 'axb'):
         with pytest.raises(SystemExit):
             pose_pretrain.main([*base, '--image-size', bad])

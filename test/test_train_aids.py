@@ -257,6 +257,32 @@ def test_object_pose_errors_are_physical_and_symmetric():
     aux.close()
 
 
+def test_attention_yaw_readout_reads_an_object_the_same_in_any_cell():
+    """The attention readout weighs cells by their own content with weights shared over the
+    cells: an object's features moved to another cell (or camera) give the same yaws; the
+    flattened readout gives other ones. The positions come from the flattened grid."""
+    from act_ros.training.auxiliary import TARGET_DIM, ObjectPoseHead, _POSITIONS
+
+    torch.manual_seed(0)
+    grids = [(3, 4), (3, 4)]
+    obj = torch.randn(16) * 3.0
+    maps = [torch.zeros(2, 16, 3, 4), torch.zeros(2, 16, 3, 4)]
+    maps[0][0, :, 0, 1] = obj  # the same object features: camera 0 at (0, 1) ...
+    maps[1][1, :, 2, 3] = obj  # ... and camera 1 at (2, 3)
+    attention = ObjectPoseHead(16, grids, yaw_readout='attention')
+    attention.cells[1].load_state_dict(attention.cells[0].state_dict())  # one camera's weights
+    out = attention(maps)
+    assert out.shape == (2, TARGET_DIM)
+    n = len(_POSITIONS)
+    torch.testing.assert_close(out[0, n:], out[1, n:])
+    assert not torch.allclose(out[0, :n], out[1, :n])
+    flatten = ObjectPoseHead(16, grids, yaw_readout='flatten')
+    out = flatten(maps)
+    assert out.shape == (2, TARGET_DIM) and not torch.allclose(out[0, n:], out[1, n:])
+    with pytest.raises(ValueError, match="unknown yaw readout 'mean'"):
+        ObjectPoseHead(16, grids, yaw_readout='mean')
+
+
 def test_encoder_pose_head_trains_the_encoder_with_the_backbone_frozen(tmp_path):
     """source='encoder': the head reads every token of ACT's encoder output, so its loss
     reaches the encoder and the image projection while the backbone is frozen (its maps
