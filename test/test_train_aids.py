@@ -124,6 +124,9 @@ def test_train_config_checks_the_new_options(tmp_path):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path, precision='int8')
     with pytest.raises(ValueError, match='image_shift_px'):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path, image_shift_px=-1)
+    with pytest.raises(ValueError, match="aux_object_pose_yaw_readout 'mean'"):
+        TrainConfig(dataset_root=tmp_path, output_dir=tmp_path,
+                    aux_object_pose_yaw_readout='mean')
 
 
 @pytest.mark.parametrize('kwargs, expected', [
@@ -196,14 +199,18 @@ def test_wall_clock_ticks_do_not_pile_up_where_no_steps_ran():
 
 
 @pytest.mark.slow
-def test_object_pose_head_trains_the_backbone_and_stays_out_of_the_checkpoint(tmp_path):
+@pytest.mark.parametrize('yaw_readout', ['flatten', 'attention'])
+def test_object_pose_head_trains_the_backbone_and_stays_out_of_the_checkpoint(tmp_path,
+                                                                              yaw_readout):
     from act_ros.training.auxiliary import TARGET_DIM, ObjectPoseAuxiliary
 
     policy = _act_model()
     model = policy.model
     torch.manual_seed(0)
     poses = torch.rand(64, 8)
-    aux = ObjectPoseAuxiliary(model, [(3, 48, 64), (3, 48, 64)], poses, torch.device('cpu'))
+    aux = ObjectPoseAuxiliary(model, [(3, 48, 64), (3, 48, 64)], poses, torch.device('cpu'),
+                              yaw_readout=yaw_readout)
+    assert aux.head.yaw_readout == yaw_readout
     assert aux.targets(poses[:4]).shape == (4, TARGET_DIM)
     # Yaw targets are 4-fold symmetric: a quarter turn gives the same target.
     turned = poses[:4].clone()
@@ -230,7 +237,8 @@ def test_object_pose_head_trains_the_backbone_and_stays_out_of_the_checkpoint(tm
     policy.save_pretrained(tmp_path)
     from safetensors.torch import load_file
 
-    assert not any('reduce' in k or 'mlp' in k for k in load_file(tmp_path / 'model.safetensors'))
+    assert not any('reduce' in k or 'mlp' in k or 'cells' in k
+                   for k in load_file(tmp_path / 'model.safetensors'))
 
 
 def test_object_pose_errors_are_physical_and_symmetric():
@@ -326,7 +334,8 @@ def test_encoder_pose_head_trains_the_encoder_with_the_backbone_frozen(tmp_path)
     policy.save_pretrained(tmp_path)
     from safetensors.torch import load_file
 
-    assert not any('reduce' in k or 'mlp' in k for k in load_file(tmp_path / 'model.safetensors'))
+    assert not any('reduce' in k or 'mlp' in k or 'cells' in k
+                   for k in load_file(tmp_path / 'model.safetensors'))
     with pytest.raises(ValueError, match='source'):
         ObjectPoseAuxiliary(model, [(3, 48, 64)], poses, torch.device('cpu'), source='decoder')
 

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from act_ros.data.episode import OBJECT_POSE_NAMES
-from act_ros.training.config import AUX_SOURCES
+from act_ros.training.config import AUX_SOURCES, YAW_READOUTS
 
 # Positions standardized with the training frames' statistics, yaws as 4-fold harmonics.
 _POSITIONS = [OBJECT_POSE_NAMES.index(n) for n in ('box_x', 'box_y', 'box_z', 'pad_x', 'pad_y')]
@@ -68,10 +68,6 @@ def physical_errors(prediction: torch.Tensor, poses: torch.Tensor, mean: torch.T
     for k, name in enumerate(('box', 'pad')):
         out[f'{name}_yaw_deg'] = torch.rad2deg(diff[:, k].abs())
     return out
-
-
-# How ObjectPoseHead reads the yaws (see its doc).
-YAW_READOUTS = ('flatten', 'attention')
 
 
 class ObjectPoseHead(nn.Module):
@@ -155,7 +151,8 @@ class ObjectPoseAuxiliary:
     """
 
     def __init__(self, model: nn.Module, image_shapes: list[tuple[int, int, int]],
-                 poses: torch.Tensor, device: torch.device, *, source: str = 'backbone') -> None:
+                 poses: torch.Tensor, device: torch.device, *, source: str = 'backbone',
+                 yaw_readout: str = 'flatten') -> None:
         if source not in AUX_SOURCES:
             raise ValueError(f"unknown pose head source '{source}', expected one of "
                              f'{AUX_SOURCES}')
@@ -164,7 +161,8 @@ class ObjectPoseAuxiliary:
             maps = [_map_shape(model.backbone, shape, device) for shape in image_shapes]
         grids = [tuple(m[-2:]) for m in maps]
         if source == 'backbone':
-            self.head: nn.Module = ObjectPoseHead(int(maps[0][1]), grids)
+            self.head: nn.Module = ObjectPoseHead(int(maps[0][1]), grids,
+                                                  yaw_readout=yaw_readout)
             self._handle = model.encoder_img_feat_input_proj.register_forward_pre_hook(
                 self._pre_hook)
         else:

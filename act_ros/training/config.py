@@ -21,6 +21,8 @@ from act_ros.core.paths import config_path
 TRAIN_PRESETS = ('synthetic', 'sim')
 # Where the auxiliary object-pose head reads (act_ros.training.auxiliary).
 AUX_SOURCES = ('backbone', 'encoder')
+# How its backbone head reads the yaws (act_ros.training.auxiliary.ObjectPoseHead).
+YAW_READOUTS = ('flatten', 'attention')
 SCHEDULERS = ('cosine', 'none')
 CAMERA_STATS = ('imagenet', 'dataset')
 # 'auto': bf16 autocast where the device computes bfloat16 natively (a CPU with
@@ -97,6 +99,10 @@ class TrainConfig:
     # feature maps (shapes the backbone until it is frozen), or 'encoder', the transformer
     # encoder's output (shapes the encoder; also trains on cached maps).
     aux_object_pose_source: str = 'backbone'
+    # How the 'backbone' head reads the yaws (YAW_READOUTS): 'flatten', one MLP over the
+    # whole grid (what the recorded recipes used), or 'attention', per cell where the
+    # object is (act-ros pose-pretrain's default: the one whose yaws leave chance).
+    aux_object_pose_yaw_readout: str = 'flatten'
     # From this step on the backbone is frozen and its feature maps of every training frame
     # are computed once and reused (act_ros.training.feature_cache): later steps cost a
     # fraction of a full one. None = the backbone trains throughout.
@@ -159,6 +165,10 @@ class TrainConfig:
         if self.aux_object_pose_source not in AUX_SOURCES:
             raise ValueError(f"unknown aux_object_pose_source '{self.aux_object_pose_source}', "
                              f'expected one of {AUX_SOURCES}')
+        if self.aux_object_pose_yaw_readout not in YAW_READOUTS:
+            raise ValueError(f"unknown aux_object_pose_yaw_readout "
+                             f"'{self.aux_object_pose_yaw_readout}', expected one of "
+                             f'{YAW_READOUTS}')
         if self.image_shift_px < 0:
             raise ValueError(f'image_shift_px must be >= 0, got {self.image_shift_px}')
         if self.backbone_freeze_step is not None and self.backbone_freeze_step < 0:
@@ -372,6 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what the auxiliary pose head reads: the cameras' backbone feature "
                    "maps (default; stops when the backbone is frozen) or the transformer "
                    "encoder's output (keeps training on cached maps)")
+    p.add_argument('--aux-object-pose-yaw-readout', choices=YAW_READOUTS,
+                   help="how the backbone pose head reads the yaws: flatten (one MLP over the "
+                   "grid, default) or attention (per cell, where the object is)")
     p.add_argument('--backbone-freeze-step', type=int, help='freeze the backbone from this step '
                    'on and train the rest on cached feature maps (much faster steps)')
     p.add_argument('--early-freeze-layer', choices=('layer1', 'layer2', 'layer3'),

@@ -147,7 +147,8 @@ class Trainer:
         poses = store.extras[OBJECT_POSES_FEATURE][torch.from_numpy(self.inputs.split.train)]
         shapes = [tuple(self.policy.config.input_features[key].shape) for key in self.features]
         return ObjectPoseAuxiliary(self.policy.model, shapes, poses, self.inputs.device,
-                                   source=self.config.aux_object_pose_source)
+                                   source=self.config.aux_object_pose_source,
+                                   yaw_readout=self.config.aux_object_pose_yaw_readout)
 
     def _calibrate_backbone(self, frames: int = 64) -> dict[str, float]:
         """Standardize the backbone's frozen norms on ``frames`` evenly spread training frames

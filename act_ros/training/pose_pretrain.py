@@ -47,8 +47,7 @@ FROZEN_CHOICES = ('none', 'stem', 'layer1', 'layer2')
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from act_ros.training.auxiliary import YAW_READOUTS
-    from act_ros.training.config import TRAIN_PRECISIONS
+    from act_ros.training.config import TRAIN_PRECISIONS, YAW_READOUTS
 
     parser = argparse.ArgumentParser(
         prog='act-ros pose-pretrain',
