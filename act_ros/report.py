@@ -69,9 +69,11 @@ VISION_POSE_PROBES = (f'{VISION_LEVERS_DIR}/pose_probe_rollouts.json',
                       f'{VISION_LEVERS_DIR}/pose_probe_layouts.json')
 # act-ros pose-pretrain: the shipped backbone trained on the poses of random scenes.
 VISION_POSE_PRETRAIN = f'{VISION_LEVERS_DIR}/pose_pretrain.json'
-# The same pose pretraining with the scenes rendered at twice the size (--image-size).
-VISION_POSE_PRETRAIN_SIZES = (VISION_POSE_PRETRAIN,
-                              f'{VISION_LEVERS_DIR}/pose_pretrain_192x256.json')
+# The same pose pretraining with the scenes rendered at twice the size (--image-size), and
+# with the attention yaw readout (--yaw-readout).
+VISION_POSE_PRETRAIN_VARIANTS = (VISION_POSE_PRETRAIN,
+                                 f'{VISION_LEVERS_DIR}/pose_pretrain_192x256.json',
+                                 f'{VISION_LEVERS_DIR}/pose_pretrain_attention.json')
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
@@ -546,26 +548,27 @@ def part_vision_pose_pretrain(src: Sources) -> str:
     return table(header, rows)
 
 
-def part_vision_pose_pretrain_sizes(src: Sources) -> str:
-    """Pose pretraining at the checkpoint's image size and at a larger one: held-out
-    errors over every scene kind at the steps both runs validated."""
+def part_vision_pose_pretrain_variants(src: Sources) -> str:
+    """Pose pretraining variants (image size, yaw readout): held-out errors over every
+    scene kind along each run."""
     from act_ros.training.rollout import checkpoint_render_size
 
-    runs = [src.json(rel) for rel in VISION_POSE_PRETRAIN_SIZES]
-    steps = sorted(set.intersection(*({row['step'] for row in run['history']}
-                                      for run in runs)))
-    shown = [st for st in steps if st in (0, 100, 300) or st % 500 == 0 or st == steps[-1]]
     rows = []
-    for run in runs:
+    n = None
+    for rel in VISION_POSE_PRETRAIN_VARIANTS:
+        run = src.json(rel)
         size = run.get('image_size') or checkpoint_render_size(src.root / run['checkpoint'])
-        history = {row['step']: row for row in run['history']}
-        for st in shown:
-            row = history[st]
-            rows.append([f'{size[0]}x{size[1]}', st, st * run['batch_size'],
+        readout = run.get('yaw_readout') or 'flatten'  # files from before the choice
+        last = run['history'][-1]['step']
+        for row in run['history']:
+            st = row['step']
+            if st not in (0, 100, 300, last) and st % 500:
+                continue  # the curve's shape; every row is in the file
+            n = row['all']['n']
+            rows.append([readout, f'{size[0]}x{size[1]}', st, st * run['batch_size'],
                          *_pose_cells(row['all'])])
-    n = runs[0]['history'][-1]['all']['n']
-    return table(['rendered at', 'step', 'scenes drawn', f'all held-out scenes (n={n}): box',
-                  'pad'], rows)
+    return table(['yaw readout', 'rendered at', 'step', 'scenes drawn',
+                  f'all held-out scenes (n={n}): box', 'pad'], rows)
 
 
 def part_vision_recipe_stages(src: Sources) -> str:
@@ -798,7 +801,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'vision_levers': part_vision_levers,
     'vision_pose_probe': part_vision_pose_probe,
     'vision_pose_pretrain': part_vision_pose_pretrain,
-    'vision_pose_pretrain_sizes': part_vision_pose_pretrain_sizes,
+    'vision_pose_pretrain_variants': part_vision_pose_pretrain_variants,
     'runtime_loop': part_runtime_loop,
     'model_time': part_model_time,
     'node_realtime': part_node_realtime,
