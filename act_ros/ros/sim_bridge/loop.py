@@ -113,6 +113,9 @@ class BridgeLoop:
         self.episode = -1
         self.seed: int | None = None
         self.ticks = 0  # control periods since start: the simulated clock
+        # The episode's step as of the last tick, set with it under the lock: the status
+        # (read from the executor thread) never pairs a new step with the old clock.
+        self._episode_step = 0
         self.result: EpisodeResult | None = None
         self.episodes_started = 0
         if autostart:
@@ -172,7 +175,7 @@ class BridgeLoop:
             state = 'idle' if self.episode < 0 else 'done' if done else 'running'
             status = {
                 'state': state, 'mode': self.mode, 'episode': self.episode, 'seed': self.seed,
-                'step': env.step_index if self.episode >= 0 else 0,
+                'step': self._episode_step if self.episode >= 0 else 0,
                 'episode_steps': env.config.episode_steps, 'done': done,
                 'sim_time_s': self.sim_time_ns * 1e-9, 'commands': self.counters.as_dict(),
             }
@@ -269,6 +272,7 @@ class BridgeLoop:
             self.result = None
             self.held_target = obs.joint_positions.copy()
             self.ticks += 1  # the new episode starts one period after the last observation
+            self._episode_step = self.env.step_index
             self._pending = None
             self._accepting = True
         ticket.episode, ticket.used_seed = self.episode, used
@@ -280,6 +284,7 @@ class BridgeLoop:
         obs = self.env.step(target)
         with self._cond:
             self.ticks += 1
+            self._episode_step = self.env.step_index
         done = self.env.done
         if done:
             result = self.env.evaluate()
