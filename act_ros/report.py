@@ -525,16 +525,19 @@ def part_vision_pose_probe(src: Sources) -> str:
                   'pad: position / yaw error (median)'], rows)
 
 
+def _curve_steps(history: list[dict]) -> list[dict]:
+    """The rows that show a pose-pretraining curve's shape (every row is in the file)."""
+    last = history[-1]['step']
+    return [row for row in history if row['step'] in (0, 100, 300, last) or not row['step'] % 500]
+
+
 def part_vision_pose_pretrain(src: Sources) -> str:
     """Held-out pose errors of ``act-ros pose-pretrain`` per scene kind along the run, against
     CPU hours and the scenes drawn."""
     run = src.json(VISION_POSE_PRETRAIN)
     kinds = [k for k in ('start', 'reach', 'held') if k in run['history'][0]]
     rows = []
-    last = run['history'][-1]['step']
-    for row in run['history']:
-        if row['step'] not in (0, 100, 300, last) and row['step'] % 500:
-            continue  # the curve's shape; every row is in the file
+    for row in _curve_steps(run['history']):
         cells = []
         for kind in kinds:
             cells.extend(_pose_cells(row[kind]))
@@ -559,11 +562,8 @@ def part_vision_pose_pretrain_variants(src: Sources) -> str:
         run = src.json(rel)
         size = run.get('image_size') or checkpoint_render_size(src.root / run['checkpoint'])
         readout = run.get('yaw_readout') or 'flatten'  # files from before the choice
-        last = run['history'][-1]['step']
-        for row in run['history']:
+        for row in _curve_steps(run['history']):
             st = row['step']
-            if st not in (0, 100, 300, last) and st % 500:
-                continue  # the curve's shape; every row is in the file
             n = row['all']['n']
             rows.append([readout, f'{size[0]}x{size[1]}', st, st * run['batch_size'],
                          *_pose_cells(row['all'])])

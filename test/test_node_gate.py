@@ -66,23 +66,22 @@ def wait_gate(harness, state, ticks=GATE_TICKS, **at_least):
     ``at_least``); fails once the node has ticked ``ticks`` times more without it."""
     first = []
 
+    def matches(values):
+        return values.get('gate_state') == state and all(
+            int(values[key]) >= value for key, value in at_least.items())
+
     def match_or_spent():
         diag = harness.latest_diagnostics()
         if diag is None or 'runtime_ticks' not in diag[2]:
             return False
         done = int(diag[2]['runtime_ticks'])
         first[:1] = first[:1] or [done]
-        if diag[2].get('gate_state') == state and all(
-                int(diag[2][key]) >= value for key, value in at_least.items()):
-            return True
-        return done - first[0] > ticks
+        return matches(diag[2]) or done - first[0] > ticks
 
     assert wait_until(match_or_spent, WAIT_S), \
         f'no diagnostics with the gate in {ticks} ticks: {harness.latest_diagnostics()}'
     diag = harness.latest_diagnostics()
-    assert diag[2].get('gate_state') == state and all(
-        int(diag[2][key]) >= value for key, value in at_least.items()), \
-        f'gate not {state} {at_least} within {ticks} ticks: {diag}'
+    assert matches(diag[2]), f'gate not {state} {at_least} within {ticks} ticks: {diag}'
 
 
 def test_release_suppressed_far_from_pad_and_passes_near_it(rclpy_context, gated):
