@@ -177,7 +177,9 @@ def test_calibration_observations_are_the_datasets_frames(calibration_dataset,
 @pytest.mark.slow  # the ONNX export of the shared fixture: tens of seconds
 def test_model_inputs_are_the_runtimes_preprocessing(exported_checkpoint, calibration_dataset):
     """What calibration feeds the quantizer is what the backend receives at run time: the
-    full predictor's inputs equal the lean inference child's, and its backend is put back."""
+    full predictor's inputs equal the lean inference child's, and its backend is put back.
+    Where the lean child hands OpenVINO uint8 pixels (the compiled model normalizes them
+    itself), the model's first layer sees their per-channel affine: that is compared."""
     from act_ros.core.onnx_predictor import lean_onnx_predictor
     from act_ros.training.quantize import calibration_observations
     contract = load_contract()
@@ -193,8 +195,15 @@ def test_model_inputs_are_the_runtimes_preprocessing(exported_checkpoint, calibr
         assert predictor.backend is backend
         assert list(inputs) == backend.input_names
         assert inputs['observation.images.top'].shape == (1, 3, 48, 64)  # resized
-        for name, value in lean._feed(obs).items():
+        feed = lean._feed(obs)
+        assert list(feed) == list(inputs)
+        for name, value in feed.items():
+            if name in lean.backend.uint8_images:
+                assert value.dtype == np.uint8 and value.shape == (1, 48, 64, 3), name
+                scale, offset = lean._affine[name]
+                value = value[0].transpose(2, 0, 1)[None] * scale + offset
             np.testing.assert_allclose(inputs[name], value, rtol=0, atol=1e-6, err_msg=name)
+        assert lean.backend.uint8_images  # the case this test is about: OpenVINO normalizes
 
 
 # -- quantization and the int8 backend ------------------------------------------------------
