@@ -145,6 +145,38 @@ def test_pretrain_changes_only_the_backbone_and_resumes_as_one_run(tiny_checkpoi
     assert result['precision'] == ('bf16' if cpu_has_native_bf16() else 'fp32')
 
 
+def test_trained_norms_are_saved_frozen_and_resume_as_one_run(tiny_checkpoint, tmp_path,
+                                                             capsys):
+    """--batch-norm train: the statistics and affine of the norms past the frozen stages
+    move and are saved in the frozen layout; a resumed run equals the uninterrupted one."""
+    import torch
+
+    whole, parts = tmp_path / 'whole', tmp_path / 'parts'
+    base = ['--checkpoint', str(tiny_checkpoint), *ARGS, '--batch-norm', 'train']
+    assert pose_pretrain.main([*base, '--output-dir', str(whole), '--steps', '4']) == 0
+    assert pose_pretrain.main([*base, '--output-dir', str(parts), '--steps', '2']) == 0
+    capsys.readouterr()
+    assert pose_pretrain.main([*base[:-1], 'frozen', '--output-dir', str(parts),
+                               '--steps', '4', '--resume']) == 2
+    assert 'was trained with train' in capsys.readouterr().err
+    assert pose_pretrain.main([*base, '--output-dir', str(parts), '--steps', '4',
+                               '--resume']) == 0
+    source, trained, resumed = (_weights(tiny_checkpoint), _weights(whole / 'last'),
+                                _weights(parts / 'last'))
+    assert set(trained) == set(source)  # LeRobot's layout: no num_batches_tracked
+    norms = [k for k in source if k.startswith('model.backbone.')
+             and k.endswith(('running_mean', 'running_var'))]
+    moved = {k for k in norms if not torch.equal(source[k], trained[k])}
+    assert moved == {k for k in norms
+                     if not k.startswith(('model.backbone.bn1', 'model.backbone.layer1'))}
+    for key in source:
+        torch.testing.assert_close(resumed[key], trained[key])
+    result = json.loads((whole / pose_pretrain.RESULT_FILE).read_text())
+    assert result['batch_norm'] == 'train'
+    info = json.loads((whole / 'last' / 'training_info.json').read_text())
+    assert info['pose_pretrain']['batch_norm'] == 'train'
+
+
 def test_pretrain_refuses_what_would_lose_or_mix_runs(tiny_checkpoint, tmp_path, capsys):
     run = tmp_path / 'run'
     base = ['--checkpoint', str(tiny_checkpoint), '--output-dir', str(run), *ARGS]

@@ -11,7 +11,8 @@ import torch
 
 from act_ros.core.contract import load_contract
 from act_ros.sim.metrics import FAILURE_PHASES, EpisodeResult, failure_phase, summarize_results
-from act_ros.training.backbone import calibrate_frozen_batchnorm, frozen_batchnorm_layers
+from act_ros.training.backbone import (TrainableBatchNorm, calibrate_frozen_batchnorm,
+                                       frozen_batchnorm_layers)
 from act_ros.training.config import TrainConfig
 from act_ros.training.loop import random_shift, resolve_precision
 
@@ -81,6 +82,57 @@ def test_calibration_refuses_a_model_without_frozen_norms():
     backbone = _act_model().model.backbone
     with pytest.raises(ValueError, match='at least 2 images'):
         calibrate_frozen_batchnorm(backbone, [torch.rand(1, 3, 48, 64)])
+
+
+def test_trainable_norms_learn_and_are_saved_as_the_frozen_layers_they_replace(tmp_path):
+    """While they train, the norms standardize each batch and keep running statistics; what
+    is saved is LeRobot's frozen layout, and it computes what the trained backbone computes
+    in eval mode."""
+    from lerobot.policies.act.modeling_act import ACTPolicy
+
+    policy = _act_model()
+    backbone = policy.model.backbone
+    keys = set(backbone.state_dict())
+    frozen_stem = [backbone.conv1, backbone.bn1, backbone.layer1]
+    for module in frozen_stem:
+        module.requires_grad_(False)
+    stem_before = {k: v.clone() for k, v in backbone.layer1.state_dict().items()}
+    norms = TrainableBatchNorm(backbone, skip=frozen_stem)
+    assert len(norms) == 20 - 5  # the stem's norm and layer1's four stay frozen
+    assert len(frozen_batchnorm_layers(backbone)) == 5
+    trained = [p for p in backbone.parameters() if p.requires_grad]
+    optimizer = torch.optim.SGD(trained, lr=0.1)
+    backbone.train()
+    torch.manual_seed(1)
+    for _ in range(3):
+        out = backbone(torch.rand(4, 3, 48, 64) * 3 + 1)['feature_map']
+        optimizer.zero_grad()
+        (out.mean() ** 2 + out.std()).backward()
+        optimizer.step()
+    probe = torch.rand(2, 3, 48, 64) * 3 + 1
+    backbone.eval()
+    with torch.no_grad():
+        expected = backbone(probe)['feature_map']
+    with norms.frozen():
+        assert len(frozen_batchnorm_layers(backbone)) == 20
+        assert set(backbone.state_dict()) == keys  # no num_batches_tracked: LeRobot's layout
+        policy.save_pretrained(tmp_path)
+        with torch.no_grad():  # the same map up to float rounding (folded scale and shift)
+            torch.testing.assert_close(backbone(probe)['feature_map'], expected,
+                                       rtol=1e-4, atol=1e-4)
+    assert len(frozen_batchnorm_layers(backbone)) == 5  # training layers back in place
+    loaded = ACTPolicy.from_pretrained(tmp_path).model.backbone.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(loaded(probe)['feature_map'], expected, rtol=1e-4, atol=1e-4)
+    # The statistics and the affine moved (the inputs are far from the calibrated scale);
+    # the frozen stages' did not.
+    saved = loaded.state_dict()
+    assert not torch.allclose(saved['layer4.1.bn2.running_var'], torch.ones(512))
+    assert not torch.allclose(saved['layer2.0.bn1.weight'], torch.ones(128))
+    for key, value in stem_before.items():
+        torch.testing.assert_close(saved[f'layer1.{key}'], value)
+    with pytest.raises(ValueError, match='no FrozenBatchNorm2d outside the frozen stages'):
+        TrainableBatchNorm(loaded, skip=[loaded])
 
 
 def test_random_shift_moves_whole_images_within_the_pad():

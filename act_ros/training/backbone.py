@@ -16,7 +16,8 @@ calibrated statistics are saved with the weights like any other buffer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 import logging
 
 import torch
@@ -82,3 +83,62 @@ def calibrate_frozen_batchnorm(backbone: nn.Module, images: Iterable[torch.Tenso
                 'min %.3g, max %.3g)', len(layers), batch.shape[0], min(before.values()),
                 max(before.values()))
     return before
+
+
+class TrainableBatchNorm:
+    """The backbone's ``FrozenBatchNorm2d`` layers swapped for ``nn.BatchNorm2d`` while a
+    pretraining runs, and written back as frozen buffers for every checkpoint.
+
+    In training mode each normalization standardizes its batch and keeps running statistics,
+    and its scale and shift are parameters: the backbone stays normalized as its weights
+    move (a frozen normalization only holds the scale it was calibrated for). The saved
+    checkpoint has LeRobot's layout: inside :meth:`frozen` the original layers are back in
+    place holding the running statistics and the learnt affine, which is what
+    ``FrozenBatchNorm2d`` computes and what ``nn.BatchNorm2d`` computes in eval mode. Layers
+    inside ``skip`` (the stages kept frozen) stay as they are.
+    """
+
+    def __init__(self, backbone: nn.Module, skip: Iterable[nn.Module] = (),
+                 momentum: float = 0.1) -> None:
+        from torchvision.ops.misc import FrozenBatchNorm2d
+
+        skipped = {id(m) for root in skip for m in root.modules()}
+        self.swaps: list[tuple[nn.Module, str, nn.Module, nn.BatchNorm2d]] = []
+        for parent in list(backbone.modules()):
+            if id(parent) in skipped:
+                continue
+            for name, child in list(parent.named_children()):
+                if not isinstance(child, FrozenBatchNorm2d) or id(child) in skipped:
+                    continue
+                norm = nn.BatchNorm2d(child.weight.numel(), eps=child.eps, momentum=momentum)
+                norm.to(child.weight.device)
+                with torch.no_grad():
+                    for key in ('weight', 'bias', 'running_mean', 'running_var'):
+                        getattr(norm, key).copy_(getattr(child, key))
+                setattr(parent, name, norm)
+                self.swaps.append((parent, name, child, norm))
+        if not self.swaps:
+            raise ValueError('no FrozenBatchNorm2d outside the frozen stages to train '
+                             "(expected LeRobot ACT's torchvision ResNet)")
+
+    def __len__(self) -> int:
+        return len(self.swaps)
+
+    @torch.no_grad()
+    def write_back(self) -> None:
+        """Copy each trained normalization into its frozen layer's buffers."""
+        for _parent, _name, frozen, norm in self.swaps:
+            for key in ('weight', 'bias', 'running_mean', 'running_var'):
+                getattr(frozen, key).copy_(getattr(norm, key).detach())
+
+    @contextmanager
+    def frozen(self) -> Iterator[None]:
+        """The frozen layers in place, up to date, for as long as the block runs (to save)."""
+        self.write_back()
+        for parent, name, frozen, _norm in self.swaps:
+            setattr(parent, name, frozen)
+        try:
+            yield
+        finally:
+            for parent, name, _frozen, norm in self.swaps:
+                setattr(parent, name, norm)

@@ -27,6 +27,7 @@ uninterrupted one would.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
@@ -44,6 +45,7 @@ logger = logging.getLogger(__name__)
 RESULT_FILE = 'pose_pretrain.json'
 STATE_KEY = 'pose_pretrain'
 FROZEN_CHOICES = ('none', 'stem', 'layer1', 'layer2')
+BATCH_NORM_CHOICES = ('frozen', 'train')
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -78,6 +80,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help='backbone stages kept as they are (stem: conv1; layer1: conv1 '
                              'and layer1, ...); freezing the early stages saves about a '
                              'quarter of the step')
+    parser.add_argument('--batch-norm', choices=BATCH_NORM_CHOICES, default='frozen',
+                        help='frozen: the normalizations keep the statistics they came with '
+                             '(LeRobot ACT\'s FrozenBatchNorm2d); train: they learn as '
+                             'BatchNorm2d outside the frozen stages, on batches of every '
+                             'camera, and are written back as frozen statistics into each '
+                             'checkpoint (same layout)')
     parser.add_argument('--seed', type=int, default=7_000_000,
                         help='first training scene seed (step s draws seed + s * batch ...)')
     parser.add_argument('--val-seed', type=int, default=6_000_000, help='first validation seed')
@@ -206,6 +214,7 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
     from act_ros.core.atomic import write_json_atomic
     from act_ros.core.checkpoint import load_checkpoint
     from act_ros.provenance import result_provenance
+    from act_ros.training.backbone import TrainableBatchNorm
     from act_ros.training.auxiliary import ObjectPoseHead, pose_targets, _POSITIONS
     from act_ros.core.inference import autocast_context
     from act_ros.training.loop import random_shift, resolve_precision
@@ -266,10 +275,13 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
         state = None
         if args.resume:
             state = torch.load(last / TRAINING_STATE_FILE, weights_only=False)[STATE_KEY]
-            readout = state.get('yaw_readout', 'flatten')  # runs from before the choice
-            if readout != args.yaw_readout:
-                raise ValueError(f'--resume with --yaw-readout {args.yaw_readout}: {last} '
-                                 f'was trained with {readout}')
+            # Runs from before these choices had them as the defaults below.
+            for option, recorded in (('yaw_readout', state.get('yaw_readout', 'flatten')),
+                                     ('batch_norm', state.get('batch_norm', 'frozen'))):
+                if recorded != getattr(args, option):
+                    raise ValueError(f'--resume with --{option.replace("_", "-")} '
+                                     f'{getattr(args, option)}: {last} was trained with '
+                                     f'{recorded}')
         torch.manual_seed(args.seed)
         head = ObjectPoseHead(channels, grids, yaw_readout=args.yaw_readout)
         if state is not None:
@@ -281,6 +293,9 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
         frozen = _frozen_modules(backbone, args.frozen_up_to)
         for module in frozen:
             module.requires_grad_(False)
+        norms = (TrainableBatchNorm(backbone, skip=frozen) if args.batch_norm == 'train'
+                 else None)
+        backbone.train(norms is not None)  # batch statistics only where norms train
         trained = [p for p in backbone.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW([{'params': trained, 'lr': args.lr},
                                        {'params': head.parameters(), 'lr': args.head_lr}],
@@ -298,8 +313,18 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
         if step >= args.steps:
             logger.info('%s is at step %d of %d: nothing to do', run, step, args.steps)
 
+        def feature_maps(images: dict[str, Any]) -> list[Any]:
+            batches = list(images.values())
+            if norms is None or len({tuple(b.shape[1:]) for b in batches}) > 1:
+                return [backbone(b)['feature_map'] for b in batches]
+            # Training normalizations see every camera in one batch: the running statistics
+            # they keep (what the frozen layers will hold) are those of the same mixture.
+            maps = backbone(torch.cat(batches))['feature_map']
+            return list(maps.split([b.shape[0] for b in batches]))
+
         def validate() -> dict[str, Any]:
             head.eval()
+            backbone.eval()
             with torch.no_grad():
                 predictions = []
                 for start in range(0, len(val_seeds), 64):
@@ -308,20 +333,22 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                                 for v in val_images.values()]
                         predictions.append(head(maps).float())
             head.train()
+            backbone.train(norms is not None)
             return _errors_by_kind(torch.cat(predictions), val_poses, val_kinds, mean, std)
 
         def save() -> None:
             info = json.dumps({**source_info, 'pose_pretrain': {
                 'step': step, 'source': str(args.checkpoint),
-                'frozen_up_to': args.frozen_up_to}}, indent=1)
-            save_model(last, policy, loaded.preprocessor, loaded.postprocessor, info_json=info,
-                       training_state={STATE_KEY: {
-                           'step': step, 'head': head.state_dict(),
-                           'optimizer': optimizer.state_dict(),
-                           'scheduler': scheduler.state_dict(), 'rng': capture_rng(),
-                           'history': history, 'position_mean': mean,
-                           'yaw_readout': args.yaw_readout,
-                           'position_std': std}})
+                'frozen_up_to': args.frozen_up_to, 'batch_norm': args.batch_norm}}, indent=1)
+            with norms.frozen() if norms is not None else contextlib.nullcontext():
+                save_model(last, policy, loaded.preprocessor, loaded.postprocessor,
+                           info_json=info, training_state={STATE_KEY: {
+                               'step': step, 'head': head.state_dict(),
+                               'optimizer': optimizer.state_dict(),
+                               'scheduler': scheduler.state_dict(), 'rng': capture_rng(),
+                               'history': history, 'position_mean': mean,
+                               'yaw_readout': args.yaw_readout,
+                               'batch_norm': args.batch_norm, 'position_std': std}})
 
         def write_result() -> dict[str, Any]:
             out = {'provenance': result_provenance(
@@ -331,7 +358,7 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                    'batch_size': args.batch_size, 'frozen_up_to': args.frozen_up_to,
                    'precision': precision,
                    'image_size': list(args.image_size) if args.image_size else None,
-                   'yaw_readout': args.yaw_readout,
+                   'yaw_readout': args.yaw_readout, 'batch_norm': args.batch_norm,
                    'image_shift_px': args.image_shift_px, 'lr': args.lr,
                    'head_lr': args.head_lr, 'val_scenes': args.val_scenes,
                    'val_seeds': [val_seeds[0], val_seeds[-1]], 'history': history}
@@ -360,8 +387,7 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                 if args.image_shift_px:
                     images = {k: random_shift(v, args.image_shift_px) for k, v in images.items()}
                 with autocast():
-                    maps = [backbone(v)['feature_map'] for v in images.values()]
-                    predicted = head(maps).float()
+                    predicted = head(feature_maps(images)).float()
                 loss = (predicted - pose_targets(poses, mean, std)).abs().mean()
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f'step {step}: the pose loss is {loss.item()}')
