@@ -40,14 +40,20 @@ class InstantPolicy:
         self.latest: dict[str, int] = {}
         self.answered: set[int] = set()
         self.joints: dict[int, list[float]] = {}
+        self.subscriptions = []
         self.pub = node.create_publisher(Float64MultiArray, 'forward_position_controller/commands',
                                          COMMAND_QOS)
-        node.create_subscription(JointState, 'joint_states', self._on_joints,
-                                 qos_profile_sensor_data)
+        self.subscriptions.append(node.create_subscription(
+            JointState, 'joint_states', self._on_joints, qos_profile_sensor_data))
         for cam in CAMERAS:
-            node.create_subscription(Image, camera_topic(cam),
-                                     lambda msg, c=cam: self._on_stream(c, msg),
-                                     qos_profile_sensor_data)
+            self.subscriptions.append(node.create_subscription(
+                Image, camera_topic(cam), lambda msg, c=cam: self._on_stream(c, msg),
+                qos_profile_sensor_data))
+
+    def matched(self) -> bool:
+        """Every stream has a publisher and the commands a subscriber (discovery done)."""
+        return (self.pub.get_subscription_count() > 0
+                and all(sub.get_publisher_count() > 0 for sub in self.subscriptions))
 
     def _on_joints(self, msg: JointState) -> None:
         self.joints[_stamp(msg)] = list(conv.joint_positions(msg, self.joint_names))
@@ -89,9 +95,13 @@ def measure(size: tuple[int, int], steps: int, domain: int, timeout_s: float,
     client = EvalClient(domain, check=procs.check)
     try:
         procs.start('sim_bridge', bridge_command(args, size, policy_reset=False))
-        InstantPolicy(client, list(load_contract().joint_names))
+        policy = InstantPolicy(client, list(load_contract().joint_names))
         client.spin_until(lambda: client.status is not None, 60.0, 'the bridge')
-        client.spin_for(2.0)  # discovery of the image and command topics
+        # Discovery of the image and command topics, counted on both ends of this process;
+        # a moment more for the bridge's ends to match (a best-effort image sent before
+        # that is lost, and its step would count as a lock-step timeout).
+        client.spin_until(policy.matched, 60.0, 'the bridge\'s topics to match')
+        client.spin_for(0.5)
         start = time.monotonic()
         status = client.run_episode(0, timeout_s, 60.0)
         wall = time.monotonic() - start
@@ -110,13 +120,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--image-size', nargs='+', default=['96x128', '480x640'])
     parser.add_argument('--steps', type=int, default=150)
     parser.add_argument('--domain-id', type=int, default=None)
+    parser.add_argument('--lockstep-timeout', type=float, default=5.0,
+                        help='seconds the bridge waits for a command before it steps '
+                             'without one (counted as a timeout: a lost image)')
     parser.add_argument('--dds-defaults', action='store_true',
                         help='keep the Fast DDS defaults (full-size images are mostly lost)')
     args = parser.parse_args(argv)
     domain = args.domain_id if args.domain_id is not None else default_domain_id()
     for text in args.image_size:
         size = parse_image_size(text)
-        m = measure(size, args.steps, domain, timeout_s=5.0, large_images=not args.dds_defaults)
+        m = measure(size, args.steps, domain, timeout_s=args.lockstep_timeout,
+                    large_images=not args.dds_defaults)
         print(f'sim_bridge lock-step {size[0]}x{size[1]}: {m["steps_per_s"]:.1f} steps/s '
               f'({m["ms_per_step"]:.1f} ms/step, {args.steps} steps, '
               f'{m["lockstep_timeouts"]} timeouts)', flush=True)
