@@ -211,8 +211,11 @@ def test_lockstep_without_commands_times_out_holds_and_finishes(rclpy_context):
         # The final state is on the pose topics, but no camera/joint observation follows
         # the last lock-step step: no command could answer it.
         final_ns = round(status['sim_time_s'] * 1e9)
-        time.sleep(0.3)
-        assert max(stamp_ns(p) for p in probe.poses['box_pose']) == pytest.approx(final_ns, abs=10)
+
+        def last_pose_ns():
+            return max(stamp_ns(p) for p in probe.poses['box_pose'])
+        assert wait_until(lambda: last_pose_ns() >= final_ns - 10, DISCOVERY_S)
+        assert last_pose_ns() == pytest.approx(final_ns, abs=10)
         assert max(stamp_ns(m) for m in probe.joint_states) < final_ns - 1_000_000
 
 
@@ -279,7 +282,10 @@ def test_realtime_steps_at_the_wall_clock_rate_holding_the_last_command(rclpy_co
         # 45 steps are 1.5 s of wall clock; a busy machine overruns steps (counted), so the
         # wait is long.
         assert wait_until(lambda: probe.status['done'], 3 * DISCOVERY_S), probe.status
-        time.sleep(0.5)
+        last_step_ns = round(probe.status['sim_time_s'] * 1e9)
+        assert wait_until(lambda: stamp_ns(probe.joint_states[-1]) >= last_step_ns - 10,
+                          DISCOVERY_S)
+        time.sleep(0.5)  # a second episode would have begun by now
         status = probe.status
         assert status['episode'] == 0, 'episodes=1: no second episode'
         assert status['commands']['received'] == 1 and status['commands']['applied'] == 1
