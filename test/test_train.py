@@ -123,15 +123,26 @@ def test_checkpoint_loads_in_lerobot_and_in_runtime(short_run):
             assert out.shape == (6,) and np.all(np.isfinite(out))
 
 
-def test_samples_match_lerobot_delta_timestamps(dataset):
-    """The in-memory batches equal LeRobotDataset.__getitem__ with delta_timestamps."""
+@pytest.mark.parametrize('on_disk', [False, True], ids=['memory', 'disk'])
+def test_samples_match_lerobot_delta_timestamps(dataset, tmp_path, on_disk):
+    """The batches equal LeRobotDataset.__getitem__ with delta_timestamps, with the frames
+    in memory or in a file mapped into memory that has no name in its directory."""
     from act_ros.training.data import load_frames, make_split, open_dataset
 
     contract = load_contract()
     ds = open_dataset(dataset, contract)
     episode_index = ds.hf_dataset.data.column('episode_index').to_numpy()
     _, start, end = make_split(episode_index, 0.25, 0, len(ds))
-    store = load_frames(ds, contract, (H, W), seg_start=start, seg_end=end)
+    frame_dir = tmp_path / 'frames' if on_disk else None
+    store = load_frames(ds, contract, (H, W), seg_start=start, seg_end=end,
+                        frame_dir=frame_dir)
+    if on_disk:
+        assert list(frame_dir.iterdir()) == []  # nothing left behind, however the run ends
+        maps = Path('/proc/self/maps')
+        if maps.is_file():  # Linux: the frames are a deleted file's mapping in frame_dir
+            assert any(line.startswith(f'{frame_dir}/') and line.endswith('(deleted)')
+                       for line in (row.split(maxsplit=5)[-1].strip()
+                                    for row in maps.read_text().splitlines()))
     for index in (0, 17, 39, 40, 75, 159):
         ref = ds[index]
         got = store.batch(np.array([index]))
@@ -140,6 +151,42 @@ def test_samples_match_lerobot_delta_timestamps(dataset):
         assert torch.equal(got['observation.state'][0], ref['observation.state'])
         for key in ('observation.images.top', 'observation.images.wrist'):
             assert torch.allclose(got[key][0], ref[key].float() / 255.0)
+
+
+def test_frames_go_to_disk_when_they_would_fill_the_memory(dataset, tmp_path, monkeypatch,
+                                                           caplog):
+    """--frame-store auto: a run whose frames would take over half the available memory
+    keeps them in a mapped file and trains exactly as it does from memory; a disk without
+    room is a clear error before the first step."""
+    import collections
+    import errno
+    import os
+
+    import psutil
+    from safetensors.torch import load_file
+
+    from act_ros.training import data
+    from act_ros.training.train import run
+
+    kw = dict(steps=3, val_interval=3, checkpoint_interval=100, max_val_batches=1)
+    run(_config(dataset, tmp_path / 'memory', frame_store='memory', **kw))
+    frame_bytes = 160 * 2 * 3 * MH * MW
+    memory = collections.namedtuple('svmem', 'available')
+    monkeypatch.setattr(psutil, 'virtual_memory', lambda: memory(frame_bytes * 2 - 1))
+    with caplog.at_level(logging.INFO, logger='act_ros.training.prepare'):
+        run(_config(dataset, tmp_path / 'auto', **kw))
+    assert 'kept in a file' in caplog.text
+    a = load_file(str(tmp_path / 'memory' / 'last' / 'model.safetensors'))
+    b = load_file(str(tmp_path / 'auto' / 'last' / 'model.safetensors'))
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+    assert not any(p.name.startswith('frames_') for p in (tmp_path / 'auto').iterdir())
+
+    def full_disk(fd, offset, length):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(data.os, 'posix_fallocate', full_disk)
+    with pytest.raises(TrainingDataError, match=r'need 0\.0 GB .* free space'):
+        run(_config(dataset, tmp_path / 'full', frame_store='disk', **kw))
 
 
 def test_episode_split_keeps_episodes_whole():

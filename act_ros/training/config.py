@@ -28,6 +28,11 @@ CAMERA_STATS = ('imagenet', 'dataset')
 # 'auto': bf16 autocast where the device computes bfloat16 natively (a CPU with
 # AVX512-BF16 or AMX, a CUDA GPU that supports it), fp32 elsewhere.
 TRAIN_PRECISIONS = ('auto', 'fp32', 'bf16', 'fp16')
+# Where the decoded camera frames live while a run trains (act_ros.training.data):
+# 'memory'; 'disk', a file in the run directory mapped into memory (the page cache keeps
+# what fits, reads the rest); 'auto', disk when the frames would take over half the
+# memory available at the start.
+FRAME_STORES = ('auto', 'memory', 'disk')
 # A run shorter than this is a smoke test, not a result (training_metrics.json says so).
 RECOMMENDED_MIN_STEPS = 1000
 # Settings that act on camera images: without cameras (cameras=[]) they cannot apply.
@@ -115,6 +120,9 @@ class TrainConfig:
     # episode: consecutive frames at 30 Hz are near duplicates, so more episodes fit the
     # same cache memory and build time. Action chunks still come from every frame.
     cache_frame_stride: int = 1
+    # Where the decoded frames are kept (FRAME_STORES): 'auto' keeps them in memory unless
+    # they would take over half of what is available, then in a file in the run directory.
+    frame_store: str = 'auto'
     # Where the frozen backbone's layer4 maps are kept on disk (act_ros.training.feature_disk)
     # so that a later build with the same backbone, normalization and precision (a --resume,
     # the next DAgger iteration) reads the frames it has instead of computing them again.
@@ -177,6 +185,9 @@ class TrainConfig:
         if self.early_freeze_layer not in (None, 'layer1', 'layer2', 'layer3'):
             raise ValueError(f"early_freeze_layer must be layer1, layer2 or layer3, got "
                              f"'{self.early_freeze_layer}'")
+        if self.frame_store not in FRAME_STORES:
+            raise ValueError(f'frame_store must be one of {FRAME_STORES}, got '
+                             f'{self.frame_store!r}')
         if self.cache_frame_stride < 1:
             raise ValueError(f'cache_frame_stride must be >= 1, got {self.cache_frame_stride}')
         if self.feature_cache_dir is not None:
@@ -393,6 +404,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--early-freeze-step', type=int, help='step of --early-freeze-layer (0)')
     p.add_argument('--cache-frame-stride', type=int, help='cache and train on every k-th frame '
                    'of each episode once a backbone stage is frozen (1 = every frame)')
+    p.add_argument('--frame-store', choices=FRAME_STORES,
+                   help='where the decoded camera frames are kept while training: memory, '
+                   'or disk (a file in OUTPUT_DIR mapped into memory, removed when the run '
+                   'ends, also when it is killed: for datasets larger than the RAM); auto '
+                   '(default) takes disk when the frames would fill over half the available '
+                   'memory (3 x H x W bytes per frame and camera: 2.7 GB for 54 000 frames of '
+                   'two cameras at 96x128)')
     p.add_argument('--feature-cache-dir', metavar='DIR',
                    help="where the frozen backbone's layer4 maps are kept on disk and reused "
                    'by a later build with the same backbone weights, camera normalization, '

@@ -13,7 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 import logging
 import math
+import os
 from pathlib import Path
+import shutil
 from typing import Any
 
 import cv2
@@ -291,15 +293,43 @@ def decode_episode_frames(dataset: Any, key: str, ep: int, timestamps: list[floa
                      for img in images])
 
 
+def frame_buffer(shape: tuple[int, ...], directory: Path | None = None) -> torch.Tensor:
+    """A uint8 tensor of ``shape``: in memory, or with ``directory`` backed by a file there
+    that is mapped into memory. The file has no name from the start (unlinked on creation),
+    so the space returns to the disk when the process ends, however it ends; the page cache
+    holds what memory allows and the rest is read from disk as batches ask for it."""
+    if directory is None:
+        return torch.empty(shape, dtype=torch.uint8)
+    import tempfile
+
+    directory.mkdir(parents=True, exist_ok=True)
+    size = int(np.prod(shape))
+    with tempfile.TemporaryFile(dir=directory, prefix='frames_') as handle:
+        try:  # the blocks reserved now: a full disk is this error, not a crash mid-run
+            os.posix_fallocate(handle.fileno(), 0, max(size, 1))
+        except OSError as exc:
+            free = shutil.disk_usage(directory).free
+            raise TrainingDataError(
+                f'cannot keep the decoded frames on disk in {directory}: they need '
+                f'{size / 1e9:.1f} GB and {free / 1e9:.1f} GB are free ({exc.strerror}); free '
+                f'space, or choose another --output-dir') from None
+        array = np.memmap(handle, dtype=np.uint8, mode='r+', shape=shape)
+    # The mapping outlives the file object (and the file its directory entry).
+    return torch.from_numpy(array)
+
+
 def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | None, *,
                 seg_start: np.ndarray, seg_end: np.ndarray, progress: bool = False,
                 extra_keys: tuple[str, ...] = (),
                 cameras: tuple[CameraSpec, ...] | None = None,
-                environment_state: bool = False) -> FrameStore:
+                environment_state: bool = False,
+                frame_dir: Path | None = None) -> FrameStore:
     """Decode every frame of ``cameras`` (default: all) once, resized to ``image_size``,
     into a FrameStore; with ``environment_state`` the object poses come along as an input.
 
     ``extra_keys``: further float columns to keep per frame (a missing one is an error).
+    ``frame_dir``: keep the frames in a file there mapped into memory (:func:`frame_buffer`)
+    instead of in memory.
     """
     from tqdm import tqdm
 
@@ -313,7 +343,7 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | 
     if cameras and image_size is None:
         raise ValueError('load_frames: cameras need an image_size')
     h, w = image_size if image_size else (0, 0)
-    images = {cam.feature: torch.empty((n, 3, h, w), dtype=torch.uint8) for cam in cameras}
+    images = {cam.feature: frame_buffer((n, 3, h, w), frame_dir) for cam in cameras}
     episodes = sorted(set(episode_index.tolist())) if cameras else []
     for ep in tqdm(episodes, desc='decoding frames', unit='episode', disable=not progress):
         rows = np.flatnonzero(episode_index == ep)

@@ -82,15 +82,35 @@ def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -
                 'poses, recorded by act-ros collect in the simulation); this dataset has '
                 f'{sorted(dataset.meta.features)}: set --aux-object-pose-weight 0')
         extra_keys = (OBJECT_POSES_FEATURE,)
+    frame_bytes = len(hf) * len(cameras) * 3 * size[0] * size[1] if cameras else 0
+    frame_dir = _frame_dir(config, frame_bytes)
     store = load_frames(dataset, contract, size, seg_start=seg_start, seg_end=seg_end,
                         progress=config.progress, extra_keys=extra_keys, cameras=cameras,
-                        environment_state=config.environment_state)
+                        environment_state=config.environment_state, frame_dir=frame_dir)
     stats = normalization_stats(dataset.meta.stats, contract, camera_stats=config.camera_stats,
                                 cameras=cameras, environment_state=config.environment_state)
     return RunInputs(contract=contract, device=device, dataset=dataset, split=split, store=store,
                      stats=stats, image_size=size, stored_image_size=stored,
                      cameras=tuple(cam.name for cam in cameras),
                      environment_state=config.environment_state)
+
+
+def _frame_dir(config: TrainConfig, frame_bytes: int) -> Path | None:
+    """Where the decoded frames go: None for memory, else the run directory (a mapped file,
+    :func:`~act_ros.training.data.frame_buffer`), as ``config.frame_store`` says."""
+    if frame_bytes == 0 or config.frame_store == 'memory':
+        return None
+    if config.frame_store == 'auto':
+        import psutil
+
+        available = psutil.virtual_memory().available
+        if frame_bytes <= available // 2:
+            return None
+        logger.info('the decoded frames take %.1f GB, over half of the %.1f GB of memory '
+                    'available: they are kept in a file in %s mapped into memory '
+                    '(--frame-store memory to keep them in memory)', frame_bytes / 1e9,
+                    available / 1e9, config.output_dir)
+    return config.output_dir
 
 
 def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]:
