@@ -73,7 +73,8 @@ VISION_POSE_PRETRAIN = f'{VISION_LEVERS_DIR}/pose_pretrain.json'
 # with the attention yaw readout (--yaw-readout).
 VISION_POSE_PRETRAIN_VARIANTS = (VISION_POSE_PRETRAIN,
                                  f'{VISION_LEVERS_DIR}/pose_pretrain_192x256.json',
-                                 f'{VISION_LEVERS_DIR}/pose_pretrain_attention.json')
+                                 f'{VISION_LEVERS_DIR}/pose_pretrain_attention.json',
+                                 f'{VISION_LEVERS_DIR}/pose_pretrain_trained_norms.json')
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
@@ -552,8 +553,8 @@ def part_vision_pose_pretrain(src: Sources) -> str:
 
 
 def part_vision_pose_pretrain_variants(src: Sources) -> str:
-    """Pose pretraining variants (image size, yaw readout): held-out errors over every
-    scene kind along each run."""
+    """Pose pretraining variants (backbone settings, image size, yaw readout): held-out
+    errors over every scene kind along each run."""
     from act_ros.training.rollout import checkpoint_render_size
 
     rows = []
@@ -562,13 +563,18 @@ def part_vision_pose_pretrain_variants(src: Sources) -> str:
         run = src.json(rel)
         size = run.get('image_size') or checkpoint_render_size(src.root / run['checkpoint'])
         readout = run.get('yaw_readout') or 'flatten'  # files from before the choice
+        frozen = run['frozen_up_to']
+        backbone = (f"lr {run['lr']:g}, "
+                    + ('every stage trains' if frozen == 'none' else f'frozen up to {frozen}')
+                    + (', trained norms' if run.get('batch_norm') == 'train' else ', frozen norms'))
         for row in _curve_steps(run['history']):
             st = row['step']
             n = row['all']['n']
-            rows.append([readout, f'{size[0]}x{size[1]}', st, st * run['batch_size'],
+            rows.append([backbone, readout, f'{size[0]}x{size[1]}', st,
+                         st * run['batch_size'], f"{row['seconds'] / 3600:.2f}",
                          *_pose_cells(row['all'])])
-    return table(['yaw readout', 'rendered at', 'step', 'scenes drawn',
-                  f'all held-out scenes (n={n}): box', 'pad'], rows)
+    return table(['backbone', 'yaw readout', 'rendered at', 'step', 'scenes drawn',
+                  'hours', f'all held-out scenes (n={n}): box', 'pad'], rows)
 
 
 def part_vision_recipe_stages(src: Sources) -> str:
