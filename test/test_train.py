@@ -188,6 +188,18 @@ def test_frames_go_to_disk_when_they_would_fill_the_memory(dataset, tmp_path, mo
     with pytest.raises(TrainingDataError, match=r'need 0\.0 GB .* free space'):
         run(_config(dataset, tmp_path / 'full', frame_store='disk', **kw))
 
+    # A file system that cannot reserve space: a sparse file when the space is there now.
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, os.strerror(errno.EOPNOTSUPP))
+    monkeypatch.setattr(data.os, 'posix_fallocate', unsupported)
+    buffer = data.frame_buffer((4, 3, 8, 8), tmp_path / 'sparse')
+    buffer[2] = 7
+    assert int(buffer.sum()) == 7 * 3 * 8 * 8
+    monkeypatch.setattr(data.shutil, 'disk_usage',
+                        lambda path: collections.namedtuple('usage', 'free')(10))
+    with pytest.raises(TrainingDataError, match='need 0.0 GB and 0.0 GB are free'):
+        data.frame_buffer((4, 3, 8, 8), tmp_path / 'sparse')
+
 
 def test_episode_split_keeps_episodes_whole():
     episode_index = np.repeat(np.arange(10), 7)

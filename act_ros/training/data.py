@@ -11,6 +11,7 @@ that chunks never run across the train/validation boundary of a frame-level spli
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import errno
 import logging
 import math
 import os
@@ -305,14 +306,24 @@ def frame_buffer(shape: tuple[int, ...], directory: Path | None = None) -> torch
     directory.mkdir(parents=True, exist_ok=True)
     size = int(np.prod(shape))
     with tempfile.TemporaryFile(dir=directory, prefix='frames_') as handle:
+        problem = None
         try:  # the blocks reserved now: a full disk is this error, not a crash mid-run
             os.posix_fallocate(handle.fileno(), 0, max(size, 1))
         except OSError as exc:
+            problem = exc.strerror
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                # A file system that cannot reserve space: a sparse file, after checking
+                # that the space is there now.
+                enough = shutil.disk_usage(directory).free >= size
+                problem = None if enough else os.strerror(errno.ENOSPC)
+                if enough:
+                    handle.truncate(max(size, 1))
+        if problem is not None:
             free = shutil.disk_usage(directory).free
             raise TrainingDataError(
                 f'cannot keep the decoded frames on disk in {directory}: they need '
-                f'{size / 1e9:.1f} GB and {free / 1e9:.1f} GB are free ({exc.strerror}); free '
-                f'space, or choose another --output-dir') from None
+                f'{size / 1e9:.1f} GB and {free / 1e9:.1f} GB are free ({problem}); free '
+                f'space, or choose another --output-dir')
         array = np.memmap(handle, dtype=np.uint8, mode='r+', shape=shape)
     # The mapping outlives the file object (and the file its directory entry).
     return torch.from_numpy(array)
