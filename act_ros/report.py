@@ -74,7 +74,8 @@ VISION_POSE_PRETRAIN = f'{VISION_LEVERS_DIR}/pose_pretrain.json'
 VISION_POSE_PRETRAIN_VARIANTS = (VISION_POSE_PRETRAIN,
                                  f'{VISION_LEVERS_DIR}/pose_pretrain_192x256.json',
                                  f'{VISION_LEVERS_DIR}/pose_pretrain_attention.json',
-                                 f'{VISION_LEVERS_DIR}/pose_pretrain_trained_norms.json')
+                                 f'{VISION_LEVERS_DIR}/pose_pretrain_trained_norms.json',
+                                 f'{VISION_LEVERS_DIR}/pose_pretrain_192x256_attention.json')
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
