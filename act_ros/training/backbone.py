@@ -25,6 +25,9 @@ from torch import nn
 
 logger = logging.getLogger(__name__)
 
+# What a FrozenBatchNorm2d holds, and a BatchNorm2d computes with in eval mode.
+_NORM_STATE = ('weight', 'bias', 'running_mean', 'running_var')
+
 
 def frozen_batchnorm_layers(module: nn.Module) -> list[tuple[str, nn.Module]]:
     """``(name, layer)`` of every ``FrozenBatchNorm2d`` in ``module``, in registration order."""
@@ -113,7 +116,7 @@ class TrainableBatchNorm:
                 norm = nn.BatchNorm2d(child.weight.numel(), eps=child.eps, momentum=momentum)
                 norm.to(child.weight.device)
                 with torch.no_grad():
-                    for key in ('weight', 'bias', 'running_mean', 'running_var'):
+                    for key in _NORM_STATE:
                         getattr(norm, key).copy_(getattr(child, key))
                 setattr(parent, name, norm)
                 self.swaps.append((parent, name, child, norm))
@@ -128,7 +131,7 @@ class TrainableBatchNorm:
     def write_back(self) -> None:
         """Copy each trained normalization into its frozen layer's buffers."""
         for _parent, _name, frozen, norm in self.swaps:
-            for key in ('weight', 'bias', 'running_mean', 'running_var'):
+            for key in _NORM_STATE:
                 getattr(frozen, key).copy_(getattr(norm, key).detach())
 
     @contextmanager
