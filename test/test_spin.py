@@ -109,3 +109,188 @@ def test_spin_executor_raises_a_lasting_invalid_handle():
         spin_executor(executor)
     assert executor.spins == MAX_DESTRUCTION_RACES + 1
 
+
+
+# -- PoolExecutor --------------------------------------------------------------------------
+def _pool_node(context, name):
+    from rclpy.node import Node
+    return Node(name, context=context)
+
+
+class _CountingPool:
+    """A PoolExecutor that counts its rounds and the callbacks it hands to its pool."""
+
+    @staticmethod
+    def make(num_threads, context):
+        from act_ros.ros.spin import PoolExecutor
+
+        class Counting(PoolExecutor):
+            def __init__(self):
+                super().__init__(num_threads, context=context)
+                self.rounds = 0
+                self.handed = 0
+                submit = self._pool.submit
+
+                def counted(*args, **kwargs):
+                    self.handed += 1
+                    return submit(*args, **kwargs)
+                self._pool.submit = counted
+
+            def spin_once(self, timeout_sec=None):
+                self.rounds += 1
+                super().spin_once(timeout_sec)
+
+        return Counting()
+
+
+def _spin_until(executor, done, timeout_s):
+    import time
+    deadline = time.monotonic() + timeout_s
+    while not done() and time.monotonic() < deadline:
+        executor.spin_once(timeout_sec=0.05)
+    return done()
+
+
+def test_pool_executor_hands_a_waiting_callback_over_once_and_does_not_spin(rclpy_context):
+    # The only pool thread is held by one callback for BLOCK_S while another is ready, and
+    # the executor is woken every millisecond (as callbacks finishing and messages
+    # arriving wake it in a node). rclpy's MultiThreadedExecutor (Jazzy, Kilted) queues
+    # the waiting callback again on every wake-up, hundreds of times here, and its pool
+    # threads then spend the GIL on the copies (ros2/rclpy#1452). The pool queues it once
+    # and sleeps between rounds while it waits.
+    import threading
+    import time
+
+    from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
+    from act_ros.ros.spin import HANDOVER_WAIT_S, spin_executor
+    block_s = 0.5
+    node = _pool_node(rclpy_context, 'pool_probe')
+    release = threading.Event()
+    calls = {'blocker': 0, 'ready': 0}
+
+    def blocker():
+        calls['blocker'] += 1
+        if calls['blocker'] == 1:
+            release.wait(30.0)
+
+    def ready():
+        calls['ready'] += 1
+
+    node.create_timer(0.01, blocker, callback_group=MutuallyExclusiveCallbackGroup())
+    node.create_timer(0.01, ready, callback_group=MutuallyExclusiveCallbackGroup())
+    executor = _CountingPool.make(1, rclpy_context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=spin_executor, args=(executor,), daemon=True)
+    spinner.start()
+    stop_waking = threading.Event()
+
+    def waker():
+        while not stop_waking.is_set():
+            executor.wake()
+            time.sleep(0.001)
+    try:
+        from act_ros.ros.harness import wait_until
+        assert wait_until(lambda: calls['blocker'] == 1, 30.0)
+        time.sleep(0.05)  # 'ready' is handed over and waits for the held thread
+        rounds_before, handed_before = executor.rounds, executor.handed
+        waking = threading.Thread(target=waker, daemon=True)
+        waking.start()
+        time.sleep(block_s)
+        stop_waking.set()
+        waking.join()
+        rounds = executor.rounds - rounds_before
+        handed = executor.handed - handed_before
+        ready_while_blocked = calls['ready']
+        release.set()
+        assert wait_until(lambda: calls['ready'] >= 3, 30.0)  # and it runs once freed
+    finally:
+        stop_waking.set()
+        release.set()
+        executor.shutdown(timeout_sec=5.0)
+        spinner.join(timeout=5.0)
+        node.destroy_node()
+    assert ready_while_blocked == 0  # one thread, and it was held
+    assert handed == 0, handed  # 'ready' was handed over once, before the window
+    # Each round while 'ready' waits sleeps up to HANDOVER_WAIT_S (or until the thread
+    # frees up); the round after it ends at the next wake-up.
+    assert rounds <= 2 * block_s / HANDOVER_WAIT_S + 20, rounds
+
+
+def test_pool_executor_runs_callbacks_of_different_groups_at_once(rclpy_context):
+    # Two threads: a callback that waits for another one to run finishes (on one thread,
+    # or with both in one mutually exclusive group, it would wait out its timeout).
+    import threading
+
+    from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
+    node = _pool_node(rclpy_context, 'pool_pair')
+    other_ran = threading.Event()
+    outcome = []
+
+    def waiter():
+        if not outcome:
+            outcome.append(other_ran.wait(10.0))
+
+    node.create_timer(0.01, waiter, callback_group=MutuallyExclusiveCallbackGroup())
+    node.create_timer(0.05, other_ran.set, callback_group=MutuallyExclusiveCallbackGroup())
+    executor = _CountingPool.make(2, rclpy_context)
+    executor.add_node(node)
+    try:
+        assert _spin_until(executor, lambda: bool(outcome), 30.0)
+    finally:
+        other_ran.set()
+        executor.shutdown(timeout_sec=5.0)
+        node.destroy_node()
+    assert outcome == [True]
+
+
+def test_pool_executor_raises_a_callback_error_from_spin(rclpy_context):
+    from act_ros.ros.spin import PoolExecutor, spin_executor
+
+    node = _pool_node(rclpy_context, 'pool_error')
+
+    def broken():
+        raise ValueError('joint 3: expected a finite position, got nan')
+
+    node.create_timer(0.01, broken)
+    executor = PoolExecutor(2, context=rclpy_context)
+    executor.add_node(node)
+    try:
+        with pytest.raises(ValueError, match='expected a finite position'):
+            spin_executor(executor)
+    finally:
+        executor.shutdown(timeout_sec=5.0)
+        node.destroy_node()
+
+
+def test_pool_executor_needs_a_thread():
+    from act_ros.ros.spin import PoolExecutor
+    with pytest.raises(ValueError, match='num_threads must be >= 1, got 0'):
+        PoolExecutor(0)
+
+
+def test_bench_executor_measures_each_executor_beside_the_node(tmp_path, ros_domain_id,
+                                                                monkeypatch):
+    # The benchmark's own mechanics, on the two executors without the spin (rclpy's
+    # multi-threaded one can take minutes per try when it spins: the benchmark shows that).
+    monkeypatch.setenv('ROS_DOMAIN_ID', str(ros_domain_id))
+    monkeypatch.setenv('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
+    from act_ros.bench.executor import main
+    result, table = tmp_path / 'executor.json', tmp_path / 'executor.md'
+    assert main(['--tries', '1', '--commands', '5', '--kinds', 'pool,single_threaded',
+                 '--json', str(result), '--output', str(table), '--no-header']) == 0
+    tries = json.loads(result.read_text())['tries']
+    assert [t['kind'] for t in tries] == ['pool', 'single_threaded']
+    for t in tries:
+        assert t['model_median_ms'] > 0 and t['start_s'] > 0 and t['commands_s'] is not None
+    assert tries[0]['handed_over'] >= 1 and tries[1]['handed_over'] is None
+    text = table.read_text()
+    assert '| PoolExecutor (4 threads) | 1 |' in text and '| SingleThreadedExecutor | 1 |' in text
+    assert 'rclpy' not in text.split('|---|')[1]  # only the kinds asked for
+
+
+def test_bench_executor_refuses_unknown_kinds():
+    from act_ros.bench.executor import main
+    with pytest.raises(SystemExit):
+        main(['--kinds', 'pool,events'])

@@ -113,10 +113,10 @@ def publisher_main(argv: list[str]) -> int:
     """The publisher process (cameras, follower and leader joint states at 30 Hz)."""
     import numpy as np
     import rclpy
-    from rclpy.executors import MultiThreadedExecutor
 
     from act_ros.core.contract import load_contract
     from act_ros.ros.harness import RobotHarness
+    from act_ros.ros.spin import PoolExecutor
 
     p = argparse.ArgumentParser()
     p.add_argument('--size', default='480x640')
@@ -141,7 +141,7 @@ def publisher_main(argv: list[str]) -> int:
         leader.joints = dict(zip(contract.joint_names, q + 0.01))
 
     follower.create_timer(1 / 30.0, advance)
-    executor = MultiThreadedExecutor(num_threads=2)
+    executor = PoolExecutor(2)
     executor.add_node(follower)
     executor.add_node(leader)
     try:

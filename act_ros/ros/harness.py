@@ -18,7 +18,7 @@ from typing import Any
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
 import numpy as np
-from rclpy.executors import Executor, MultiThreadedExecutor, SingleThreadedExecutor
+from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
 from rclpy.subscription import MessageInfo
@@ -27,7 +27,7 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.ros import conversions as conv
-from act_ros.ros.spin import spin_executor
+from act_ros.ros.spin import PoolExecutor, spin_executor
 from act_ros.ros.diagnostics import status_values
 
 
@@ -270,21 +270,21 @@ def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float
 
 @contextlib.contextmanager
 def spinning(context: Any, *nodes: Node, num_threads: int = 4) -> Iterator[Executor]:
-    """Spin ``nodes`` in a background thread: on a multi-threaded executor, or with
-    ``num_threads=1`` on a single-threaded one.
+    """Spin ``nodes`` in a background thread: on a :class:`PoolExecutor` of
+    ``num_threads``, or with ``num_threads=1`` on a single-threaded executor.
 
-    A benchmark's load generator takes ``num_threads=1``: rclpy's multi-threaded executor
-    (Kilted) goes round its wait loop without blocking while a ready callback waits for a
-    pool thread (ros2/rclpy#1452), and that loop holds the GIL the callbacks need; the
-    harness then burned 75 % of a core and published its camera frames late enough for
-    the node under test to see stale inputs. Tests that spin a node whose callbacks block
-    (``sync`` execution) keep several threads.
+    The pool, not rclpy's ``MultiThreadedExecutor``: that one goes round its wait loop
+    without blocking while a ready callback waits for a pool thread (ros2/rclpy#1452) and
+    holds the GIL the callbacks and the test need (a harness on it burned 75 % of a core
+    and published its frames late enough for the node under test to see stale inputs; a
+    node's configure-time model measurement beside it took seconds per call). Tests that
+    spin a node whose callbacks block (``sync`` execution) keep several threads.
 
     On exit the executor stops and the nodes are destroyed (their recorded data stays
     readable).
     """
     executor = (SingleThreadedExecutor(context=context) if num_threads == 1
-                else MultiThreadedExecutor(num_threads=num_threads, context=context))
+                else PoolExecutor(num_threads, context=context))
     for node in nodes:
         executor.add_node(node)
     thread = threading.Thread(target=spin_executor, args=(executor,), name='harness-executor',

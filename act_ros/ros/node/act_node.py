@@ -41,8 +41,7 @@ from typing import Any
 
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import (Executor, MultiThreadedExecutor,
-                             SingleThreadedExecutor)
+from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackReturn
 from std_srvs.srv import Trigger
 
@@ -55,6 +54,7 @@ from act_ros.core.inputs import InputStore
 from act_ros.core.startup import StartupTimeline
 from act_ros.ros.node.interfaces import Interfaces, build_control_loop, create_interfaces
 from act_ros.ros.node.status import NodeStatus
+from act_ros.ros.spin import PoolExecutor
 from act_ros.ros.node.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, declare_parameters,
                                    parameter_specs, read_settings)
 
@@ -362,7 +362,7 @@ def executor_kind(kind: str, execution: str) -> str:
 def make_executor(kind: str, context: Any = None) -> Executor:
     """A ``multi_threaded`` or ``single_threaded`` executor."""
     if kind == 'multi_threaded':
-        return MultiThreadedExecutor(num_threads=4, context=context)
+        return PoolExecutor(4, context=context)
     if kind == 'single_threaded':
         return SingleThreadedExecutor(context=context)
     raise ValueError(f"executor must be one of {EXECUTORS}, got '{kind}'")

@@ -164,8 +164,9 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('max_obs_age_s', 0.2, 'Inputs older than this (receive time, node clock) are stale: '
           'no commands until fresh data returns.', low=0.001, high=10.0),
         P('autostart', True, 'Configure and activate on start-up (no lifecycle manager).'),
-        P('executor', 'auto', 'Executor of the console script: multi_threaded (inputs and '
-          'the tick run in parallel, as execution sync needs), single_threaded (least CPU per '
+        P('executor', 'auto', 'Executor of the console script: multi_threaded (a pool of 4 '
+          'threads, act_ros.ros.spin.PoolExecutor: inputs and the tick run in parallel, as '
+          'execution sync needs), single_threaded (least CPU per '
           'message; enough when the model runs elsewhere), or auto: multi_threaded for sync '
           'execution, else single_threaded. Embedding applications choose their own.',
           choices=EXECUTORS, read_only=True),
