@@ -30,6 +30,7 @@ BENCHMARKS = {
     'compile': 'act_ros.bench.compile',
     'training': 'act_ros.bench.training',
     'faults': 'act_ros.bench.faults',
+    'executor': 'act_ros.bench.executor',
 }
 # Compile and training benchmark sizes for `all`: 'cpu' finishes in minutes on 2 cores.
 SIZES = {
@@ -63,6 +64,9 @@ def benchmark_args(name: str, part: Path, *, device: str, size: str) -> list[str
         return ['--device', device, *SIZES[size], *extra, '--no-header', '--output', str(part)]
     if name == 'faults':
         return ['--no-header', '--json', str(part.with_suffix('.fault.json'))]
+    if name == 'executor':
+        return ['--no-header', '--output', str(part),
+                '--json', str(part.with_suffix('.executor.json'))]
     raise ValueError(f"unknown benchmark '{name}'")
 
 
