@@ -214,5 +214,45 @@ def test_dagger_iterations_collect_train_and_continue_where_they_stopped(base, t
     logged = [json.loads(line) for line in (run_dir / 'dagger.jsonl').read_text().splitlines()]
     assert [r['iteration'] for r in logged] == [1, 2] and logged[0] == rows[0]
     assert logged[1]['dataset_frames'] == 1 * STEPS + 2 * 300
-    # Trainer options that the loop sets itself are refused.
+    # Stopped after an iteration's training, before its line: the next run logs it with the
+    # times the collection and the training recorded, not the moment it took to skip them.
+    (run_dir / 'dagger.jsonl').write_text(json.dumps(logged[0]) + '\n')
+    assert dagger_loop.main(more) == 0
+    relogged = json.loads((run_dir / 'dagger.jsonl').read_text().splitlines()[1])
+    collection = json.loads((run_dir / 'iter_2' / 'dataset' / 'dagger_log.jsonl')
+                            .read_text().splitlines()[-1])
+    training = json.loads((run_dir / 'iter_2' / 'train' / 'training_metrics.json').read_text())
+    assert relogged['collect_s'] == round(collection['seconds'], 1) > 0
+    assert relogged['train_s'] == round(training['wall_time_s'], 1) > 0
+    # --keep-datasets last: the done iterations' datasets but the newest are deleted (it
+    # holds their data); nothing is redone, and a further iteration joins the newest one.
+    stamps = {i: (run_dir / f'iter_{i}' / 'train' / 'training_metrics.json').stat().st_mtime_ns
+              for i in (1, 2)}
+    cut = argv.index('--')
+    keep_last = [*more[:cut], '--keep-datasets', 'last', *more[cut:]]
+    assert dagger_loop.main(keep_last) == 0
+    assert not (run_dir / 'iter_1' / 'dataset').exists()
+    assert (run_dir / 'iter_2' / 'dataset' / 'meta' / 'info.json').is_file()
+    assert not list(run_dir.glob('iter_*/dataset.pruning'))
+    assert {i: (run_dir / f'iter_{i}' / 'train' / 'training_metrics.json').stat().st_mtime_ns
+            for i in (1, 2)} == stamps
+    assert dagger_loop.main(keep_last) == 0                      # still nothing to redo
+    assert {i: (run_dir / f'iter_{i}' / 'train' / 'training_metrics.json').stat().st_mtime_ns
+            for i in (1, 2)} == stamps
+    three = [*keep_last[:keep_last.index('--iterations') + 1], '3',
+             *keep_last[keep_last.index('--iterations') + 2:]]
+    assert dagger_loop.main(three) == 0
+    logged = [json.loads(line) for line in (run_dir / 'dagger.jsonl').read_text().splitlines()]
+    assert [r['iteration'] for r in logged] == [1, 2, 3]
+    assert logged[2]['dataset_frames'] == 1 * STEPS + 3 * 300
+    assert sorted(p.parent.name for p in run_dir.glob('iter_*/dataset')) == ['iter_3']
+    assert [json.loads(line)['iteration'] for line in (run_dir / 'iter_3' / 'dataset' /
+            'dagger_log.jsonl').read_text().splitlines()] == [1, 2, 3]
+    # A deletion interrupted after its rename is finished by the next run.
+    (run_dir / 'iter_2' / 'dataset.pruning').mkdir()
+    assert dagger_loop.main(three) == 0
+    assert not (run_dir / 'iter_2' / 'dataset.pruning').exists()
+    # Trainer options that the loop sets itself are refused, and so is an unknown policy.
     assert dagger_loop.main([*argv, '--steps', '5']) == 2
+    with pytest.raises(SystemExit):
+        dagger_loop.main([*argv[:cut], '--keep-datasets', 'none', *argv[cut:]])

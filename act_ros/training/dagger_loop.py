@@ -17,6 +17,13 @@ interrupted training resumes (``--resume``). Each iteration's line (episodes, be
 align rate of the policy-driven collection episodes, the expert's share, the new policy's
 closed-loop align rate, times) is appended to ``RUN/dagger.jsonl`` once, when it is done, and
 printed as a table; a continued run shows the logged lines of the iterations it skips.
+
+Every iteration's dataset holds all the data before it (LeRobot's aggregation), so
+``--keep-datasets last`` deletes an iteration's dataset once the next iteration is done
+and logged (2 GB each for 180 000 frames at 192x256): a continued run then recognises a
+done iteration by its logged line, its training and its collection's entry in a later
+iteration's dataset, and only the newest dataset is ever read again. ``all`` (the
+default) keeps every one.
 """
 
 from __future__ import annotations
@@ -26,12 +33,15 @@ from dataclasses import dataclass
 import json
 import os
 from pathlib import Path
+import shutil
 import subprocess
 import sys
 import time
 from typing import Any
 
 LOG_NAME = 'dagger.jsonl'
+KEEP_DATASETS = ('all', 'last')
+PRUNING = '.pruning'  # a dataset folder being deleted is renamed to this first
 SEED_STRIDE = 10_000  # iteration i collects seeds seed + i * SEED_STRIDE, ...
 
 
@@ -50,11 +60,15 @@ class DaggerLoopConfig:
     seed: int = 500_000
     workers: int = 1
     train_args: tuple[str, ...] = ()
+    keep_datasets: str = 'all'
 
     def __post_init__(self) -> None:
         if self.iterations < 1 or self.episodes < 1 or self.steps < 1:
             raise ValueError('--iterations, --episodes and --steps must be >= 1, got '
                              f'{self.iterations}, {self.episodes}, {self.steps}')
+        if self.keep_datasets not in KEEP_DATASETS:
+            raise ValueError(f'--keep-datasets must be one of {", ".join(KEEP_DATASETS)}, got '
+                             f'{self.keep_datasets!r}')
         if not 0.0 <= self.beta <= 1.0 or not 0.0 <= self.beta_decay <= 1.0:
             raise ValueError(f'--beta and --beta-decay must be in [0, 1], got {self.beta} and '
                              f'{self.beta_decay}')
@@ -94,6 +108,31 @@ def _collected(dataset: Path, iteration: int) -> dict[str, Any] | None:
     return None
 
 
+def _collected_in_run(run_dir: Path, iteration: int, last: int) -> dict[str, Any] | None:
+    """The collection log entry of ``iteration`` from its own dataset or, once that was
+    deleted (``--keep-datasets last``), from a later iteration's (up to ``last``), which
+    carries the entries of every iteration it holds."""
+    for j in range(iteration, last + 1):
+        entry = _collected(run_dir / f'iter_{j}' / 'dataset', iteration)
+        if entry is not None:
+            return entry
+    return None
+
+
+def _prune_datasets(run_dir: Path, done: list[int]) -> None:
+    """Delete the datasets of the done iterations but the newest one (its data holds theirs),
+    and any left half-deleted by an interrupted run: renamed first, so a folder under its
+    own name is always whole."""
+    for leftover in run_dir.glob(f'iter_*/dataset{PRUNING}'):
+        shutil.rmtree(leftover)
+    for i in done[:-1]:
+        dataset = run_dir / f'iter_{i}' / 'dataset'
+        if dataset.is_dir():
+            doomed = dataset.with_name(dataset.name + PRUNING)
+            dataset.rename(doomed)
+            shutil.rmtree(doomed)
+
+
 def _trained(train_dir: Path) -> dict[str, Any] | None:
     metrics = train_dir / 'training_metrics.json'
     if not metrics.is_file():
@@ -122,20 +161,27 @@ def run(config: DaggerLoopConfig) -> list[dict[str, Any]]:
     log_path = run_dir / 'dagger_children.log'
     data, policy = Path(config.dataset_root), Path(config.checkpoint)
     logged = _logged(run_dir / LOG_NAME)
+    newest = max(logged, default=0)
     rows = []
+    done: list[int] = []
     for i in range(1, config.iterations + 1):
         it_dir = run_dir / f'iter_{i}'
         dataset, train_dir = it_dir / 'dataset', it_dir / 'train'
         beta = config.beta_at(i)
-        if (i in logged and _collected(dataset, i) is not None
+        if (i in logged and _collected_in_run(run_dir, i, max(newest, i)) is not None
                 and _trained(train_dir) is not None):
             # Done by an earlier run and logged with its times: shown, not logged again.
             policy, data = _policy_of(train_dir), dataset
             rows.append(logged[i])
+            done.append(i)
             print(_row_text(logged[i]), flush=True)
             continue
+        if config.keep_datasets == 'last':
+            _prune_datasets(run_dir, done)
+        # A step done by an earlier, interrupted run counts with the time it recorded.
         start = time.perf_counter()
         collected = _collected(dataset, i)
+        collect_s = float(collected.get('seconds', 0.0)) if collected else None
         if collected is None:
             it_dir.mkdir(parents=True, exist_ok=True)
             _run([py, '-m', 'act_ros.data.collect', '--dagger', str(policy), '--join', str(data),
@@ -146,9 +192,10 @@ def run(config: DaggerLoopConfig) -> list[dict[str, Any]]:
             collected = _collected(dataset, i)
             if collected is None:
                 raise RuntimeError(f'iteration {i}: the collection left no log in {dataset}')
-        collect_s = time.perf_counter() - start
+            collect_s = time.perf_counter() - start
         start = time.perf_counter()
         metrics = _trained(train_dir)
+        train_s = float(metrics.get('wall_time_s', 0.0)) if metrics else None
         if metrics is None:
             resume = (train_dir / 'last' / 'training_state.pt').is_file()
             cmd = [py, '-m', 'act_ros.training.train', '--dataset-root', str(dataset),
@@ -159,7 +206,7 @@ def run(config: DaggerLoopConfig) -> list[dict[str, Any]]:
             metrics = _trained(train_dir)
             if metrics is None:
                 raise RuntimeError(f'iteration {i}: training did not complete ({train_dir})')
-        train_s = time.perf_counter() - start
+            train_s = time.perf_counter() - start
         policy, data = _policy_of(train_dir), dataset
         row = {'iteration': i, 'episodes': collected['episodes'], 'beta': beta,
                'collection_align_rate': collected['align_rate'],
@@ -171,7 +218,10 @@ def run(config: DaggerLoopConfig) -> list[dict[str, Any]]:
         rows.append(row)
         with open(run_dir / LOG_NAME, 'a') as log:
             log.write(json.dumps(row) + '\n')
+        done.append(i)
         print(_row_text(row), flush=True)
+    if config.keep_datasets == 'last':
+        _prune_datasets(run_dir, done)
     return rows
 
 
@@ -222,6 +272,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--seed', type=int, default=500_000,
                    help=f'iteration i collects seeds SEED + i x {SEED_STRIDE}, ...')
     p.add_argument('--workers', type=int, default=1, help='collection worker processes')
+    p.add_argument('--keep-datasets', choices=KEEP_DATASETS, default='all',
+                   help="all: every iteration's dataset stays; last: an iteration's dataset "
+                        'is deleted once the next one is done (each holds all the data '
+                        'before it)')
     return p
 
 
@@ -237,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
             dataset_root=args.dataset_root, checkpoint=args.checkpoint, run_dir=args.run_dir,
             iterations=args.iterations, episodes=args.episodes, steps=args.steps,
             beta=args.beta, beta_decay=args.beta_decay, seed=args.seed, workers=args.workers,
-            train_args=tuple(train_args))
+            train_args=tuple(train_args), keep_datasets=args.keep_datasets)
     except (ValueError, FileNotFoundError) as exc:
         print(f'act-ros dagger: {exc}', file=sys.stderr)
         return 2
