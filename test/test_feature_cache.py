@@ -173,6 +173,53 @@ def test_frame_stride_caches_every_kth_frame_and_trains_on_those(tmp_path):
     assert trainer.feature_cache_info['layer4']['cached_frames'] == 21
 
 
+def test_a_run_cached_from_the_first_step_decodes_only_the_frames_it_reads(tmp_path):
+    # With the backbone frozen at step 0 and every 3rd training frame cached, only those,
+    # the validation frames and the checked frames are decoded: the pixels equal a full
+    # decode's, and training and validation give the same numbers as from a full decode.
+    from act_ros.training.data import DecodedFrames
+    from act_ros.training.loop import Trainer
+    from act_ros.training.prepare import frames_read, prepare_inputs
+
+    data = _synthetic_dataset(tmp_path / 'syn', 21)
+    values = dict(dataset_root=data, preset='synthetic', model_preset='tiny',
+                  image_size=(32, 48), steps=4, batch_size=4, val_ratio=0.34, device='cpu',
+                  torch_threads=1, progress=False, backbone_freeze_step=0, cache_frame_stride=3)
+    subset = prepare_inputs(TrainConfig(output_dir=tmp_path / 'a', **values))
+    split = subset.split
+    assert split.kind == 'episode' and split.val.size == 21
+    features = [cam.feature for cam in CONTRACT.cameras]
+    images = subset.store.images[features[0]]
+    assert isinstance(images, DecodedFrames) and images.shape[0] == 63
+    cached = subset.store.seg_start.numpy()
+    expected = np.union1d(split.train[(split.train - cached[split.train]) % 3 == 0], split.val)
+    assert np.array_equal(images.frames, expected) and expected.size == 2 * 7 + 21
+    with pytest.raises(IndexError, match='not decoded'):
+        images[np.array([int(split.train[1])])]
+    # The same run decoding every frame (stride 1 decodes all; the frames are then compared).
+    full = prepare_inputs(TrainConfig(output_dir=tmp_path / 'b', **{**values,
+                                                                     'cache_frame_stride': 1}))
+    for key in features:
+        assert torch.equal(subset.store.images[key][expected], full.store.images[key][expected])
+    trained = []
+    for inputs, out in ((subset, 'a'), (full, 'b')):
+        trainer = Trainer(TrainConfig(output_dir=tmp_path / out, **values), inputs)
+        for _ in range(3):
+            trainer.train_step()
+        trained.append((trainer.policy.state_dict(), trainer.validate()))
+    (weights, val), (full_weights, full_val) = trained
+    assert val == full_val and val['val_l1'] > 0
+    assert all(torch.equal(weights[k], full_weights[k]) for k in weights)
+    # Calibrated norms and no validation split: those training frames are read too.
+    config = TrainConfig(output_dir=tmp_path / 'c', **{**values, 'val_ratio': 0.0},
+                         calibrate_backbone_norm=True)
+    read = frames_read(config, full.split, full.store.seg_start.numpy())
+    assert read is not None and read.size > 2 * 7
+    assert frames_read(TrainConfig(output_dir=tmp_path / 'd', **{**values,
+                                                                 'backbone_freeze_step': 5}),
+                       split, cached) is None
+
+
 def test_train_config_checks_the_freeze_step(tmp_path):
     with pytest.raises(ValueError, match='backbone_freeze_step'):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path / 'o', backbone_freeze_step=-1)

@@ -119,8 +119,15 @@ def test_pretrain_changes_only_the_backbone_and_resumes_as_one_run(tiny_checkpoi
     assert pose_pretrain.main([*base, '--output-dir', str(whole), '--steps', '4']) == 0
     assert 'held-out scenes' in capsys.readouterr().out
     assert pose_pretrain.main([*base, '--output-dir', str(parts), '--steps', '2']) == 0
+    saved = torch.load(parts / 'last' / 'training_state.pt',
+                       weights_only=False)[pose_pretrain.STATE_KEY]
+    assert saved['seconds'] >= saved['history'][-1]['seconds'] > 0
     assert pose_pretrain.main([*base, '--output-dir', str(parts), '--steps', '4',
                                '--resume']) == 0
+    # The run's time goes on from what the interrupted process had spent, to its checkpoint.
+    times = [row['seconds'] for row in
+             json.loads((parts / pose_pretrain.RESULT_FILE).read_text())['history']]
+    assert times == sorted(times) and times[-1] > saved['seconds']
     source, trained, resumed = (_weights(tiny_checkpoint), _weights(whole / 'last'),
                                 _weights(parts / 'last'))
     changed = {k for k in source if not torch.equal(source[k], trained[k])}

@@ -15,7 +15,7 @@ pytest.importorskip('lerobot.datasets.lerobot_dataset')
 pytestmark = pytest.mark.sim
 
 
-def test_shipped_recipes_load_and_name_their_stages():
+def test_shipped_recipes_load_and_name_their_stages(tmp_path):
     r = recipe_mod.load_recipe('object_state')
     names = [s.name for s in r.stages]
     assert names == ['demos', 'bc', 'dagger', 'final', 'evaluate']
@@ -31,6 +31,14 @@ def test_shipped_recipes_load_and_name_their_stages():
     assert 'not measured on a x86-avx2 CPU; measured: x86-avx512-bf16 about ' \
         in vision.expected_line('x86-avx2')
     assert smoke.expected_on('arm64') == smoke.expected_on('x86-avx2') == 6
+    # The 192x256 recipe starts from the shipped vision policy, wherever the package is.
+    pose = recipe_mod.load_recipe('vision_pose')
+    assert [s.name for s in pose.stages] == ['demos', 'pose', 'pose_continued', 'vision', 'dagger',
+                                                'evaluate']
+    cmd = recipe_mod._stage_command(pose.stages[1], tmp_path)
+    source = Path(cmd[cmd.index('--checkpoint') + 1])
+    assert (source / 'model.safetensors').is_file() and source.name == 'sim_port_pick_align'
+    assert cmd[cmd.index('pose-pretrain') - 1] == 'act_ros.cli' and '--resume' not in cmd
 
 
 def test_expected_minutes_per_cpu_class_are_printed_for_this_cpu(tmp_path, monkeypatch, capsys):
@@ -127,3 +135,30 @@ def test_an_interrupted_training_inside_a_dagger_stage_is_not_done(tmp_path):
     assert not recipe_mod._is_done(dagger, tmp_path)
     marker.write_text(json.dumps({'status': 'completed', 'steps_completed': 4000}))
     assert recipe_mod._is_done(dagger, tmp_path)
+
+
+def test_a_pose_pretraining_stage_is_done_at_its_last_step_and_resumes(tmp_path):
+    """pose-pretrain writes its result file at every validation: the stage is done only
+    once the file's step is the last, and an interrupted one continues with --resume."""
+    path = tmp_path / 'recipe_p.yaml'
+    path.write_text('''recipe:
+  stages:
+    - name: pose
+      command: pose-pretrain
+      args: [--checkpoint, ckpt, --output-dir, '{run}/pose', --steps, '300']
+      done: '{run}/pose/pose_pretrain.json'
+''')
+    (stage,) = recipe_mod.load_recipe('p', path).stages
+    run = tmp_path / 'run'
+    assert not recipe_mod._is_done(stage, run)
+    assert recipe_mod._stage_command(stage, run)[-1] == '300'   # a fresh start
+    result = run / 'pose' / 'pose_pretrain.json'
+    (run / 'pose' / 'last').mkdir(parents=True)
+    (run / 'pose' / 'last' / 'training_state.pt').write_bytes(b'')
+    result.write_text(json.dumps({'step': 200, 'steps': 300}))
+    assert not recipe_mod._is_done(stage, run)
+    cmd = recipe_mod._stage_command(stage, run)
+    assert cmd[cmd.index('pose-pretrain') + 1:] == [
+        '--checkpoint', 'ckpt', '--output-dir', str(run / 'pose'), '--steps', '300', '--resume']
+    result.write_text(json.dumps({'step': 300, 'steps': 300}))
+    assert recipe_mod._is_done(stage, run)

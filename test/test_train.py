@@ -182,11 +182,17 @@ def test_frames_go_to_disk_when_they_would_fill_the_memory(dataset, tmp_path, mo
         assert torch.equal(a[key], b[key]), key
     assert not any(p.name.startswith('frames_') for p in (tmp_path / 'auto').iterdir())
 
+    asked = []
+
     def full_disk(fd, offset, length):
+        asked.append(length)
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     monkeypatch.setattr(data.os, 'posix_fallocate', full_disk)
-    with pytest.raises(TrainingDataError, match=r'need 0\.0 GB .* free space'):
+    with pytest.raises(TrainingDataError, match=r'need 0\.0 GB .* free space') as refused:
         run(_config(dataset, tmp_path / 'full', frame_store='disk', **kw))
+    # Every camera's frames are reserved at once (the message gives the whole size): a full
+    # disk is found before any camera's frames take space.
+    assert asked == [frame_bytes] and 'need 0.0 GB' in str(refused.value)
 
     # A file system that cannot reserve space: a sparse file when the space is there now.
     def unsupported(fd, offset, length):

@@ -52,6 +52,9 @@ def _train(dataset: Path, out: Path, *extra: str) -> subprocess.Popen:
 
 
 # The repetitions after the first (a race would show as a flaky one) run with the slow checks.
+# The test's own limit holds its hang guards (two starts and the stop) one after the other,
+# above the suite's 600 s per test.
+@pytest.mark.timeout(2 * START_TIMEOUT_S + 120 + 60)
 @pytest.mark.parametrize('repetition', [pytest.param(i, marks=pytest.mark.slow) if i else i
                                         for i in range(REPETITIONS)])
 def test_ctrl_c_saves_last_exits_130_and_resumes(dataset, tmp_path, repetition):

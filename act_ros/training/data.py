@@ -1,8 +1,9 @@
 """Training data: a LeRobot v3 dataset checked against the contract, split, held in memory.
 
 The dataset is opened with LeRobot (``LeRobotDataset`` with ``delta_timestamps`` for a
-chunk of ``chunk_size`` actions). Every camera frame is then decoded once, in episode
-order, and resized to the model input size with the same OpenCV call the runtime uses at
+chunk of ``chunk_size`` actions). Every camera frame the run reads (all of them, unless
+its backbone is cached from the first step on every k-th frame) is then decoded once, in
+episode order, and resized to the model input size with the same OpenCV call the runtime uses at
 inference; batches are plain tensor indexing. A sample equals what
 ``LeRobotDataset.__getitem__`` returns (``action`` chunk, ``action_is_pad``), except
 that chunks never run across the train/validation boundary of a frame-level split.
@@ -10,6 +11,7 @@ that chunks never run across the train/validation boundary of a frame-level spli
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 import errno
 import logging
@@ -215,6 +217,53 @@ def make_split(episode_index: np.ndarray | None, val_ratio: float, seed: int,
     return split, seg_start, seg_end
 
 
+def evenly_spread(pool: np.ndarray, count: int) -> np.ndarray:
+    """``count`` frames of ``pool`` spread evenly over it (all of them when it has fewer)."""
+    if pool.size == 0:
+        return pool
+    return pool[np.linspace(0, pool.size - 1, min(count, pool.size)).round().astype(np.int64)]
+
+
+def strided_frames(frames: np.ndarray, seg_start: np.ndarray, stride: int) -> np.ndarray:
+    """Every ``stride``-th of ``frames``, counted from the start of each frame's segment
+    (``seg_start``: the first frame of the episode, or of its validation part); all of
+    them with stride 1."""
+    if stride == 1:
+        return frames
+    position = frames - seg_start[frames]
+    return frames[position % stride == 0]
+
+
+class DecodedFrames:
+    """The decoded pixels of some of a dataset's frames, indexed by dataset frame as the
+    full (N, 3, H, W) uint8 tensor is: ``frames[indices]``. A run that reads the pixels of
+    only some frames (a backbone cached from the first step on every k-th frame) decodes and
+    keeps only those; reading another frame is an error that names it."""
+
+    def __init__(self, frames: np.ndarray, pixels: torch.Tensor, total: int) -> None:
+        self.frames = np.asarray(frames, dtype=np.int64)  # sorted, unique dataset indices
+        if pixels.shape[0] != self.frames.size:
+            raise ValueError(f'{pixels.shape[0]} decoded frames for {self.frames.size} indices')
+        self.pixels = pixels
+        self.shape = torch.Size((total, *pixels.shape[1:]))
+        self.dtype = pixels.dtype
+        self._row = torch.full((total,), -1, dtype=torch.long)
+        self._row[torch.from_numpy(self.frames)] = torch.arange(self.frames.size)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def __getitem__(self, index: Any) -> torch.Tensor:
+        rows = self._row[torch.as_tensor(index, dtype=torch.long)]
+        if bool((rows < 0).any()):
+            wanted = torch.as_tensor(index, dtype=torch.long).reshape(-1)
+            missing = wanted[rows.reshape(-1) < 0].tolist()
+            raise IndexError(f'frame(s) {missing[:5]} were not decoded: this run decodes the '
+                             f'{self.frames.size} of the dataset\'s {len(self)} frames whose '
+                             'pixels it reads')
+        return self.pixels[rows]
+
+
 class FrameStore:
     """All frames of a dataset in memory; ``batch(indices)`` builds a training batch."""
 
@@ -230,7 +279,8 @@ class FrameStore:
                           torch.from_numpy(np.ascontiguousarray(env_state, dtype=np.float32)))
         self.env_key = env_key
         self.action = torch.from_numpy(np.ascontiguousarray(action, dtype=np.float32))
-        self.images = images  # feature -> (N, 3, H, W) uint8
+        # feature -> (N, 3, H, W) uint8: a tensor, or DecodedFrames indexed the same way
+        self.images = images
         self.seg_start = torch.from_numpy(seg_start)
         self.seg_end = torch.from_numpy(seg_end)
         self.chunk_size = chunk_size
@@ -270,28 +320,37 @@ def column(hf_dataset: Any, key: str) -> np.ndarray:
     return np.stack(hf_dataset.data.column(key).to_numpy(zero_copy_only=False)).astype(np.float32)
 
 
-def decode_episode_frames(dataset: Any, key: str, ep: int, timestamps: list[float],
-                          rows: list[int] | None = None) -> np.ndarray:
-    """(T, H, W, 3) uint8 frames of one episode's camera ``key`` at ``timestamps`` (seconds
-    from the episode's start); ``rows``: the dataset indices of those frames (a camera
-    stored as images is read by row: every row of the episode when not given)."""
+def decode_episode_frames(dataset: Any, keys: Sequence[str], ep: int, timestamps: list[float],
+                          rows: list[int] | None = None) -> dict[str, np.ndarray]:
+    """Camera ``key`` -> (T, H, W, 3) uint8 frames of one episode at ``timestamps`` (seconds
+    from the episode's start), for each of ``keys``; ``rows``: the dataset indices of those
+    frames (cameras stored as images are read by row: every row of the episode when not
+    given). The cameras stored as images are read in one pass over the rows, which decodes
+    every image column of a row at once."""
     meta = dataset.meta
-    if key in meta.video_keys:
-        from lerobot.datasets.video_utils import decode_video_frames
+    out: dict[str, np.ndarray] = {}
+    stills = [key for key in keys if key not in meta.video_keys]
+    if stills:
+        if rows is None:
+            info = meta.episodes[ep]
+            table = dataset.hf_dataset[int(info['dataset_from_index']):
+                                       int(info['dataset_to_index'])]
+        else:
+            table = dataset.hf_dataset[[int(row) for row in rows]]
+        for key in stills:
+            out[key] = np.stack([(img.permute(1, 2, 0) * 255.0).round().clamp(0, 255)
+                                 .to(torch.uint8).numpy() for img in table[key]])
+    for key in keys:
+        if key in meta.video_keys:
+            from lerobot.datasets.video_utils import decode_video_frames
 
-        info = meta.episodes[ep]
-        start = info[f'videos/{key}/from_timestamp']
-        path = dataset.root / meta.get_video_file_path(ep, key)
-        frames = decode_video_frames(path, [start + t for t in timestamps], dataset.tolerance_s,
-                                     video_backend(), return_uint8=True)
-        return frames.permute(0, 2, 3, 1).numpy()
-    if rows is None:
-        info = meta.episodes[ep]
-        images = dataset.hf_dataset[int(info['dataset_from_index']):int(info['dataset_to_index'])][key]
-    else:
-        images = dataset.hf_dataset[[int(row) for row in rows]][key]
-    return np.stack([(img.permute(1, 2, 0) * 255.0).round().clamp(0, 255).to(torch.uint8).numpy()
-                     for img in images])
+            info = meta.episodes[ep]
+            start = info[f'videos/{key}/from_timestamp']
+            path = dataset.root / meta.get_video_file_path(ep, key)
+            frames = decode_video_frames(path, [start + t for t in timestamps],
+                                         dataset.tolerance_s, video_backend(), return_uint8=True)
+            out[key] = frames.permute(0, 2, 3, 1).numpy()
+    return {key: out[key] for key in keys}
 
 
 def frame_buffer(shape: tuple[int, ...], directory: Path | None = None) -> torch.Tensor:
@@ -334,13 +393,15 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | 
                 extra_keys: tuple[str, ...] = (),
                 cameras: tuple[CameraSpec, ...] | None = None,
                 environment_state: bool = False,
-                frame_dir: Path | None = None) -> FrameStore:
+                frame_dir: Path | None = None,
+                frames: np.ndarray | None = None) -> FrameStore:
     """Decode every frame of ``cameras`` (default: all) once, resized to ``image_size``,
     into a FrameStore; with ``environment_state`` the object poses come along as an input.
 
     ``extra_keys``: further float columns to keep per frame (a missing one is an error).
     ``frame_dir``: keep the frames in a file there mapped into memory (:func:`frame_buffer`)
-    instead of in memory.
+    instead of in memory. ``frames``: decode only these dataset frames (the store's images
+    are then :class:`DecodedFrames`); states, actions and the other columns stay whole.
     """
     from tqdm import tqdm
 
@@ -354,17 +415,39 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | 
     if cameras and image_size is None:
         raise ValueError('load_frames: cameras need an image_size')
     h, w = image_size if image_size else (0, 0)
-    images = {cam.feature: frame_buffer((n, 3, h, w), frame_dir) for cam in cameras}
+    wanted = np.ones(n, dtype=bool)
+    if frames is not None:
+        frames = np.unique(np.asarray(frames, dtype=np.int64))
+        if frames.size and (frames[0] < 0 or frames[-1] >= n):
+            raise ValueError(f'load_frames: frames must lie in [0, {n}), got {frames[0]}..'
+                             f'{frames[-1]}')
+        wanted[:] = False
+        wanted[frames] = True
+    decoded = n if frames is None else frames.size
+    # One buffer for every camera: on disk its space is reserved at once, all or nothing.
+    shared = frame_buffer((len(cameras), decoded, 3, h, w), frame_dir)
+    buffers = {cam.feature: shared[i] for i, cam in enumerate(cameras)}
     episodes = sorted(set(episode_index.tolist())) if cameras else []
     for ep in tqdm(episodes, desc='decoding frames', unit='episode', disable=not progress):
         rows = np.flatnonzero(episode_index == ep)
+        whole = bool(wanted[rows].all())
+        rows = rows if whole else rows[wanted[rows]]
+        if rows.size == 0:
+            continue
+        target = torch.from_numpy(rows if frames is None else np.searchsorted(frames, rows))
+        decoded_ep = decode_episode_frames(dataset, [cam.feature for cam in cameras], ep,
+                                           timestamps[rows].tolist(),
+                                           rows=None if whole else rows.tolist())
         for cam in cameras:
-            frames = decode_episode_frames(dataset, cam.feature, ep, timestamps[rows].tolist())
-            if frames.shape[0] != rows.size:
+            pixels = decoded_ep[cam.feature]
+            if pixels.shape[0] != rows.size:
                 raise TrainingDataError(f"episode {ep}, camera '{cam.feature}': decoded "
-                                        f'{frames.shape[0]} frames, expected {rows.size}')
-            resized = np.stack([resize_uint8(f, (h, w)) for f in frames])
-            images[cam.feature][torch.from_numpy(rows)] = torch.from_numpy(resized).permute(0, 3, 1, 2)
+                                        f'{pixels.shape[0]} frames, expected {rows.size}')
+            resized = np.stack([resize_uint8(f, (h, w)) for f in pixels])
+            buffers[cam.feature][target] = torch.from_numpy(resized).permute(0, 3, 1, 2)
+    images: dict[str, Any] = (buffers if frames is None else
+                              {key: DecodedFrames(frames, pixels, n)
+                               for key, pixels in buffers.items()})
     extras = {}
     for key in extra_keys:
         if key not in hf.column_names:

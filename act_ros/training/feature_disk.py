@@ -137,13 +137,12 @@ def frame_digests(images: dict[str, torch.Tensor], keys: Sequence[str],
                   frames: np.ndarray) -> np.ndarray:
     """(len(frames), DIGEST_SIZE) uint8: each frame's BLAKE2b digest over the pixels of
     every camera in ``keys`` (the store's uint8 (N, 3, H, W) images, before any
-    normalization)."""
-    arrays = [np.ascontiguousarray(images[key].numpy()) for key in keys]
+    normalization, or :class:`~act_ros.training.data.DecodedFrames` indexed the same way)."""
     out = np.empty((len(frames), DIGEST_SIZE), dtype=np.uint8)
     for i, frame in enumerate(np.asarray(frames, dtype=np.int64).tolist()):
         h = _hasher()
-        for array in arrays:
-            h.update(array[frame])
+        for key in keys:
+            h.update(np.ascontiguousarray(images[key][frame].numpy()))
         out[i] = np.frombuffer(h.digest(), dtype=np.uint8)
     return out
 

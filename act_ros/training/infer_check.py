@@ -14,9 +14,12 @@ from typing import Any
 import numpy as np
 
 from act_ros.core.observation import Observation
+from act_ros.training.data import evenly_spread
+
+INFERENCE_CHECK_FRAMES = 8  # frames a written checkpoint is checked on
 
 
-def inference_check(checkpoint: Path, inputs: Any, *, frames: int = 8,
+def inference_check(checkpoint: Path, inputs: Any, *, frames: int = INFERENCE_CHECK_FRAMES,
                     device: str = 'cpu') -> dict[str, Any]:
     """Run ``frames`` validation (else training) frames through the runtime.
 
@@ -27,8 +30,7 @@ def inference_check(checkpoint: Path, inputs: Any, *, frames: int = 8,
     from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
     split = inputs.split
-    pool = split.val if split.val.size else split.train
-    picks = pool[np.linspace(0, pool.size - 1, min(frames, pool.size)).round().astype(np.int64)]
+    picks = evenly_spread(split.val if split.val.size else split.train, frames)
     store = inputs.store
     names = {cam.feature: cam.name for cam in inputs.contract.cameras}
     runtime = PolicyRuntime(RuntimeConfig(model_path=checkpoint, device=device, execution='sync',

@@ -38,7 +38,9 @@ from act_ros.core.slowdown import injected_slowdown
 from act_ros.training.config import TrainConfig
 from act_ros.training.distributed import LocalProcess
 from act_ros.training.metrics import History
-from act_ros.training.prepare import RunInputs, build_optimizer, build_policy
+from act_ros.training.data import evenly_spread, strided_frames
+from act_ros.training.prepare import (CALIBRATION_FRAMES, RunInputs, build_optimizer,
+                                      build_policy)
 from act_ros.training.rollout import merge_mode_results
 from act_ros.training.state import (BatchOrder, capture_rng, copy_checkpoint, load_training_state,
                                     restore_rng, save_model, seed_everything)
@@ -150,14 +152,12 @@ class Trainer:
                                    source=self.config.aux_object_pose_source,
                                    yaw_readout=self.config.aux_object_pose_yaw_readout)
 
-    def _calibrate_backbone(self, frames: int = 64) -> dict[str, float]:
-        """Standardize the backbone's frozen norms on ``frames`` evenly spread training frames
-        (every camera), before the first step."""
+    def _calibrate_backbone(self) -> dict[str, float]:
+        """Standardize the backbone's frozen norms on ``CALIBRATION_FRAMES`` evenly spread
+        training frames (every camera), before the first step."""
         from act_ros.training.backbone import calibrate_frozen_batchnorm
 
-        train = self.inputs.split.train
-        picks = train[np.linspace(0, train.size - 1, min(frames, train.size)).round()
-                      .astype(np.int64)]
+        picks = evenly_spread(self.inputs.split.train, CALIBRATION_FRAMES)
         batch = self.preprocessor(self.inputs.store.batch(picks))
         return calibrate_frozen_batchnorm(self.policy.model.backbone,
                                           [batch[key] for key in self.features])
@@ -315,11 +315,8 @@ class Trainer:
     def cached_frames(self) -> np.ndarray:
         """The training frames a cache holds: every ``cache_frame_stride``-th of each
         episode (all of them with stride 1)."""
-        train, stride = self.inputs.split.train, self.config.cache_frame_stride
-        if stride == 1:
-            return train
-        position = train - self.inputs.store.seg_start.numpy()[train]
-        return train[position % stride == 0]
+        return strided_frames(self.inputs.split.train, self.inputs.store.seg_start.numpy(),
+                              self.config.cache_frame_stride)
 
     def _apply_freeze_schedule(self) -> None:
         cfg = self.config
@@ -443,7 +440,7 @@ class Trainer:
         b = self.config.batch_size
         n = val.size if self.config.max_val_batches == 0 else min(val.size,
                                                                   self.config.max_val_batches * b)
-        frames = val[np.linspace(0, val.size - 1, n).round().astype(np.int64)]
+        frames = evenly_spread(val, n)
         self.policy.eval()
         plain = torch.zeros((), device=self.inputs.device)
         weighted = torch.zeros((), device=self.inputs.device)

@@ -303,11 +303,13 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
         warmup = max(1, args.warmup_steps)
         scheduler = torch.optim.lr_scheduler.LambdaLR(
             optimizer, lambda s: min(1.0, (s + 1) / warmup))
-        step, history = 0, []
+        step, history, seconds = 0, [], 0.0
         if state is not None:
             optimizer.load_state_dict(state['optimizer'])
             scheduler.load_state_dict(state['scheduler'])
             step, history = state['step'], state['history']
+            # Runs from before the saved time had only that of the last validation.
+            seconds = state.get('seconds', history[-1]['seconds'] if history else 0.0)
             restore_rng(state['rng'])
             logger.info('resumed %s at step %d', last, step)
         if step >= args.steps:
@@ -336,6 +338,13 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
             backbone.train(norms is not None)
             return _errors_by_kind(torch.cat(predictions), val_poses, val_kinds, mean, std)
 
+        started, started_step = time.perf_counter(), step
+
+        def elapsed() -> float:
+            """Seconds of this run so far, over every process that continued it (the steps
+            an interrupted process did after its last checkpoint are not counted)."""
+            return round(seconds + time.perf_counter() - started, 1)
+
         def save() -> None:
             info = json.dumps({**source_info, 'pose_pretrain': {
                 'step': step, 'source': str(args.checkpoint),
@@ -346,7 +355,8 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                                'step': step, 'head': head.state_dict(),
                                'optimizer': optimizer.state_dict(),
                                'scheduler': scheduler.state_dict(), 'rng': capture_rng(),
-                               'history': history, 'position_mean': mean,
+                               'history': history, 'seconds': elapsed(),
+                               'position_mean': mean,
                                'yaw_readout': args.yaw_readout,
                                'batch_norm': args.batch_norm, 'position_std': std}})
 
@@ -379,8 +389,6 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
             if not history:
                 history.append({'step': step, 'seconds': 0.0, **validate()})
                 _log(history[-1])
-            started = time.perf_counter()
-            elapsed0 = history[-1]['seconds'] if history else 0.0
             while step < args.steps and not stop:
                 first = args.seed + step * args.batch_size
                 images, poses, _ = scenes(list(range(first, first + args.batch_size)))
@@ -397,12 +405,12 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
                 scheduler.step()
                 step += 1
                 if step % 10 == 0 and not args.no_progress:
-                    rate = (time.perf_counter() - started) / max(1, step - history[0]['step'])
+                    rate = (time.perf_counter() - started) / (step - started_step)
                     print(f'step {step}/{args.steps} loss {loss.item():.4f} '
                           f'({rate:.2f} s/step)', flush=True)
                 if step % args.val_interval == 0 or step == args.steps:
                     history.append({'step': step, 'loss': round(loss.item(), 5),
-                                    'seconds': round(elapsed0 + time.perf_counter() - started, 1),
+                                    'seconds': elapsed(),
                                     **validate()})
                     _log(history[-1])
                     write_result()

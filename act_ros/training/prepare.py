@@ -13,6 +13,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from act_ros.core.checkpoint import make_act_config
@@ -20,10 +21,12 @@ from act_ros.core.contract import Contract, load_contract
 from act_ros.core.device import select_device
 from act_ros.training.config import TrainConfig
 from act_ros.training.data import (FrameStore, Split, TrainingDataError, dataset_image_size,
-                                   load_frames, make_split, normalization_stats, open_dataset,
-                                   select_cameras)
+                                   evenly_spread, load_frames, make_split, normalization_stats,
+                                   open_dataset, select_cameras, strided_frames)
+from act_ros.training.infer_check import INFERENCE_CHECK_FRAMES
 
 logger = logging.getLogger(__name__)
+CALIBRATION_FRAMES = 64  # training frames that standardize the backbone's frozen norms
 
 
 @dataclass
@@ -82,17 +85,43 @@ def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -
                 'poses, recorded by act-ros collect in the simulation); this dataset has '
                 f'{sorted(dataset.meta.features)}: set --aux-object-pose-weight 0')
         extra_keys = (OBJECT_POSES_FEATURE,)
-    frame_bytes = len(hf) * len(cameras) * 3 * size[0] * size[1] if cameras else 0
+    read = frames_read(config, split, seg_start) if cameras else None
+    if read is not None:
+        logger.info('the backbone is frozen and cached from the first step on 1 in %d '
+                    'training frames: %d of the %d frames are decoded (those cached, the '
+                    'validation frames and those the run checks on)', config.cache_frame_stride,
+                    read.size, len(hf))
+    decoded = len(hf) if read is None else read.size
+    frame_bytes = decoded * len(cameras) * 3 * size[0] * size[1] if cameras else 0
     frame_dir = _frame_dir(config, frame_bytes)
     store = load_frames(dataset, contract, size, seg_start=seg_start, seg_end=seg_end,
                         progress=config.progress, extra_keys=extra_keys, cameras=cameras,
-                        environment_state=config.environment_state, frame_dir=frame_dir)
+                        environment_state=config.environment_state, frame_dir=frame_dir,
+                        frames=read)
     stats = normalization_stats(dataset.meta.stats, contract, camera_stats=config.camera_stats,
                                 cameras=cameras, environment_state=config.environment_state)
     return RunInputs(contract=contract, device=device, dataset=dataset, split=split, store=store,
                      stats=stats, image_size=size, stored_image_size=stored,
                      cameras=tuple(cam.name for cam in cameras),
                      environment_state=config.environment_state)
+
+
+def frames_read(config: TrainConfig, split: Split, seg_start: np.ndarray) -> np.ndarray | None:
+    """The dataset frames whose pixels a run reads, or None for all of them.
+
+    A run whose backbone is frozen and cached from the first step with
+    ``--cache-frame-stride`` k > 1 trains on the cached maps of every k-th training frame
+    and reads pixels only there, on the validation frames (the validation loss runs the
+    backbone), on the frames that calibrate the backbone's norms (when asked) and on those
+    a written checkpoint is checked on. Any other run reads every frame."""
+    if config.backbone_freeze_step != 0 or config.cache_frame_stride == 1:
+        return None
+    parts = [strided_frames(split.train, seg_start, config.cache_frame_stride), split.val]
+    if config.calibrate_backbone_norm:
+        parts.append(evenly_spread(split.train, CALIBRATION_FRAMES))
+    if split.val.size == 0:  # the inference check then takes training frames
+        parts.append(evenly_spread(split.train, INFERENCE_CHECK_FRAMES))
+    return np.unique(np.concatenate(parts).astype(np.int64))
 
 
 def _frame_dir(config: TrainConfig, frame_bytes: int) -> Path | None:

@@ -88,9 +88,10 @@ def calibration_observations(root: Path, contract: Contract, checkpoint: LoadedC
     images: dict[str, list[np.ndarray | None]] = {cam.name: [None] * rows.size for cam in cameras}
     for ep in sorted(set(episode_index.tolist())):
         at = np.flatnonzero(episode_index == ep)
+        decoded = decode_episode_frames(dataset, [cam.feature for cam in cameras], ep,
+                                        timestamps[at].tolist(), rows=rows[at].tolist())
         for cam in cameras:
-            frames = decode_episode_frames(dataset, cam.feature, ep, timestamps[at].tolist(),
-                                           rows=rows[at].tolist())
+            frames = decoded[cam.feature]
             if frames.shape[0] != at.size:
                 raise ValueError(f"{DATASET_OPTION} {root}: episode {ep}, camera "
                                  f"'{cam.feature}': decoded {frames.shape[0]} frames, expected "

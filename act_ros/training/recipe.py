@@ -1,14 +1,15 @@
 """``act-ros recipe NAME --run-dir DIR``: a whole training recipe as one resumable command.
 
 A recipe (``config/recipe_<name>.yaml``) is a list of stages, each an ``act-ros`` command
-(``collect``, ``train``, ``dagger``, ``evaluate``, ``package-model``) whose arguments may
-name the run directory (``{run}``) and the results of earlier stages. Every stage runs as
-a child process and leaves its result on disk; a stage whose result is already there is
-skipped, and an interrupted training stage continues with ``--resume``, so the same command
-picks up an interrupted run where it stopped. The recipe's expected wall clock is printed
-at the start (a stage's ``expected_min`` is a number of minutes, or minutes per CPU class as
-measured on that class: this CPU's class is used, the measured ones are listed when it has
-none), every stage's time at the end and in ``DIR/recipe.json``.
+(``collect``, ``pose-pretrain``, ``train``, ``dagger``, ``evaluate``, ``package-model``)
+whose arguments may name the run directory (``{run}``), the results of earlier stages and
+the package's shipped files (``{share}/models/...``).
+Every stage runs as a child process and leaves its result on disk; a stage whose result is
+already there is skipped, and an interrupted training or pose-pretraining stage continues
+with ``--resume``, so the same command picks up an interrupted run where it stopped. The
+recipe's expected wall clock is printed at the start (a stage's ``expected_min`` is a number
+of minutes, or minutes per CPU class as measured on that class: this CPU's class is used,
+the measured ones are listed when it has none), every stage's time at the end and in ``DIR/recipe.json``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,12 @@ import time
 from typing import Any
 
 from act_ros.core.atomic import write_json_atomic
-from act_ros.core.paths import config_path, load_yaml_mapping
+from act_ros.core.paths import config_path, load_yaml_mapping, share_dir
+from act_ros.training.pose_pretrain import RESULT_FILE as POSE_RESULT
 
-COMMANDS = ('collect', 'train', 'dagger', 'evaluate', 'package-model')
+COMMANDS = ('collect', 'pose-pretrain', 'train', 'dagger', 'evaluate', 'package-model')
+#: Commands that continue an interrupted run of theirs with ``--resume``.
+RESUMABLE = ('pose-pretrain', 'train')
 #: ``expected_min`` key of a time that holds on any CPU (a plain number in the file).
 ANY_CPU = 'any'
 
@@ -34,7 +38,8 @@ ANY_CPU = 'any'
 @dataclass(frozen=True)
 class Stage:
     """One step of a recipe: ``act-ros COMMAND ARGS``, done once ``done`` exists (for a
-    training stage: once its ``training_metrics.json`` says it finished)."""
+    training stage: once its ``training_metrics.json`` says it finished; for a pose
+    pretraining: once its ``pose_pretrain.json`` has reached its last step)."""
 
     name: str
     command: str
@@ -126,25 +131,33 @@ def load_recipe(name: str, path: str | Path | None = None) -> Recipe:
 
 
 def _expand(text: str, run: Path) -> str:
-    return text.replace('{run}', str(run))
+    """``{run}``: the run directory; ``{share}``: the package's directory of ``config/`` and
+    ``models/`` (a shipped checkpoint, in every install layout)."""
+    text = text.replace('{run}', str(run))
+    return text.replace('{share}', str(share_dir())) if '{share}' in text else text
 
 
 def _is_done(stage: Stage, run: Path) -> bool:
     """Whether ``stage``'s result is on disk. A ``training_metrics.json`` marker counts
     only once its run finished, whichever command wrote it (``dagger`` ends with a
-    training too): an interrupted training writes one with status ``interrupted``."""
+    training too): an interrupted training writes one with status ``interrupted``. A
+    pose pretraining's result file is written at every validation: it counts once its
+    step is the last."""
     marker = Path(_expand(stage.done, run))
     if not marker.exists():
         return False
     if marker.name == 'training_metrics.json':
         status = json.loads(marker.read_text()).get('status')
         return status in ('completed', 'stopped_early')
+    if marker.name == POSE_RESULT:
+        result = json.loads(marker.read_text())
+        return result.get('step', 0) >= result.get('steps', float('inf'))
     return True
 
 
 def _stage_command(stage: Stage, run: Path) -> list[str]:
     args = [_expand(a, run) for a in stage.args]
-    if stage.command == 'train':
+    if stage.command in RESUMABLE:
         output = Path(args[args.index('--output-dir') + 1])
         if (output / 'last' / 'training_state.pt').is_file():
             args.append('--resume')  # an interrupted earlier run continues where it stopped
