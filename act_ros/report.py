@@ -47,18 +47,24 @@ POSES_RECIPE_LOG = 'docs/results/sim_port_pick_align_poses/recipe_log_excerpt.tx
 # The shipped vision policy: its 100-seed evaluation (both modes) beside the model, and the
 # run of `act-ros recipe vision` that made it (recipe.json, dagger.jsonl and the vision
 # stage's summary in the folder).
+# The 96x128 vision policy (the vision_pose recipe's starting backbone) and the 192x256 one
+# that the demo runs.
 VISION_EVALUATION = 'models/sim_port_pick_align/evaluation_100_seeds.json'
-VISION_RUNS = (('the shipped vision policy\'s run (AVX-512 + bf16 CPU)',
-                'docs/results/vision_recipe/run1', (VISION_EVALUATION,)),)
+VISION_192_EVALUATION = 'models/sim_port_pick_align_192x256/evaluation_100_seeds.json'
+VISION_RUNS = (('96x128 (`act-ros recipe vision`, AVX-512 + bf16 CPU)',
+                'docs/results/vision_recipe/run1', (VISION_EVALUATION,)),
+               ('192x256, pose-pretrained backbone (`act-ros recipe vision_pose`, AMX CPU)',
+                'docs/results/vision_recipe/run2',
+                (VISION_192_EVALUATION, 'docs/results/vision_recipe/run2/evaluation.json')))
 VISION_STAGE = 'vision_training_summary.json'
 # Levers of the vision policy, each measured on the same 100 unseen seeds (chunk mode):
 # (lever, variant, evaluation file, training run: (file, run name) or None); a lever's first
 # row is its baseline.
 VISION_LEVERS_DIR = 'docs/results/vision_recipe/levers'
-_ENCODER_POSE = ('pose head on the transformer encoder: the shipped policy fine-tuned 3000 '
+_ENCODER_POSE = ('pose head on the transformer encoder: the 96x128 policy fine-tuned 3000 '
                  'steps on the 200 demonstrations, backbone frozen')
 VISION_LEVERS = tuple(
-    ('actions played per chunk (n_action_steps), the shipped policy', f'{k} of 30',
+    ('actions played per chunk (n_action_steps), the 96x128 policy', f'{k} of 30',
      f'{VISION_LEVERS_DIR}/n_action_steps_{k}.json', None) for k in (30, 15, 10, 5)) + tuple(
     (_ENCODER_POSE, f'{variant} the pose loss', f'{VISION_LEVERS_DIR}/encoder_pose_{variant}.json',
      (f'{VISION_LEVERS_DIR}/encoder_pose_training.json', variant))
@@ -76,6 +82,7 @@ VISION_POSE_PRETRAIN_VARIANTS = (VISION_POSE_PRETRAIN,
                                  f'{VISION_LEVERS_DIR}/pose_pretrain_attention.json',
                                  f'{VISION_LEVERS_DIR}/pose_pretrain_trained_norms.json',
                                  f'{VISION_LEVERS_DIR}/pose_pretrain_192x256_attention.json')
+# The last one's backbone (step 2500) trained further with a fresh head and half the rate.
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
@@ -88,6 +95,7 @@ NODE_RUNS = ('x86-avx2/in240_c30_openvino', 'x86-avx2/in480_c100_openvino',
              'in240_c30_openvino', 'in480_c100_openvino', 'in480_c30_precision',
              'in480_c30_defaults', 'x86-amx/in480_c30_precision')
 FAULTS = 'docs/benchmarks/faults.json'
+EXECUTOR_BENCH = 'docs/benchmarks/executor.json'
 COMPARISON = 'docs/results/sim_port_pick_align/comparison_20_seeds.json'
 TRAINING_STEP = 'docs/results/training/step_times_cpu.json'
 # Runs of `act-ros recipe object_state` (recipe.json and dagger.jsonl in each folder): the
@@ -239,17 +247,20 @@ def _poses_chunk(src: Sources) -> dict:
 
 def part_shipped_policies(src: Sources) -> str:
     poses = _poses_chunk(src)
-    vision = src.json(VISION_EVALUATION)['modes']['chunk']
     expert = src.json(EXPERT)['runs']['plain']
     rows = [
         ['`sim_port_pick_align_poses`', 'both cameras, joints, box and pad poses',
          f"**{rate(poses['align_rate'], poses['count'])}**",
          f"{100 * poses['mean_position_error']:.2f} cm / {poses['mean_yaw_error']:.1f} deg",
-         failures_text(poses['failures'])],
-        ['`sim_port_pick_align`', 'both cameras, joints',
-         rate(vision['align_rate'], vision['count']),
-         f"{100 * vision['mean_position_error']:.1f} cm / {vision['mean_yaw_error']:.1f} deg",
-         failures_text(vision['failures'])],
+         failures_text(poses['failures'])]]
+    for name, inputs, rel in (
+            ('sim_port_pick_align_192x256', 'both cameras (192x256), joints', VISION_192_EVALUATION),
+            ('sim_port_pick_align', 'both cameras (96x128), joints', VISION_EVALUATION)):
+        vision = src.json(rel)['modes']['chunk']
+        rows.append([f'`{name}`', inputs, rate(vision['align_rate'], vision['count']),
+                     f"{100 * vision['mean_position_error']:.1f} cm / "
+                     f"{vision['mean_yaw_error']:.1f} deg", failures_text(vision['failures'])])
+    rows += [
         ['scripted expert (`act_ros/sim/expert.py`)', 'simulator state',
          rate(expert['align_rate'], expert['count']),
          f"{1000 * expert['mean_position_error']:.2f} mm / {expert['mean_yaw_error']:.4f} deg",
@@ -290,15 +301,19 @@ def part_demo_result(src: Sources) -> str:
 
 
 def part_vision_policy(src: Sources) -> str:
-    data = src.json(VISION_EVALUATION)
+    """The shipped vision policies (float16 weights) on the 100 unseen seeds, both modes."""
     rows = []
-    for mode, m in data['modes'].items():
-        rows.append([mode, f"{data['seed']}+", rate(m['align_rate'], m['count']),
-                     f"{100 * m['mean_position_error']:.1f} cm",
-                     f"{m['mean_yaw_error']:.1f} deg", failures_text(m['failures']),
-                     m.get('suppressed_releases', '')])
-    return table(['mode', 'seeds', 'align rate', 'mean position error', 'mean yaw error',
-                  'failures by stage', 'open requests the gate suppressed'], rows)
+    for name, rel in (('`sim_port_pick_align_192x256`', VISION_192_EVALUATION),
+                      ('`sim_port_pick_align` (96x128)', VISION_EVALUATION)):
+        data = src.json(rel)
+        for mode, m in data['modes'].items():
+            rows.append([name, mode, f"{data['seed']}+", rate(m['align_rate'], m['count']),
+                         f"{100 * m['mean_position_error']:.1f} cm",
+                         f"{m['mean_yaw_error']:.1f} deg", failures_text(m['failures']),
+                         m.get('suppressed_releases', '')])
+    return table(['policy', 'mode', 'seeds', 'align rate', 'mean position error',
+                  'mean yaw error', 'failures by stage', 'open requests the gate suppressed'],
+                 rows)
 
 
 def part_vision_training(src: Sources) -> str:
@@ -306,7 +321,7 @@ def part_vision_training(src: Sources) -> str:
     the freeze and cache, the frozen phase, and the pose head's held-out error at the
     freeze (the perception figure)."""
     rows = []
-    for label, folder, _ in VISION_RUNS:
+    for label, folder, _ in _present(src, VISION_RUNS):
         m = src.json(f'{folder}/{VISION_STAGE}')
         cache = m.get('feature_cache', {}).get('layer4', {})
         frozen = cache.get('frozen_at_step')
@@ -396,7 +411,11 @@ def recipe_stages_table(src: Sources, runs: tuple) -> str:
         iters = _iterations(src, folder)
         if iters:
             stages['dagger'] = sum(it['collect_s'] + it['train_s'] for it in iters.values())
-        names += [n for n in stages if n not in names and n != 'evaluate']
+        previous = None
+        for name in (n for n in stages if n != 'evaluate'):  # each run's order kept
+            if name not in names:
+                names.insert(names.index(previous) + 1 if previous else 0, name)
+            previous = name
         building = sum(v for k, v in stages.items() if k != 'evaluate' and v is not None)
         columns.append((stages, iters, building))
     n_iters = max((max(it, default=0) for _, it, _ in columns), default=0)
@@ -460,7 +479,8 @@ def part_vision_curve(src: Sources) -> str:
     rows = []
     for label, folder, evaluations in _present(src, VISION_RUNS):
         stages = src.json(f'{folder}/recipe.json')['stage_seconds']
-        spent = stages['demos'] + stages['vision']
+        # Everything before DAgger: the demonstrations, a pose pretraining, the vision stage.
+        spent = sum(v for k, v in stages.items() if k not in ('dagger', 'evaluate'))
         points = [('vision stage', spent, f'{folder}/curve/after_vision.json')]
         iters = _iterations(src, folder)
         for k in sorted(iters):
@@ -783,6 +803,13 @@ def part_faults(src: Sources) -> str:
                   'releases outside the radius', 'time to recover, median (s)'], rows)
 
 
+def part_executor(src: Sources) -> str:
+    """``act-ros bench executor``'s table, as the benchmark prints it."""
+    from act_ros.bench.executor import Try, table as executor_table
+    data = src.json(EXECUTOR_BENCH)
+    return executor_table([Try(**t) for t in data['tries']], data['commands']) + '\n'
+
+
 def part_training_step(src: Sources) -> str:
     data = src.json(TRAINING_STEP)
     rows = [[r['step'], f"{r['ms_per_step']:.0f}", f"{r['samples_per_s']:.1f}",
@@ -817,6 +844,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'precision_policy_amx': part_precision_policy_amx,
     'node_startup': part_node_startup,
     'faults': part_faults,
+    'executor': part_executor,
     'training_step': part_training_step,
 }
 

@@ -183,3 +183,42 @@ def test_expert_runs_carry_their_own_provenance(tmp_path):
     _expert_file(tmp_path, {'command': 'python -m act_ros.sim.expert_eval', 'machine': 'm'})
     with pytest.raises(report.ReportError, match='run "plain" lacks commit'):
         report.render_part(tmp_path, page, 'expert_runs')
+
+
+def test_recipe_runs_side_by_side_keep_each_runs_stage_order(tmp_path, monkeypatch):
+    """Two recipe runs with different stages (a pose pretraining before the vision stage in
+    the second): one row per stage in the order of the runs, DAgger by iteration, and the
+    align-rate curve counts every stage before DAgger."""
+    prov = {'command': 'c', 'commit': 'x', 'machine': 'm'}
+
+    def run(folder, stages, iterations, rate):
+        root = tmp_path / folder
+        (root / 'curve').mkdir(parents=True)
+        (root / 'recipe.json').write_text(json.dumps({'provenance': prov,
+                                                      'stage_seconds': stages}))
+        (root / 'dagger.jsonl').write_text(''.join(
+            json.dumps({'iteration': k, 'collect_s': 60.0, 'train_s': 120.0}) + '\n'
+            for k in iterations))
+        (root / 'provenance.json').write_text(json.dumps({'files': {'dagger.jsonl': prov}}))
+        (root / 'curve' / 'after_vision.json').write_text(json.dumps({
+            'provenance': prov, 'modes': {'chunk': {
+                'align_rate': rate, 'count': 100, 'mean_position_error': 0.05,
+                'mean_yaw_error': 10.0, 'failures': {'grasp': 3}}}}))
+        return (folder, folder, (f'{folder}/evaluation.json',))
+
+    runs = (run('one', {'demos': 600.0, 'vision': 1200.0, 'dagger': 360.0, 'evaluate': 60.0},
+                (1, 2), 0.1),
+            run('two', {'demos': 1200.0, 'pose': 3600.0, 'vision': 1800.0}, (1,), 0.2))
+    src = report.Sources(tmp_path)
+    rows = [line.split('|')[1:-1] for line in
+            report.recipe_stages_table(src, runs).splitlines()[2:]]
+    assert [r[0].strip() for r in rows][:6] == [
+        'demos', 'pose', 'vision', 'dagger 1: collect + fine-tune',
+        'dagger 2: collect + fine-tune', 'dagger in all']
+    assert [c.strip() for c in rows[1][1:]] == ['', '60.0 min']
+    assert [c.strip() for c in rows[5][1:]] == ['6.0 min', '3.0 min']
+    monkeypatch.setattr(report, 'VISION_RUNS', runs)
+    lines = report.part_vision_curve(src).splitlines()[2:]
+    hours = {(line.split('|')[1].strip(), line.split('|')[2].strip()): line.split('|')[3].strip()
+             for line in lines}
+    assert hours[('one', 'vision stage')] == '0.50' and hours[('two', 'vision stage')] == '1.83'
