@@ -237,10 +237,11 @@ def main(argv: list[str] | None = None) -> int:
     cpu = cpu_class()
     print(f'recipe {recipe.name}: {recipe.description}')
     print(recipe.expected_line(cpu))
+    width = max(12, *(len(stage.name) for stage in recipe.stages))
     for stage in recipe.stages:
         state = 'done' if _is_done(stage, args.run_dir.resolve()) else 'to run'
-        print(f'  {stage.name:<12} act-ros {stage.command:<14} ~{_minutes(stage.expected_on(cpu))}'
-              f' min  {state}')
+        print(f'  {stage.name:<{width}} act-ros {stage.command:<14} '
+              f'~{_minutes(stage.expected_on(cpu))} min  {state}')
     if args.list:
         return 0
     only = tuple(s for s in args.only.split(',') if s)
@@ -256,9 +257,10 @@ def main(argv: list[str] | None = None) -> int:
                                                else sys.argv[1:], cpu=cpu))
     if code:
         return code
-    print('\n' + '\n'.join(f'{name:<12} {sec / 60:6.1f} min'
+    print('\n' + '\n'.join(f'{name:<{width}} {sec / 60:6.1f} min'
                            for name, sec in record['stage_seconds'].items()))
-    print(f"{'total':<12} {record['total_seconds'] / 60:6.1f} min  ({args.run_dir}/recipe.json)")
+    print(f"{'total':<{width}} {record['total_seconds'] / 60:6.1f} min  "
+          f"({args.run_dir}/recipe.json)")
     return 0
 
 
