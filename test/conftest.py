@@ -2,6 +2,7 @@
 
 import itertools
 import os
+import shutil
 
 # Set before anything imports huggingface_hub, mujoco or rclpy.
 os.environ['HF_HUB_OFFLINE'] = '1'
@@ -39,6 +40,28 @@ def rclpy_context(ros_domain_id):
     finally:
         if context.ok():
             rclpy.shutdown(context=context)
+
+
+@pytest.fixture(scope='module')
+def module_tmp(request, tmp_path_factory):
+    """``tmp_path_factory.mktemp`` for module-scoped fixtures: what they made is deleted once
+    the module's tests are done, unless one of them failed (with pytest's
+    ``tmp_path_retention_policy = failed``, set in setup.cfg; any other policy keeps it).
+    Datasets, checkpoints and exports then occupy the disk one module at a time, not
+    all of a session's at once."""
+    made = []
+    failed_before = request.session.testsfailed
+
+    def mktemp(basename: str):
+        path = tmp_path_factory.mktemp(basename)
+        made.append(path)
+        return path
+
+    yield mktemp
+    if (request.config.getini('tmp_path_retention_policy') == 'failed'
+            and request.session.testsfailed == failed_before):
+        for path in made:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture(scope='session')

@@ -43,12 +43,12 @@ def _actions(checkpoint, mode, backend='torch', observations=None, **overrides):
 
 
 @pytest.fixture(scope='module')
-def exported(tmp_path_factory, tiny_checkpoint):
+def exported(module_tmp, tiny_checkpoint):
     """A copy of the tiny checkpoint, exported to ONNX by the `act-ros export` command."""
     extras.skip_unless(bool(ONNX_BACKENDS), 'an ONNX backend (openvino or onnxruntime)',
                        'openvino,onnxruntime')
     from act_ros.cli import main
-    ckpt = tmp_path_factory.mktemp('exported') / 'tiny'
+    ckpt = module_tmp('exported') / 'tiny'
     shutil.copytree(tiny_checkpoint, ckpt)
     assert main(['export', '--checkpoint', str(ckpt), '--format', 'onnx']) == 0
     return ckpt
@@ -327,12 +327,12 @@ def _pose_observations(count, seed=0):
 
 
 @pytest.fixture(scope='module', params=list(POSE_VARIANTS))
-def exported_poses(request, tmp_path_factory):
+def exported_poses(request, module_tmp):
     """A checkpoint that takes the object poses, exported by `act-ros export`."""
     extras.skip_unless(bool(ONNX_BACKENDS), 'an ONNX backend (openvino or onnxruntime)',
                        'openvino,onnxruntime')
     from act_ros.cli import main
-    ckpt = create_checkpoint(tmp_path_factory.mktemp('exported_poses') / request.param,
+    ckpt = create_checkpoint(module_tmp('exported_poses') / request.param,
                              preset='tiny', image_size=(48, 64), seed=2,
                              **POSE_VARIANTS[request.param])
     assert main(['export', '--checkpoint', str(ckpt), '--format', 'onnx']) == 0

@@ -37,17 +37,17 @@ def _digest(root: Path) -> str:
 
 
 @pytest.fixture(scope='module')
-def base(tmp_path_factory) -> Path:
-    output = tmp_path_factory.mktemp('dagger') / 'demos'
+def base(module_tmp) -> Path:
+    output = module_tmp('dagger') / 'demos'
     assert collect.main(['--output', str(output), '--episodes', '1', '--seed', '3',
                          '--image-size', f'{H}x{W}', *COMMON]) == 0
     return output
 
 
 @pytest.fixture(scope='module')
-def joined(base, tiny_pose_checkpoint, tmp_path_factory):
+def joined(base, tiny_pose_checkpoint, module_tmp):
     before = _digest(base)
-    output = tmp_path_factory.mktemp('dagger') / 'joined'
+    output = module_tmp('dagger') / 'joined'
     assert collect.main(['--output', str(output), '--episodes', '2', '--seed', '50',
                          '--dagger', str(tiny_pose_checkpoint), '--join', str(base),
                          '--beta', '0.0', '--dagger-iteration', '2', *COMMON]) == 0

@@ -47,8 +47,8 @@ def _columns(root: Path, key: str) -> np.ndarray:
 
 
 @pytest.fixture(scope='module')
-def collected(tmp_path_factory) -> Path:
-    output = tmp_path_factory.mktemp('collect') / 'demos'
+def collected(module_tmp) -> Path:
+    output = module_tmp('collect') / 'demos'
     rc = collect.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
                        '--workers', '1', *COMMON])
     assert rc == 0

@@ -43,8 +43,8 @@ def contract():
 
 
 @pytest.fixture(scope='module')
-def video_dataset(tmp_path_factory) -> Path:
-    output = tmp_path_factory.mktemp('synthetic') / 'syn_video'
+def video_dataset(module_tmp) -> Path:
+    output = module_tmp('synthetic') / 'syn_video'
     assert _generate(output) == 0
     return output
 

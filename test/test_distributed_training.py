@@ -196,11 +196,11 @@ def _workers(launcher: subprocess.Popen) -> dict[int, psutil.Process]:
 
 
 @pytest.fixture(scope='module')
-def dataset(tmp_path_factory) -> Path:
+def dataset(module_tmp) -> Path:
     """4 episodes x 40 frames, PNG cameras: 3 training episodes, 1 held out."""
     from act_ros.data.synthetic import write_synthetic_dataset
 
-    root = tmp_path_factory.mktemp('data') / 'syn'
+    root = module_tmp('data') / 'syn'
     write_synthetic_dataset(root, episodes=4, frames=40, image_size=(H, W), video=False, seed=3)
     return root
 
@@ -224,13 +224,13 @@ def _one_and_two(dataset: Path, tmp: Path, **env: str) -> dict:
 
 
 @pytest.fixture(scope='module')
-def one_and_two(dataset, tmp_path_factory) -> dict:
-    return _one_and_two(dataset, tmp_path_factory.mktemp('one_and_two'))
+def one_and_two(dataset, module_tmp) -> dict:
+    return _one_and_two(dataset, module_tmp('one_and_two'))
 
 
 @pytest.fixture(scope='module')
-def one_and_two_float64(dataset, tmp_path_factory) -> dict:
-    return _one_and_two(dataset, tmp_path_factory.mktemp('one_and_two_float64'),
+def one_and_two_float64(dataset, module_tmp) -> dict:
+    return _one_and_two(dataset, module_tmp('one_and_two_float64'),
                         ACT_ROS_TEST_FLOAT64='1')
 
 

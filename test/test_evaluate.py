@@ -30,10 +30,10 @@ def one_torch_thread():
 
 
 @pytest.fixture(scope='module')
-def dataset(tmp_path_factory) -> Path:
+def dataset(module_tmp) -> Path:
     from act_ros.data.synthetic import write_synthetic_dataset
 
-    root = tmp_path_factory.mktemp('data') / 'syn'
+    root = module_tmp('data') / 'syn'
     write_synthetic_dataset(root, episodes=3, frames=30, image_size=(H, W), video=False)
     return root
 

@@ -36,22 +36,22 @@ def _export(argv):
 
 
 @pytest.fixture(scope='module')
-def calibration_dataset(tmp_path_factory):
+def calibration_dataset(module_tmp):
     """A real LeRobot v3 dataset (MP4 cameras, joints, object poses): 2 episodes x 20 frames."""
     pytest.importorskip('lerobot.datasets.lerobot_dataset')
     from act_ros.data.synthetic import write_synthetic_dataset
-    root = tmp_path_factory.mktemp('calibration') / 'syn'
+    root = module_tmp('calibration') / 'syn'
     write_synthetic_dataset(root, episodes=2, frames=20, image_size=DATASET_SIZE, video=True,
                             seed=3, environment_state=True)
     return root
 
 
 @pytest.fixture(scope='module')
-def quantized(exported_checkpoint, calibration_dataset, tmp_path_factory):
+def quantized(exported_checkpoint, calibration_dataset, module_tmp):
     """A copy of the exported tiny checkpoint with its INT8 model, made by the CLI."""
     extras.skip_unless(extras.HAS_NNCF and 'openvino' in extras.BACKENDS, 'nncf (with openvino)',
                        'openvino')
-    ckpt = tmp_path_factory.mktemp('int8') / 'tiny'
+    ckpt = module_tmp('int8') / 'tiny'
     shutil.copytree(exported_checkpoint, ckpt)
     assert _export(['--checkpoint', str(ckpt), '--int8', '--calibration-dataset',
                     str(calibration_dataset), '--calibration-samples', str(SAMPLES)]) == 0

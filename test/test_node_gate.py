@@ -30,11 +30,11 @@ PAD = [0.25, 0.0, 0.0]
 
 
 @pytest.fixture(scope='module')
-def gated(tmp_path_factory, tiny_checkpoint):
+def gated(module_tmp, tiny_checkpoint):
     """(checkpoint, open_image, closed_image): the image decides the gripper request."""
     from act_ros.ros.harness import make_gated_checkpoint
 
-    root = tmp_path_factory.mktemp('gate')
+    root = module_tmp('gate')
     return make_gated_checkpoint(tiny_checkpoint, root / 'gated', state=MEASURED)
 
 

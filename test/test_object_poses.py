@@ -41,8 +41,8 @@ def _write(root: Path, *, poses: bool, episodes: int = 3, frames: int = 30) -> P
 
 
 @pytest.fixture(scope='module')
-def pose_dataset(tmp_path_factory) -> Path:
-    return _write(tmp_path_factory.mktemp('data') / 'poses', poses=True)
+def pose_dataset(module_tmp) -> Path:
+    return _write(module_tmp('data') / 'poses', poses=True)
 
 
 def _config(dataset: Path, out: Path, **kw) -> TrainConfig:
@@ -56,21 +56,21 @@ def _config(dataset: Path, out: Path, **kw) -> TrainConfig:
 
 
 @pytest.fixture(scope='module')
-def pose_run(pose_dataset, tmp_path_factory):
+def pose_run(pose_dataset, module_tmp):
     """Both cameras and the object poses; the backbone frozen and cached half-way (the
     cached steps take the poses from the store, normalized like the state)."""
     from act_ros.training.train import run
 
-    out = tmp_path_factory.mktemp('run') / 'poses'
+    out = module_tmp('run') / 'poses'
     return out, run(_config(pose_dataset, out, backbone_freeze_step=4))
 
 
 @pytest.fixture(scope='module')
-def state_only_run(pose_dataset, tmp_path_factory):
+def state_only_run(pose_dataset, module_tmp):
     """No camera: the joints and the object poses alone."""
     from act_ros.training.train import run
 
-    out = tmp_path_factory.mktemp('run') / 'state_only'
+    out = module_tmp('run') / 'state_only'
     return out, run(_config(pose_dataset, out, cameras=()))
 
 

@@ -33,11 +33,11 @@ def _observations(count, seed=0, size=(48, 64)):
 
 
 @pytest.fixture(scope='module')
-def exported(tmp_path_factory, tiny_checkpoint):
+def exported(module_tmp, tiny_checkpoint):
     """A copy of the tiny checkpoint with its ONNX export (only tests marked to need an
     ONNX backend use it)."""
     from act_ros.core.export import main
-    ckpt = tmp_path_factory.mktemp('lean') / 'tiny'
+    ckpt = module_tmp('lean') / 'tiny'
     shutil.copytree(tiny_checkpoint, ckpt)
     assert main(['--checkpoint', str(ckpt)]) == 0
     return ckpt

@@ -19,7 +19,7 @@ COMMON = ['--render-size', '48x64', '--no-progress']
 
 
 @pytest.fixture(scope='module')
-def run_last(tiny_checkpoint, tmp_path_factory):
+def run_last(tiny_checkpoint, module_tmp):
     """The tiny checkpoint as a run's last/: with a training state holding an (untrained)
     encoder pose head and its statistics, as the trainer saves them."""
     import torch
@@ -27,7 +27,7 @@ def run_last(tiny_checkpoint, tmp_path_factory):
     from act_ros.core.checkpoint import load_checkpoint
     from act_ros.training.auxiliary import ObjectPoseAuxiliary
 
-    last = tmp_path_factory.mktemp('run') / 'last'
+    last = module_tmp('run') / 'last'
     shutil.copytree(tiny_checkpoint, last)
     loaded = load_checkpoint(last)
     shapes = [tuple(loaded.policy.config.input_features[k].shape)

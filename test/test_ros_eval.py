@@ -122,10 +122,10 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
 
 
 @pytest.fixture(scope='module')
-def no_camera_checkpoint(tmp_path_factory):
+def no_camera_checkpoint(module_tmp):
     """The tiny ACT on the joints and the object poses alone."""
     from act_ros.core.checkpoint import create_checkpoint
-    return create_checkpoint(tmp_path_factory.mktemp('ckpt') / 'no_camera', preset='tiny',
+    return create_checkpoint(module_tmp('ckpt') / 'no_camera', preset='tiny',
                              cameras=(), environment_state=True)
 
 

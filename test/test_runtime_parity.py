@@ -20,7 +20,7 @@ VARIANTS = {'cameras': (('top', 'wrist'), False), 'cameras_and_poses': (('top', 
 
 
 @pytest.fixture(scope='module', params=list(VARIANTS))
-def lerobot_checkpoint(request, tmp_path_factory):
+def lerobot_checkpoint(request, module_tmp):
     """Saved with LeRobot's own API, with non-trivial normalization statistics."""
     from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.act.configuration_act import ACTConfig
@@ -59,7 +59,7 @@ def lerobot_checkpoint(request, tmp_path_factory):
         stats[ENV] = {'mean': torch.randn(10, generator=gen) * 0.1,
                       'std': torch.rand(10, generator=gen) * 0.3 + 0.1}
     pre, post = make_act_pre_post_processors(config, stats)
-    path = tmp_path_factory.mktemp('lerobot') / 'pretrained_model'
+    path = module_tmp('lerobot') / 'pretrained_model'
     policy.save_pretrained(path)
     pre.save_pretrained(path)
     post.save_pretrained(path)

@@ -33,16 +33,16 @@ def _write_dataset(root: Path, *, episodes: int, frames: int, video: bool, seed:
 
 
 @pytest.fixture(scope='module')
-def dataset(tmp_path_factory) -> Path:
+def dataset(module_tmp) -> Path:
     """4 episodes x 40 frames, cameras as MP4 (LeRobot's default storage)."""
-    return _write_dataset(tmp_path_factory.mktemp('data') / 'syn', episodes=4, frames=40,
+    return _write_dataset(module_tmp('data') / 'syn', episodes=4, frames=40,
                           video=True)
 
 
 @pytest.fixture(scope='module')
-def one_episode_dataset(tmp_path_factory) -> Path:
+def one_episode_dataset(module_tmp) -> Path:
     """A single episode, cameras as PNG images: only a frame-level split is possible."""
-    return _write_dataset(tmp_path_factory.mktemp('data1') / 'one', episodes=1, frames=50,
+    return _write_dataset(module_tmp('data1') / 'one', episodes=1, frames=50,
                           video=False)
 
 
@@ -57,10 +57,10 @@ def _config(dataset: Path, out: Path, **kw) -> TrainConfig:
 
 
 @pytest.fixture(scope='module')
-def short_run(dataset, tmp_path_factory):
+def short_run(dataset, module_tmp):
     from act_ros.training.train import run
 
-    out = tmp_path_factory.mktemp('run') / 'out'
+    out = module_tmp('run') / 'out'
     metrics = run(_config(dataset, out, steps=16, val_interval=8, checkpoint_interval=8,
                           skip_infer=False))
     return out, metrics

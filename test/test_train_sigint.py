@@ -32,10 +32,10 @@ START_TIMEOUT_S = 300.0
 
 
 @pytest.fixture(scope='module')
-def dataset(tmp_path_factory) -> Path:
+def dataset(module_tmp) -> Path:
     from act_ros.data.synthetic import write_synthetic_dataset
 
-    root = tmp_path_factory.mktemp('data') / 'syn'
+    root = module_tmp('data') / 'syn'
     write_synthetic_dataset(root, episodes=4, frames=40, image_size=(48, 64), video=True,
                             seed=3)
     return root
