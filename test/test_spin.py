@@ -264,6 +264,81 @@ def test_pool_executor_raises_a_callback_error_from_spin(rclpy_context):
         node.destroy_node()
 
 
+def _blocked_pool(context, name):
+    """One pool thread held by callback 'a' (group A) until ``release`` is set, callback
+    'b' (group B) ready and handed over behind it; spun in a thread."""
+    import threading
+    import time
+
+    from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+
+    from act_ros.ros.harness import wait_until
+    from act_ros.ros.spin import spin_executor
+    node = _pool_node(context, name)
+    release, finished = threading.Event(), threading.Event()
+    calls = {'a': 0, 'b': 0}
+
+    def a():
+        calls['a'] += 1
+        if calls['a'] == 1:
+            release.wait(30.0)
+            finished.set()
+
+    def b():
+        calls['b'] += 1
+
+    group_b = MutuallyExclusiveCallbackGroup()
+    node.create_timer(0.01, a, callback_group=MutuallyExclusiveCallbackGroup())
+    timer_b = node.create_timer(0.01, b, callback_group=group_b)
+    executor = _CountingPool.make(1, context)
+    executor.add_node(node)
+    spinner = threading.Thread(target=spin_executor, args=(executor,), daemon=True)
+    spinner.start()
+    assert wait_until(lambda: calls['a'] == 1, 30.0)
+    time.sleep(0.05)  # 'b' is handed over and waits for the held thread
+    return node, executor, spinner, release, finished, calls, (group_b, timer_b)
+
+
+def test_pool_executor_shutdown_keeps_its_time_limit_and_leaves_waiting_work_untaken(
+        rclpy_context):
+    # A callback that does not return within timeout_sec: shutdown returns False at the
+    # limit (rclpy's executors of this release wait for it without limit). The callback
+    # that waited for a thread never runs, and its entity is free for another executor.
+    import time
+    node, executor, spinner, release, finished, calls, (group_b, timer_b) = \
+        _blocked_pool(rclpy_context, 'pool_shutdown_limit')
+    try:
+        started = time.monotonic()
+        all_finished = executor.shutdown(timeout_sec=0.3)
+        took = time.monotonic() - started
+        assert not all_finished and not finished.is_set()
+        assert 0.3 <= took < 5.0, took  # 30 s if it waited for the held callback
+        release.set()
+        assert finished.wait(10.0)
+        spinner.join(timeout=5.0)
+        assert not spinner.is_alive()
+        assert calls == {'a': 1, 'b': 0}
+        assert not timer_b._executor_event and group_b.can_execute(timer_b)
+    finally:
+        release.set()
+        node.destroy_node()
+
+
+def test_pool_executor_shutdown_waits_for_running_callbacks(rclpy_context):
+    import threading
+    node, executor, spinner, release, finished, calls, _ = \
+        _blocked_pool(rclpy_context, 'pool_shutdown_wait')
+    try:
+        threading.Timer(0.3, release.set).start()
+        assert executor.shutdown(timeout_sec=20.0)
+        assert finished.is_set()  # it returned only once the running callback had
+        spinner.join(timeout=5.0)
+        assert not spinner.is_alive() and calls['b'] == 0
+    finally:
+        release.set()
+        node.destroy_node()
+
+
 def test_pool_executor_needs_a_thread():
     from act_ros.ros.spin import PoolExecutor
     with pytest.raises(ValueError, match='num_threads must be >= 1, got 0'):

@@ -5,7 +5,7 @@ and ``expert_driver``) and :class:`PoolExecutor`, the multi-threaded executor th
 from __future__ import annotations
 
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
 import sys
 import threading
 from typing import Any
@@ -50,37 +50,54 @@ class PoolExecutor(Executor):
         self.num_threads = num_threads
         self._pool = ThreadPoolExecutor(num_threads, thread_name_prefix='ros-callback')
         self._handover = threading.Condition()
-        self._waiting: set[Any] = set()  # handed to the pool, not started by a thread yet
-        self._handed: list[Any] = []  # handed over, their exceptions not yet raised
+        # Handed to the pool, not started by a thread yet: handler -> its entity.
+        self._waiting: dict[Any, Any] = {}
+        self._handed: dict[Any, None] = {}  # handed over, their exceptions not yet raised
+        self._inflight: set[Future] = set()  # the pool's work not finished yet
+        self._closing = False
 
     def _spin_once_impl(self, timeout_sec: Any = None,
                         wait_condition: Callable[[], bool] = lambda: False) -> None:
         try:
-            handler, _entity, _node = self.wait_for_ready_callbacks(
+            handler, entity, _node = self.wait_for_ready_callbacks(
                 timeout_sec, None, wait_condition)
         except _NO_WORK:
             return
         with self._handover:
+            if self._closing:
+                _release(handler, entity)
+                return
             if handler in self._waiting:  # yielded again while it waits for a thread
                 self._handover.wait(HANDOVER_WAIT_S)
                 return
-            self._waiting.add(handler)
-        try:
-            self._pool.submit(self._run, handler)
-        except RuntimeError:  # the pool was shut down from another thread during this round
-            if self._is_shutdown:
-                return
-            raise
-        self._handed.append(handler)
+            self._waiting[handler] = entity
+            try:
+                work = self._pool.submit(self._run, handler)
+            except RuntimeError:  # the pool was shut down from another thread
+                del self._waiting[handler]
+                _release(handler, entity)
+                if self._closing:
+                    return
+                raise
+            self._inflight.add(work)
+        work.add_done_callback(self._finished)
+        self._handed[handler] = None
         for done in [h for h in self._handed if h.done()]:
-            self._handed.remove(done)
+            del self._handed[done]
             done.result()  # raises the callback's exception here, as rclpy's executors do
 
     def _run(self, handler: Any) -> None:
         with self._handover:
-            self._waiting.discard(handler)
+            entity = self._waiting.pop(handler, None)
             self._handover.notify_all()
+            if self._closing:  # shut down while it waited: its input stays untaken
+                _release(handler, entity)
+                return
         handler()
+
+    def _finished(self, work: Future) -> None:
+        with self._handover:
+            self._inflight.discard(work)
 
     def spin_once(self, timeout_sec: float | None = None) -> None:
         self._spin_once_impl(timeout_sec)
@@ -94,11 +111,37 @@ class PoolExecutor(Executor):
 
     def shutdown(self, timeout_sec: float | None = None, *,
                  wait_for_threads: bool = True) -> bool:
-        """Stop executing callbacks, wait up to ``timeout_sec`` for those running, then
-        stop the pool (joining its threads with ``wait_for_threads``)."""
-        finished = super().shutdown(timeout_sec)
-        self._pool.shutdown(wait=wait_for_threads)
-        return finished
+        """Stop executing callbacks and wait up to ``timeout_sec`` (``None`` or negative:
+        without limit) for those running; return whether they all finished.
+
+        Callbacks handed over but not started yet do not run: their messages, requests and
+        timer ticks are not taken. The pool's threads are joined (``wait_for_threads``)
+        only when every callback finished in time: a callback that never returns cannot
+        hang the shutdown past ``timeout_sec``. (rclpy's own ``Executor.shutdown`` of this
+        release sets its flag before it looks at it and never waits.)"""
+        with self._handover:
+            self._closing = True
+            inflight = list(self._inflight)
+        self._is_shutdown = True  # the base class's flag: spin() ends its loop
+        self.wake()
+        limit = None if timeout_sec is None or timeout_sec < 0 else timeout_sec
+        _done, running = wait_futures(inflight, limit)
+        super().shutdown(0)  # the base class's clean-up: nodes, guard conditions
+        self._pool.shutdown(wait=wait_for_threads and not running, cancel_futures=True)
+        with self._handover:  # cancelled before a thread took them
+            left = list(self._waiting.items())
+            self._waiting.clear()
+        for handler, entity in left:
+            _release(handler, entity)
+        return not running
+
+
+def _release(handler: Any, entity: Any) -> None:
+    """Give an entity whose callback will not run back to the wait set (rclpy marks it
+    taken when it makes the handler) and cancel the handler's task."""
+    if entity is not None:
+        entity._executor_event = False
+    handler.cancel()
 
 
 def run_node(make_node: Callable[[], Any], *, name: str, args: list[str] | None = None,
