@@ -68,7 +68,7 @@ class PoolExecutor(Executor):
                 _release(handler, entity)
                 return
             if handler in self._waiting:  # yielded again while it waits for a thread
-                self._handover.wait(HANDOVER_WAIT_S)
+                self._handover.wait(_handover_wait(timeout_sec))
                 return
             self._waiting[handler] = entity
             try:
@@ -134,6 +134,14 @@ class PoolExecutor(Executor):
         for handler, entity in left:
             _release(handler, entity)
         return not running
+
+
+def _handover_wait(timeout_sec: Any) -> float:
+    """How long a round waits for a pool thread to start a handed-over callback: at most
+    ``HANDOVER_WAIT_S``, and no longer than a ``spin_once`` timeout in seconds."""
+    if isinstance(timeout_sec, (int, float)) and timeout_sec >= 0:
+        return min(HANDOVER_WAIT_S, float(timeout_sec))
+    return HANDOVER_WAIT_S
 
 
 def _release(handler: Any, entity: Any) -> None:
