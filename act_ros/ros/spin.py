@@ -56,6 +56,10 @@ class PoolExecutor(Executor):
         self._inflight: set[Future] = set()  # the pool's work not finished yet
         self._closing = False
 
+    def __del__(self) -> None:
+        if hasattr(self, '_pool'):  # not when __init__ refused its arguments
+            super().__del__()
+
     def _spin_once_impl(self, timeout_sec: Any = None,
                         wait_condition: Callable[[], bool] = lambda: False) -> None:
         try:
