@@ -588,6 +588,8 @@ def part_vision_pose_pretrain_variants(src: Sources) -> str:
         backbone = (f"lr {run['lr']:g}, "
                     + ('every stage trains' if frozen == 'none' else f'frozen up to {frozen}')
                     + (', trained norms' if run.get('batch_norm') == 'train' else ', frozen norms'))
+        if run.get('continues'):  # a run from an earlier run's checkpoint, fresh head
+            backbone += f", continuing the run above from its step {run['continues']['step']}"
         for row in _curve_steps(run['history']):
             st = row['step']
             n = row['all']['n']

@@ -184,6 +184,27 @@ def test_trained_norms_are_saved_frozen_and_resume_as_one_run(tiny_checkpoint, t
     assert info['pose_pretrain']['batch_norm'] == 'train'
 
 
+def test_a_run_from_an_earlier_runs_checkpoint_records_what_it_continues(tiny_checkpoint,
+                                                                         tmp_path):
+    first, cont = tmp_path / 'first', tmp_path / 'cont'
+    assert pose_pretrain.main(['--checkpoint', str(tiny_checkpoint), '--output-dir', str(first),
+                               *ARGS, '--steps', '2']) == 0
+    assert json.loads((first / pose_pretrain.RESULT_FILE).read_text())['continues'] is None
+    base = ['--checkpoint', str(first / 'last'), '--output-dir', str(cont), *ARGS,
+            '--lr', '5e-5']
+    assert pose_pretrain.main([*base, '--steps', '2']) == 0
+    # Interrupted and resumed: the record of the run it continues stays the first run's.
+    assert pose_pretrain.main([*base, '--steps', '4', '--resume']) == 0
+    result = json.loads((cont / pose_pretrain.RESULT_FILE).read_text())
+    assert result['step'] == 4 and result['lr'] == 5e-5
+    assert result['continues'] == {'step': 2, 'source': str(tiny_checkpoint),
+                                   'frozen_up_to': 'layer1', 'batch_norm': 'frozen',
+                                   'continues': None}
+    info = json.loads((cont / 'last' / 'training_info.json').read_text())['pose_pretrain']
+    assert info['step'] == 4 and info['source'] == str(first / 'last')
+    assert info['continues'] == result['continues']
+
+
 def test_pretrain_refuses_what_would_lose_or_mix_runs(tiny_checkpoint, tmp_path, capsys):
     run = tmp_path / 'run'
     base = ['--checkpoint', str(tiny_checkpoint), '--output-dir', str(run), *ARGS]

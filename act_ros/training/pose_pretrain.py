@@ -22,6 +22,10 @@ per scene kind; ``start`` is the first frame of an episode, where the policy has
 both objects before it moves. The run resumes from ``RUN/last`` (``--resume``): the scenes
 of a step depend only on the seed and the step, so an interrupted run continues as an
 uninterrupted one would.
+
+Continuing: ``--checkpoint`` may be an earlier run's ``RUN/last``; its backbone trains on
+under a fresh head (``--lr`` may differ), and the new run's result and checkpoint record
+the run it continues (``continues``: that run's step, source and settings).
 """
 
 from __future__ import annotations
@@ -236,6 +240,10 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
     # The source's training record (the dataset's image size, ...) is carried over.
     info_file = Path(source) / TRAINING_INFO_FILE
     source_info = json.loads(info_file.read_text()) if info_file.is_file() else {}
+    # A run that starts from another pose pretraining's checkpoint continues that one: its
+    # record (step, source, ...) is kept in this run's, in the checkpoint and the result.
+    earlier = source_info.get('pose_pretrain') or {}
+    continues = earlier.get('continues') if args.resume else (earlier or None)
     policy = loaded.policy
     backbone = policy.model.backbone
     device = next(backbone.parameters()).device
@@ -348,7 +356,8 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
         def save() -> None:
             info = json.dumps({**source_info, 'pose_pretrain': {
                 'step': step, 'source': str(args.checkpoint),
-                'frozen_up_to': args.frozen_up_to, 'batch_norm': args.batch_norm}}, indent=1)
+                'frozen_up_to': args.frozen_up_to, 'batch_norm': args.batch_norm,
+                'continues': continues}}, indent=1)
             with norms.frozen() if norms is not None else contextlib.nullcontext():
                 save_model(last, policy, loaded.preprocessor, loaded.postprocessor,
                            info_json=info, training_state={STATE_KEY: {
@@ -364,7 +373,8 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
             out = {'provenance': result_provenance(
                        'act-ros pose-pretrain', argv if argv is not None else sys.argv[1:],
                        output_path=run, output_option='--output-dir'),
-                   'checkpoint': str(args.checkpoint), 'step': step, 'steps': args.steps,
+                   'checkpoint': str(args.checkpoint), 'continues': continues,
+                   'step': step, 'steps': args.steps,
                    'batch_size': args.batch_size, 'frozen_up_to': args.frozen_up_to,
                    'precision': precision,
                    'image_size': list(args.image_size) if args.image_size else None,
