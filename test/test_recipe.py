@@ -162,3 +162,75 @@ def test_a_pose_pretraining_stage_is_done_at_its_last_step_and_resumes(tmp_path)
         '--checkpoint', 'ckpt', '--output-dir', str(run / 'pose'), '--steps', '300', '--resume']
     result.write_text(json.dumps({'step': 300, 'steps': 300}))
     assert recipe_mod._is_done(stage, run)
+
+
+@pytest.mark.slow
+def test_a_stopped_recipe_stops_its_stage_keeps_its_time_and_continues(tmp_path):
+    """SIGTERM to the recipe (what a session's end or `kill` sends) reaches the running
+    stage, which saves its checkpoint; the stage's time so far is recorded; the same
+    command then finishes the run from that checkpoint."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    path = tmp_path / 'recipe_stop.yaml'
+    path.write_text('''recipe:
+  description: stop and continue
+  stages:
+    - name: demos
+      command: collect
+      args: [--output, '{run}/demos', --episodes, '1', --seed, '3', --image-size, 48x64,
+             --episode-steps, '245', --no-progress]
+      done: '{run}/demos/meta/info.json'
+      expected_min: 1
+    - name: bc
+      command: train
+      args: [--preset, sim, --dataset-root, '{run}/demos', --output-dir, '{run}/bc',
+             --cameras, none, --environment-state, --model-preset, tiny, --steps, '300',
+             --val-interval, '1000', --checkpoint-interval, '5', --closed-loop-val-episodes,
+             '0', --skip-infer, --torch-threads, '1', --no-progress]
+      done: '{run}/bc/training_metrics.json'
+      expected_min: 1
+''')
+    run_dir = tmp_path / 'run'
+    cmd = [sys.executable, '-m', 'act_ros.cli', 'recipe', 'stop', '--file', str(path),
+           '--run-dir', str(run_dir)]
+    env = {**os.environ, 'PYTHONUNBUFFERED': '1'}
+    with open(tmp_path / 'first.log', 'wb') as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            state = run_dir / 'bc' / 'last' / 'training_state.pt'
+            deadline = time.monotonic() + 300
+            while not state.is_file() and proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert state.is_file(), (tmp_path / 'first.log').read_text()[-3000:]
+            stage = [p for p in psutil.Process(proc.pid).children(recursive=True)
+                     if 'train' in p.cmdline()]
+            assert stage
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    out = (tmp_path / 'first.log').read_text()
+    assert code == 130, out[-3000:]
+    assert 'interrupted; run the same command to continue' in out
+    assert not any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in stage)
+    metrics = json.loads((run_dir / 'bc' / 'training_metrics.json').read_text())
+    assert metrics['status'] == 'interrupted', metrics  # stopped by the signal, not killed
+    stopped_at = metrics['steps_completed']
+    assert 0 < stopped_at < 300
+    first = json.loads((run_dir / 'recipe.json').read_text())['stage_seconds']
+    assert first['bc'] > 0
+    # The same command continues the training from its checkpoint and adds the time.
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert '--resume' in done.stdout and 'demos: done' in done.stdout
+    metrics = json.loads((run_dir / 'bc' / 'training_metrics.json').read_text())
+    assert metrics['status'] == 'completed' and metrics['steps_completed'] == 300
+    second = json.loads((run_dir / 'recipe.json').read_text())['stage_seconds']
+    assert second['demos'] == first['demos'] and second['bc'] > first['bc']

@@ -230,6 +230,50 @@ def _exists(pid: int) -> bool:
         return True
 
 
+def run_stage(command: Sequence[str], **popen_kwargs: object) -> int:
+    """Run one stage of a longer command (a recipe's stage, a DAgger iteration's training)
+    to its end and return its exit status; a stop request reaches the stage.
+
+    The stage runs in a process group of its own (:func:`child_setup`: it also gets SIGTERM
+    if this process dies). A SIGINT or SIGTERM sent to this process, or a terminal's Ctrl-C,
+    is passed on to the stage's group as SIGINT, a second one as SIGTERM, a third as
+    SIGKILL: every stage stops cleanly on SIGINT (the trainers save a checkpoint, a
+    collection keeps its finished episodes) and the trainers stop at once at a second
+    signal. When the stage has exited after such a signal, ``KeyboardInterrupt`` is
+    raised, so the caller records what it has and says how to continue. Off the main
+    thread no handler can be installed and signals are not passed on.
+    """
+    popen_kwargs.setdefault('stdin', subprocess.DEVNULL)
+    proc = subprocess.Popen(list(command), process_group=0, preexec_fn=child_setup,
+                            **popen_kwargs)  # type: ignore[call-overload]
+    received: list[int] = []
+    escalation = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+
+    def forward(signum: int, _frame: object) -> None:
+        received.append(signum)
+        if proc.poll() is None:
+            _signal_group(proc.pid, escalation[min(len(received), 3) - 1])
+
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        code = proc.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        if proc.poll() is None:  # an exception in this process: the stage must not stay
+            _signal_group(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30.0)
+            except subprocess.TimeoutExpired:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if received:
+        raise KeyboardInterrupt(f'stopped by signal {received[0]}; the stage exited with {code}')
+    return code
+
+
 def run_continuable[T](prog: str, call: Callable[[], T]) -> tuple[int, T | None]:
     """Run a command whose results stay on disk (a recipe, DAgger iterations), mapping its
     end to an exit status: ``(0, result)``; a failed stage (``RuntimeError``): 1; Ctrl-C: 130,

@@ -39,6 +39,8 @@ import sys
 import time
 from typing import Any
 
+from act_ros.core.processes import run_stage
+
 LOG_NAME = 'dagger.jsonl'
 KEEP_DATASETS = ('all', 'last')
 PRUNING = '.pruning'  # a dataset folder being deleted is renamed to this first
@@ -90,10 +92,10 @@ def _run(cmd: list[str], log_path: Path) -> None:
     with open(log_path, 'a') as log:
         log.write(f'\n$ {" ".join(cmd)}\n')
         log.flush()
-        proc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
-    if proc.returncode != 0:
+        code = run_stage(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+    if code != 0:
         tail = log_path.read_text().splitlines()[-15:]
-        raise RuntimeError(f'{cmd[2]} failed with exit status {proc.returncode} (log: {log_path})'
+        raise RuntimeError(f'{cmd[2]} failed with exit status {code} (log: {log_path})'
                            ':\n' + '\n'.join(tail))
 
 
