@@ -14,6 +14,15 @@ pytest.importorskip('lerobot.datasets.lerobot_dataset')
 
 pytestmark = pytest.mark.sim
 
+# A recipe stage that collects one short expert episode at 48x64.
+_DEMOS_STAGE = '''    - name: demos
+      command: collect
+      args: [--output, '{run}/demos', --episodes, '1', --seed, '3', --image-size, 48x64,
+             --episode-steps, '245', --no-progress]
+      done: '{run}/demos/meta/info.json'
+      expected_min: 1
+'''
+
 
 def test_shipped_recipes_load_and_name_their_stages(tmp_path):
     r = recipe_mod.load_recipe('object_state')
@@ -86,13 +95,7 @@ def test_a_recipe_runs_its_stages_once_and_continues_after_a_stop(tmp_path, caps
     path.write_text('''recipe:
   description: smoke
   stages:
-    - name: demos
-      command: collect
-      args: [--output, '{run}/demos', --episodes, '1', --seed, '3', --image-size, 48x64,
-             --episode-steps, '245', --no-progress]
-      done: '{run}/demos/meta/info.json'
-      expected_min: 1
-    - name: bc
+''' + _DEMOS_STAGE + '''    - name: bc
       command: train
       args: [--preset, sim, --dataset-root, '{run}/demos', --output-dir, '{run}/bc',
              --cameras, none, --environment-state, --model-preset, tiny, --steps, '6',
@@ -181,13 +184,7 @@ def test_a_stopped_recipe_stops_its_stage_keeps_its_time_and_continues(tmp_path)
     path.write_text('''recipe:
   description: stop and continue
   stages:
-    - name: demos
-      command: collect
-      args: [--output, '{run}/demos', --episodes, '1', --seed, '3', --image-size, 48x64,
-             --episode-steps, '245', --no-progress]
-      done: '{run}/demos/meta/info.json'
-      expected_min: 1
-    - name: bc
+''' + _DEMOS_STAGE + '''    - name: bc
       command: train
       args: [--preset, sim, --dataset-root, '{run}/demos', --output-dir, '{run}/bc',
              --cameras, none, --environment-state, --model-preset, tiny, --steps, '300',
