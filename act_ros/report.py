@@ -81,8 +81,10 @@ VISION_POSE_PRETRAIN_VARIANTS = (VISION_POSE_PRETRAIN,
                                  f'{VISION_LEVERS_DIR}/pose_pretrain_192x256.json',
                                  f'{VISION_LEVERS_DIR}/pose_pretrain_attention.json',
                                  f'{VISION_LEVERS_DIR}/pose_pretrain_trained_norms.json',
-                                 f'{VISION_LEVERS_DIR}/pose_pretrain_192x256_attention.json')
-# The last one's backbone (step 2500) trained further with a fresh head and half the rate.
+                                 f'{VISION_LEVERS_DIR}/pose_pretrain_192x256_attention.json',
+                                 f'{VISION_LEVERS_DIR}/pose_pretrain_192x256_continued.json')
+# The last one: the one before it (its replay in the vision_pose recipe, step 2500) trained
+# further with a fresh head at half the rate (the recipe's pose_continued stage).
 EXPERT = 'docs/results/expert/expert_eval.json'
 DEMO_SUMMARY = 'docs/results/demo/summary.json'
 BENCH_REPORT = 'docs/benchmarks/cpu-2core-epyc.md'
@@ -556,7 +558,16 @@ def _curve_steps(history: list[dict]) -> list[dict]:
 def part_vision_pose_pretrain(src: Sources) -> str:
     """Held-out pose errors of ``act-ros pose-pretrain`` per scene kind along the run, against
     CPU hours and the scenes drawn."""
-    run = src.json(VISION_POSE_PRETRAIN)
+    return _pose_pretrain_by_kind(src, VISION_POSE_PRETRAIN)
+
+
+def part_vision_pose_pretrain_continued(src: Sources) -> str:
+    """The same per scene kind for the 192x256 route's continued pose pretraining."""
+    return _pose_pretrain_by_kind(src, VISION_POSE_PRETRAIN_VARIANTS[-1])
+
+
+def _pose_pretrain_by_kind(src: Sources, rel: str) -> str:
+    run = src.json(rel)
     kinds = [k for k in ('start', 'reach', 'held') if k in run['history'][0]]
     rows = []
     for row in _curve_steps(run['history']):
@@ -838,6 +849,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'vision_pose_probe': part_vision_pose_probe,
     'vision_pose_pretrain': part_vision_pose_pretrain,
     'vision_pose_pretrain_variants': part_vision_pose_pretrain_variants,
+    'vision_pose_pretrain_continued': part_vision_pose_pretrain_continued,
     'runtime_loop': part_runtime_loop,
     'model_time': part_model_time,
     'node_realtime': part_node_realtime,
