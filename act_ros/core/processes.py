@@ -238,9 +238,10 @@ def run_stage(command: Sequence[str], **popen_kwargs: object) -> int:
     if this process dies). A SIGINT or SIGTERM sent to this process, or a terminal's Ctrl-C,
     is passed on to the stage's group as SIGINT, a second one as SIGTERM, a third as
     SIGKILL: every stage stops cleanly on SIGINT (the trainers save a checkpoint, a
-    collection writes no half dataset) and the trainers stop at once at a second signal. When the stage has exited after such a signal, ``KeyboardInterrupt`` is
-    raised, so the caller records what it has and says how to continue. Off the main
-    thread no handler can be installed and signals are not passed on.
+    collection writes no half dataset) and the trainers stop at once at a second signal.
+    When the stage has exited after such a signal, ``KeyboardInterrupt`` is raised, so the
+    caller records what it has and says how to continue. Off the main thread no handler can
+    be installed and signals are not passed on.
     """
     popen_kwargs.setdefault('stdin', subprocess.DEVNULL)
     proc = subprocess.Popen(list(command), process_group=0, preexec_fn=child_setup,
