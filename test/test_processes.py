@@ -39,3 +39,76 @@ def test_wait_with_a_time_limit_stops_the_child(tmp_path):
     with pytest.raises(TimeoutError, match='slow did not finish within 1 s'):
         procs.wait(slow, 1.0)
     assert wait_gone([slow.pid], 10.0) == []
+
+
+# A stage that records the stop signals it gets, says it is ready, and exits 0.5 s after
+# the first (as a trainer saving its checkpoint does); or, with IGNORE set, ignores them.
+LEAF = ('import os, signal, sys, time\n'
+        'log, ready = sys.argv[1], sys.argv[2]\n'
+        'got = []\n'
+        'def handler(signum, frame):\n'
+        '    got.append(signal.Signals(signum).name)\n'
+        '    open(log, "a").write(got[-1] + "\\n")\n'
+        'for s in (signal.SIGINT, signal.SIGTERM):\n'
+        '    signal.signal(s, signal.SIG_IGN if os.environ.get("IGNORE") else handler)\n'
+        'open(ready, "w").write(str(os.getpid()))\n'
+        'deadline = time.monotonic() + 600\n'
+        'while not got and time.monotonic() < deadline:\n'
+        '    time.sleep(0.02)\n'
+        'time.sleep(0.5)\n')
+# A command that runs its arguments as a stage (act-ros recipe and dagger do so).
+STAGE = ('import sys\n'
+         'from act_ros.core.processes import run_continuable, run_stage\n'
+         'sys.exit(run_continuable("stage", lambda: run_stage(sys.argv[1:]))[0])\n')
+
+
+def _nested(tmp_path, env=None):
+    """recipe -> dagger -> training, as three processes: the outer two run_stage."""
+    import os
+    import subprocess
+
+    log, ready = tmp_path / 'signals.log', tmp_path / 'ready'
+    leaf = [sys.executable, '-c', LEAF, str(log), str(ready)]
+    outer = subprocess.Popen([sys.executable, '-c', STAGE, sys.executable, '-c', STAGE, *leaf],
+                             stderr=subprocess.PIPE, text=True, env={**os.environ, **(env or {})})
+    deadline = time.monotonic() + 60
+    while not (ready.is_file() and ready.read_text()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ready.is_file(), outer.stderr.read() if outer.poll() is not None else 'no stage'
+    return outer, int(ready.read_text()), log
+
+
+def test_a_stop_reaches_a_nested_stage_once_and_the_command_says_how_to_continue(tmp_path):
+    import signal
+
+    outer, leaf, log = _nested(tmp_path)
+    outer.send_signal(signal.SIGTERM)
+    assert outer.wait(timeout=60) == 130
+    assert 'interrupted; run the same command to continue' in outer.stderr.read()
+    # Exactly one SIGINT, though two processes passed it on: the stage saves, not stops.
+    assert log.read_text().split() == ['SIGINT']
+    assert wait_gone([leaf], 10.0) == []
+
+
+def test_a_third_stop_kills_a_nested_stage_that_ignores_signals(tmp_path):
+    import signal
+
+    outer, leaf, _log = _nested(tmp_path, {'IGNORE': '1'})
+    for _ in range(3):
+        outer.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+    assert outer.wait(timeout=60) == 130
+    assert wait_gone([leaf], 10.0) == []
+
+
+def test_stop_signals_that_come_together_are_one_request():
+    import signal
+
+    from act_ros.core.processes import StopRequests
+
+    requests = StopRequests(together_s=0.2)
+    assert requests(signal.SIGTERM) is True and requests.first == 'SIGTERM'
+    assert requests(signal.SIGINT) is False  # the same stop, passed on by the parent
+    time.sleep(0.3)
+    with pytest.raises(KeyboardInterrupt):
+        requests(signal.SIGINT)

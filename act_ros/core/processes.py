@@ -23,7 +23,7 @@ import subprocess
 import sys
 import threading
 import time
-from typing import IO
+from typing import IO, Any
 
 import psutil
 
@@ -244,34 +244,82 @@ def run_stage(command: Sequence[str], **popen_kwargs: object) -> int:
     be installed and signals are not passed on.
     """
     popen_kwargs.setdefault('stdin', subprocess.DEVNULL)
-    proc = subprocess.Popen(list(command), process_group=0, preexec_fn=child_setup,
-                            **popen_kwargs)  # type: ignore[call-overload]
-    received: list[int] = []
     escalation = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+    received: list[int] = []
+    procs: list[subprocess.Popen] = []
+    # The stage's descendants that left its group (found at the first signal) get SIGKILL
+    # with it at the third: a training inside a DAgger stage has a group of its own.
+    strays: list[psutil.Process] = []
+
+    def send(sig: signal.Signals) -> None:
+        proc = procs[0]
+        if proc.poll() is not None:
+            return
+        if not strays:
+            with contextlib.suppress(psutil.Error):
+                strays.extend(psutil.Process(proc.pid).children(recursive=True))
+        _signal_group(proc.pid, sig)
+        if sig == signal.SIGKILL:
+            for child in strays:
+                with contextlib.suppress(psutil.Error):
+                    child.kill()
 
     def forward(signum: int, _frame: object) -> None:
         received.append(signum)
-        if proc.poll() is None:
-            _signal_group(proc.pid, escalation[min(len(received), 3) - 1])
+        if procs:  # a signal before the stage started is passed on once it has
+            send(escalation[min(len(received), 3) - 1])
 
-    previous = {}
+    # The handlers go in before the stage starts, so that no signal falls between the two.
+    previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        code = proc.wait()
+        procs.append(subprocess.Popen(list(command), process_group=0, preexec_fn=child_setup,
+                                      **popen_kwargs))  # type: ignore[call-overload]
+        if received:
+            send(signal.SIGINT)
+        code = procs[0].wait()
     finally:
         for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if proc.poll() is None:  # an exception in this process: the stage must not stay
-            _signal_group(proc.pid, signal.SIGTERM)
+            # None: a handler set outside Python; it cannot be put back, the default can.
+            signal.signal(sig, signal.SIG_DFL if handler is None else handler)
+        if procs and procs[0].poll() is None:  # an error in this process: the stage goes
+            _signal_group(procs[0].pid, signal.SIGTERM)
             try:
-                proc.wait(timeout=30.0)
+                procs[0].wait(timeout=30.0)
             except subprocess.TimeoutExpired:
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
+                _signal_group(procs[0].pid, signal.SIGKILL)
+                procs[0].wait()
     if received:
         raise KeyboardInterrupt(f'stopped by signal {received[0]}; the stage exited with {code}')
     return code
+
+
+class StopRequests:
+    """Stop signals to a run that saves before it stops: the first asks for a stop after
+    the current step, a second one for a stop at once (``KeyboardInterrupt``).
+
+    Signals that come within ``together_s`` of the first are one request: when a whole
+    process tree is stopped at once (a service manager, a cluster's job cancel, ``kill`` of
+    a group), a stage gets the signal directly and again as passed on by its parent
+    (:func:`run_stage`), and must still save.
+    """
+
+    def __init__(self, together_s: float = 2.0) -> None:
+        self.together_s = together_s
+        self.first: str | None = None
+        self._at = 0.0
+
+    def __call__(self, signum: int) -> bool:
+        """Whether this signal is the first request (the caller then asks the run to stop);
+        False for one that came with it; ``KeyboardInterrupt`` for a later one."""
+        now = time.monotonic()
+        if self.first is None:
+            self.first, self._at = signal.Signals(signum).name, now
+            return True
+        if now - self._at < self.together_s:
+            return False
+        raise KeyboardInterrupt
 
 
 def run_continuable[T](prog: str, call: Callable[[], T]) -> tuple[int, T | None]:

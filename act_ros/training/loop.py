@@ -733,10 +733,14 @@ class Trainer:
         if threading.current_thread() is not threading.main_thread():
             return {}
         previous = {}
+        from act_ros.core.processes import StopRequests
+
+        requests = StopRequests()
 
         def handler(signum: int, _frame: Any) -> None:
-            if self._stop_requested:  # second signal: stop now, without saving
-                raise KeyboardInterrupt
+            # A second signal (not one that came with the first): stop now, without saving.
+            if not requests(signum):
+                return
             self.request_stop(signal.Signals(signum).name)
             logger.warning('%s: the run stops and saves last/ after the current step (a feature '
                            'cache being built is finished first); send it again to stop now '

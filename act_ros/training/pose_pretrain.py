@@ -217,6 +217,7 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
 
     from act_ros.core.atomic import write_json_atomic
     from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.processes import StopRequests
     from act_ros.provenance import result_provenance
     from act_ros.training.backbone import TrainableBatchNorm
     from act_ros.training.auxiliary import ObjectPoseHead, pose_targets, _POSITIONS
@@ -386,10 +387,11 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
             return out
 
         stop: list[str] = []
+        requests = StopRequests()
 
         def handler(signum: int, _frame: Any) -> None:
-            if stop:
-                raise KeyboardInterrupt
+            if not requests(signum):  # one that came with the first; a later one raises
+                return
             stop.append(signal.Signals(signum).name)
             logger.warning('%s: stopping after this step and saving %s (again to stop now)',
                            stop[0], last)

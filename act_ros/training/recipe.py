@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from act_ros.core.atomic import write_json_atomic
-from act_ros.core.processes import run_stage
+from act_ros.core.processes import run_stage, signals_deferred
 from act_ros.core.paths import config_path, load_yaml_mapping, share_dir
 from act_ros.training.pose_pretrain import RESULT_FILE as POSE_RESULT
 
@@ -201,9 +201,12 @@ def run(recipe: Recipe, run_dir: Path, *, only: tuple[str, ...] = (),
         start = time.monotonic()
         try:
             code = run_stage(cmd, env=os.environ.copy())
-        finally:  # an interrupted stage's time counts too (it continues from its checkpoint)
-            seconds[stage.name] = seconds.get(stage.name, 0.0) + time.monotonic() - start
-            write_json_atomic(record_path, record)
+        finally:
+            # An interrupted stage's time counts too: it is time the run spent (a training
+            # continues from its checkpoint; a collection or an evaluation starts over).
+            with signals_deferred():
+                seconds[stage.name] = seconds.get(stage.name, 0.0) + time.monotonic() - start
+                write_json_atomic(record_path, record)
         if code != 0:
             raise RuntimeError(f"stage '{stage.name}' failed with exit status {code}; fix the "
                                'cause and run the same command to continue')
