@@ -1,5 +1,5 @@
-"""Training aids of the CPU recipe: backbone norm calibration, random shift, precision,
-failure phases, the learning-curve plot. Small models and tensors: seconds in all."""
+"""Training aids of the CPU recipe: backbone norm calibration, random shift, joint-state
+perturbation, precision, failure phases, the learning-curve plot. Small models and tensors: seconds in all."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from act_ros.sim.metrics import FAILURE_PHASES, EpisodeResult, failure_phase, su
 from act_ros.training.backbone import (TrainableBatchNorm, calibrate_frozen_batchnorm,
                                        frozen_batchnorm_layers)
 from act_ros.training.config import TrainConfig
-from act_ros.training.loop import random_shift, resolve_precision
+from act_ros.training.loop import perturb_state, random_shift, resolve_precision
 
 
 def _act_model(image_size=(48, 64)):
@@ -158,6 +158,47 @@ def test_random_shift_moves_whole_images_within_the_pad():
     assert len(seen) == 9
 
 
+def test_perturb_state_adds_noise_and_drops_whole_samples():
+    torch.manual_seed(2)
+    state = torch.randn(4000, 6)
+    before = state.clone()
+    assert torch.equal(perturb_state(state, 0.0, 0.0), state)
+    noisy = perturb_state(state, 0.3, 0.0)
+    assert torch.equal(state, before)  # the batch's own tensor is not changed
+    assert abs(float((noisy - state).std()) - 0.3) < 0.01
+    assert abs(float((noisy - state).mean())) < 0.01
+    assert torch.equal(perturb_state(state, 0.0, 1.0), torch.zeros_like(state))
+    dropped = perturb_state(state, 0.0, 0.25)
+    zero_rows = (dropped == 0).all(dim=1)
+    assert 0.22 < float(zero_rows.float().mean()) < 0.28
+    # A sample is kept or dropped whole: its kept rows are the input's exactly.
+    assert torch.equal(dropped[~zero_rows], state[~zero_rows])
+
+
+@pytest.mark.parametrize('dropout', [0.0, 1.0])
+def test_trainer_feeds_the_perturbed_state_to_the_policy(tmp_path, dropout):
+    """With every sample's state dropped (replaced by the dataset mean, 0 once normalized),
+    the joint-state projection's weight gets no gradient from a training step; without,
+    it does. Validation reads the true state either way."""
+    pytest.importorskip('lerobot.datasets.lerobot_dataset')
+    from act_ros.data.synthetic import write_synthetic_dataset
+    from act_ros.training.loop import Trainer
+    from act_ros.training.prepare import prepare_inputs
+
+    root = tmp_path / 'syn'
+    write_synthetic_dataset(root, episodes=2, frames=12, image_size=(48, 64), video=False,
+                            seed=5, contract=load_contract())
+    config = TrainConfig(dataset_root=root, output_dir=tmp_path / 'run', preset='synthetic',
+                         model_preset='tiny', image_size=(32, 48), steps=2, batch_size=4,
+                         val_ratio=0.0, device='cpu', torch_threads=1, progress=False,
+                         backbone_freeze_step=0, state_dropout=dropout)
+    trainer = Trainer(config, prepare_inputs(config))
+    trainer.train_step()
+    proj = trainer.policy.model.encoder_robot_state_input_proj
+    assert proj.bias.grad.abs().sum() > 0
+    assert (proj.weight.grad.abs().sum() > 0) == (dropout == 0.0)
+
+
 def test_precision_auto_follows_the_hardware(monkeypatch):
     import act_ros.core.inference as inference
 
@@ -178,6 +219,11 @@ def test_train_config_checks_the_new_options(tmp_path):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path, precision='int8')
     with pytest.raises(ValueError, match='image_shift_px'):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path, image_shift_px=-1)
+    for bad in (-0.1, float('nan')):
+        with pytest.raises(ValueError, match='state_noise_std must be >= 0'):
+            TrainConfig(dataset_root=tmp_path, output_dir=tmp_path, state_noise_std=bad)
+    with pytest.raises(ValueError, match=r'state_dropout must be in \[0, 1\], got 1.5'):
+        TrainConfig(dataset_root=tmp_path, output_dir=tmp_path, state_dropout=1.5)
     with pytest.raises(ValueError, match="aux_object_pose_yaw_readout 'mean'"):
         TrainConfig(dataset_root=tmp_path, output_dir=tmp_path,
                     aux_object_pose_yaw_readout='mean')

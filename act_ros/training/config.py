@@ -96,6 +96,13 @@ class TrainConfig:
     # Random shift augmentation: pad each camera image by this many pixels (edge values)
     # and crop it back at a random offset, per sample (0 = off).
     image_shift_px: int = 0
+    # Joint-state perturbation while training (act_ros.training.loop.perturb_state), against a
+    # policy that continues the arm's own motion instead of looking (in demonstrations the
+    # expert's arm already points where the box is): Gaussian noise on the normalized
+    # observation.state, in units of the dataset's standard deviation, and the probability
+    # that a sample's state is replaced by the dataset mean (0 = off for both).
+    state_noise_std: float = 0.0
+    state_dropout: float = 0.0
     # Weight of the auxiliary object-pose loss (act_ros.training.auxiliary): a training-only
     # head predicts box and pad poses from the backbone features. Needs the dataset
     # feature sim.object_poses (simulation datasets); 0 = off.
@@ -179,6 +186,10 @@ class TrainConfig:
                              f'{YAW_READOUTS}')
         if self.image_shift_px < 0:
             raise ValueError(f'image_shift_px must be >= 0, got {self.image_shift_px}')
+        if not self.state_noise_std >= 0:  # NaN too
+            raise ValueError(f'state_noise_std must be >= 0, got {self.state_noise_std}')
+        if not 0 <= self.state_dropout <= 1:
+            raise ValueError(f'state_dropout must be in [0, 1], got {self.state_dropout}')
         if self.backbone_freeze_step is not None and self.backbone_freeze_step < 0:
             raise ValueError(f'backbone_freeze_step must be >= 0 or None, got '
                              f'{self.backbone_freeze_step}')
@@ -387,6 +398,10 @@ def build_parser() -> argparse.ArgumentParser:
                    'on training images before the first step')
     p.add_argument('--image-shift-px', type=int, help='random shift augmentation in pixels '
                    '(0 = off)')
+    p.add_argument('--state-noise-std', type=float, help='Gaussian noise on the normalized joint '
+                   "state while training, in the dataset's standard deviations (0 = off)")
+    p.add_argument('--state-dropout', type=float, help="probability that a training sample's "
+                   'joint state is replaced by the dataset mean (0 = off)')
     p.add_argument('--aux-object-pose-weight', type=float, help='weight of the auxiliary '
                    'object-pose loss (needs sim.object_poses in the dataset; 0 = off)')
     p.add_argument('--aux-object-pose-source', choices=AUX_SOURCES,

@@ -70,6 +70,20 @@ def random_shift(images: torch.Tensor, pad: int) -> torch.Tensor:
                         for i, (y, x) in enumerate(offsets.tolist())])
 
 
+def perturb_state(state: torch.Tensor, noise_std: float, dropout: float) -> torch.Tensor:
+    """The normalized joint state (B, D) of a training batch with Gaussian noise of
+    ``noise_std`` added and, with probability ``dropout`` per sample, replaced by 0 (the
+    dataset mean): the policy cannot take the arm's configuration as a substitute for
+    looking at the objects (a copycat policy). A new tensor; ``state`` is not changed."""
+    out = state
+    if noise_std:
+        out = out + noise_std * torch.randn_like(out)
+    if dropout:
+        keep = torch.rand(out.shape[0], *(1,) * (out.dim() - 1), device=out.device) >= dropout
+        out = out * keep.to(out.dtype)
+    return out
+
+
 class _LossModule(torch.nn.Module):
     """What DDP wraps: the ACT network and the auxiliary head while it trains, with the loss
     step as ``forward`` (DDP then averages the gradient of every trained parameter)."""
@@ -620,6 +634,10 @@ class Trainer:
         elif self.config.image_shift_px:
             for key in self.features:
                 batch[key] = random_shift(batch[key], self.config.image_shift_px)
+        if self.config.state_noise_std or self.config.state_dropout:
+            key = self.inputs.store.state_key
+            batch[key] = perturb_state(batch[key], self.config.state_noise_std,
+                                       self.config.state_dropout)
         if l1_scale is None:
             loss, l1, kl, aux_loss = self._loss_step(batch)
         else:
