@@ -179,7 +179,7 @@ def test_perturb_state_adds_noise_and_drops_whole_samples():
 def test_trainer_feeds_the_perturbed_state_to_the_policy(tmp_path, dropout):
     """With every sample's state dropped (replaced by the dataset mean, 0 once normalized),
     the joint-state projection's weight gets no gradient from a training step; without,
-    it does. Validation reads the true state either way."""
+    it does."""
     pytest.importorskip('lerobot.datasets.lerobot_dataset')
     from act_ros.data.synthetic import write_synthetic_dataset
     from act_ros.training.loop import Trainer
