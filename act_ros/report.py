@@ -55,7 +55,10 @@ VISION_RUNS = (('96x128 (`act-ros recipe vision`, AVX-512 + bf16 CPU)',
                 'docs/results/vision_recipe/run1', (VISION_EVALUATION,)),
                ('192x256, pose-pretrained backbone (`act-ros recipe vision_pose`, AMX CPU)',
                 'docs/results/vision_recipe/run2',
-                (VISION_192_EVALUATION, 'docs/results/vision_recipe/run2/evaluation.json')))
+                (VISION_192_EVALUATION, 'docs/results/vision_recipe/run2/evaluation.json')),
+               ('192x256, pose pretraining continued (`act-ros recipe vision_pose` with its '
+                '`pose_continued` stage, AMX CPU)', 'docs/results/vision_recipe/run3',
+                ('docs/results/vision_recipe/run3/evaluation.json',)))
 VISION_STAGE = 'vision_training_summary.json'
 # Levers of the vision policy, each measured on the same 100 unseen seeds (chunk mode):
 # (lever, variant, evaluation file, training run: (file, run name) or None); a lever's first
