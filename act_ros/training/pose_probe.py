@@ -167,15 +167,19 @@ def probe_rollouts(checkpoint: Path, *, episodes: int, seed: int,
             'summary': summarize_rollouts(rows), 'outcomes': outcomes, 'rows': rows}
 
 
+def frame_kinds(rows: list[dict]) -> tuple[tuple[str, list[dict]], ...]:
+    """Rows (with ``tick`` and ``lifted``) by kind of frame: the first frame, the box on the
+    table, the box lifted."""
+    return (('first frame', [r for r in rows if r['tick'] == 0]),
+            ('box on the table', [r for r in rows if r['tick'] > 0 and not r['lifted']]),
+            ('box lifted', [r for r in rows if r['lifted']]))
+
+
 def summarize_rollouts(rows: list[dict]) -> list[dict]:
     """Median errors per driver: the first frame, the box on the table, the box lifted."""
     out = []
     for driver in ('expert', 'policy'):
-        mine = [r for r in rows if r['driver'] == driver]
-        groups = (('first frame', [r for r in mine if r['tick'] == 0]),
-                  ('box on the table', [r for r in mine if r['tick'] > 0 and not r['lifted']]),
-                  ('box lifted', [r for r in mine if r['lifted']]))
-        for name, group in groups:
+        for name, group in frame_kinds([r for r in rows if r['driver'] == driver]):
             errors = PoseErrors(np.array([[r[k] for k in ERROR_KEYS] for r in group]
                                          ).reshape(-1, len(ERROR_KEYS)))
             out.append({'driver': driver, 'frames': name, 'n': len(group), **errors.medians()})
