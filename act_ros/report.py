@@ -76,6 +76,12 @@ VISION_LEVERS = tuple(
 # of the policy and of the expert; heads fit on the shipped backbone's maps of first frames.
 VISION_POSE_PROBES = (f'{VISION_LEVERS_DIR}/pose_probe_rollouts.json',
                       f'{VISION_LEVERS_DIR}/pose_probe_layouts.json')
+# act-ros input-probe results: (policy, file): the chunk's dependence on each input group.
+VISION_INPUT_PROBES = (
+    ("the run3 vision stage's policy (cameras and joints)",
+     f'{VISION_LEVERS_DIR}/input_probe_vision_stage.json'),
+    ('`sim_port_pick_align_poses` (cameras, joints and the object poses)',
+     f'{VISION_LEVERS_DIR}/input_probe_poses.json'))
 # act-ros pose-pretrain: the shipped backbone trained on the poses of random scenes.
 VISION_POSE_PRETRAIN = f'{VISION_LEVERS_DIR}/pose_pretrain.json'
 # The same pose pretraining with the scenes rendered at twice the size (--image-size), and
@@ -552,6 +558,21 @@ def part_vision_pose_probe(src: Sources) -> str:
                   'pad: position / yaw error (median)'], rows)
 
 
+def part_vision_input_probe(src: Sources) -> str:
+    """What each policy's chunk depends on (act-ros input-probe): medians over the frames
+    of each kind, arm joints, radians."""
+    rows = []
+    for name, rel in VISION_INPUT_PROBES:
+        data = src.json(rel)
+        for row in data['summary']:
+            rows.append([name, row['frames'], row['n'], f"{row['true_vs_expert']:.3f}",
+                         *(f"{row[f'{g} swapped']:.3f}" if f'{g} swapped' in row else '-'
+                           for g in ('cameras', 'joints', 'object poses'))])
+    return table(['policy (the expert drives 10 seeds from 3000000)', 'frames', 'n',
+                  "chunk vs the expert's next actions", 'cameras swapped', 'joints swapped',
+                  'object poses swapped'], rows)
+
+
 def _curve_steps(history: list[dict]) -> list[dict]:
     """The rows that show a pose-pretraining curve's shape (every row is in the file)."""
     last = history[-1]['step']
@@ -850,6 +871,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'vision_curve': part_vision_curve,
     'vision_levers': part_vision_levers,
     'vision_pose_probe': part_vision_pose_probe,
+    'vision_input_probe': part_vision_input_probe,
     'vision_pose_pretrain': part_vision_pose_pretrain,
     'vision_pose_pretrain_variants': part_vision_pose_pretrain_variants,
     'vision_pose_pretrain_continued': part_vision_pose_pretrain_continued,
