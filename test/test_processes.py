@@ -1,6 +1,7 @@
 """ProcessSet: children in their own process groups, stopped with escalation, descendants
-that left the group killed too, and a wait with a time limit."""
+that left the group killed too, a wait with a time limit, and a stage's own datasets cache."""
 
+import os
 import sys
 import time
 
@@ -113,3 +114,51 @@ def test_stop_signals_that_come_together_are_one_request():
     assert later(signal.SIGINT) is True
     with pytest.raises(KeyboardInterrupt):
         later(signal.SIGINT)
+
+
+_CACHE_PROBE = '''
+import os, sys
+import datasets
+import pyarrow as pa, pyarrow.parquet as pq
+path = os.path.join(sys.argv[1], 'rows.parquet')
+pq.write_table(pa.table({'x': list(range(50))}), path)
+datasets.Dataset.from_parquet(path)
+print(os.environ['HF_DATASETS_CACHE'])
+print(sum(len(files) for _, _, files in os.walk(os.environ['HF_DATASETS_CACHE'])))
+'''
+
+
+def test_a_stage_gets_a_datasets_cache_of_its_own_and_it_is_removed(tmp_path, monkeypatch):
+    """LeRobot's parquet reads leave Arrow copies in HF_DATASETS_CACHE: a stage's child (and
+    each child of a stage, in turn) writes them to a temporary cache removed afterwards; a
+    cache the user chose is left as it is."""
+    pytest.importorskip('datasets')
+    from act_ros.core.processes import run_stage, stage_environment
+
+    monkeypatch.delenv('HF_DATASETS_CACHE', raising=False)
+    monkeypatch.delenv('ACT_ROS_STAGE_DATASETS_CACHE', raising=False)
+    script = tmp_path / 'probe.py'
+    script.write_text(_CACHE_PROBE)
+
+    def stage(env):
+        out = tmp_path / 'out.txt'
+        with open(out, 'w') as f:
+            assert run_stage([sys.executable, str(script), str(tmp_path)], env=env,
+                             stdout=f) == 0
+        cache, files = out.read_text().split()
+        return cache, int(files)
+
+    with stage_environment() as env:
+        cache, files = stage(env)
+        assert cache == env['HF_DATASETS_CACHE'] and files > 0  # datasets wrote there
+        monkeypatch.setattr('os.environ', env)  # as inside that stage: its own child
+        with stage_environment() as inner:
+            assert inner['HF_DATASETS_CACHE'] != cache
+            inner_cache = inner['HF_DATASETS_CACHE']
+        assert not os.path.exists(inner_cache)
+    assert not os.path.exists(cache)
+    chosen = tmp_path / 'chosen'
+    monkeypatch.setattr('os.environ', {**env, 'HF_DATASETS_CACHE': str(chosen)})
+    with stage_environment() as env:
+        assert stage(env)[0] == str(chosen)
+    assert any(chosen.iterdir())

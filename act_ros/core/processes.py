@@ -230,6 +230,35 @@ def _exists(pid: int) -> bool:
         return True
 
 
+_OWN_DATASETS_CACHE = 'ACT_ROS_STAGE_DATASETS_CACHE'  # the cache stage_environment made
+
+
+@contextlib.contextmanager
+def stage_environment() -> Iterator[dict[str, str]]:
+    """This process's environment for a stage's child, with a datasets cache of its own.
+
+    LeRobot reads a dataset's parquet files with ``datasets.Dataset.from_parquet``, which
+    writes an Arrow copy of them into ``HF_DATASETS_CACHE`` (``~/.cache/huggingface/datasets``
+    by default) and never removes it: every dataset a DAgger iteration writes leaves gigabytes
+    there, enough to fill a disk within one recipe. Unless the user chose a cache
+    (``HF_DATASETS_CACHE`` set), the child gets a temporary one, removed when it has exited.
+    """
+    import shutil
+    import tempfile
+
+    env = os.environ.copy()
+    if 'HF_DATASETS_CACHE' in env and env.get(_OWN_DATASETS_CACHE) != env['HF_DATASETS_CACHE']:
+        yield env  # the user's
+        return
+    # A stage's own children (DAgger's collections and trainings) get one each in turn.
+    cache = tempfile.mkdtemp(prefix='act_ros_datasets_cache_')
+    env['HF_DATASETS_CACHE'] = env[_OWN_DATASETS_CACHE] = cache
+    try:
+        yield env
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def run_stage(command: Sequence[str], **popen_kwargs: object) -> int:
     """Run one stage of a longer command (a recipe's stage, a DAgger iteration's training)
     to its end and return its exit status; a stop request reaches the stage.

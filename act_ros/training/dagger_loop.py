@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 import json
-import os
 from pathlib import Path
 import shutil
 import subprocess
@@ -39,7 +38,7 @@ import sys
 import time
 from typing import Any
 
-from act_ros.core.processes import run_stage
+from act_ros.core.processes import run_stage, stage_environment
 
 LOG_NAME = 'dagger.jsonl'
 KEEP_DATASETS = ('all', 'last')
@@ -92,7 +91,8 @@ def _run(cmd: list[str], log_path: Path) -> None:
     with open(log_path, 'a') as log:
         log.write(f'\n$ {" ".join(cmd)}\n')
         log.flush()
-        code = run_stage(cmd, stdout=log, stderr=subprocess.STDOUT, env=os.environ.copy())
+        with stage_environment() as env:
+            code = run_stage(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
     if code != 0:
         tail = log_path.read_text().splitlines()[-15:]
         raise RuntimeError(f'{cmd[2]} failed with exit status {code} (log: {log_path})'

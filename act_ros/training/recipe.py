@@ -17,14 +17,13 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass, field
 import json
-import os
 from pathlib import Path
 import sys
 import time
 from typing import Any
 
 from act_ros.core.atomic import write_json_atomic
-from act_ros.core.processes import run_stage, signals_deferred
+from act_ros.core.processes import run_stage, signals_deferred, stage_environment
 from act_ros.core.paths import config_path, load_yaml_mapping, share_dir
 from act_ros.training.pose_pretrain import RESULT_FILE as POSE_RESULT
 
@@ -200,7 +199,8 @@ def run(recipe: Recipe, run_dir: Path, *, only: tuple[str, ...] = (),
               + ' '.join(cmd), flush=True)
         start = time.monotonic()
         try:
-            code = run_stage(cmd, env=os.environ.copy())
+            with stage_environment() as env:
+                code = run_stage(cmd, env=env)
         finally:
             # An interrupted stage's time counts too: it is time the run spent (a training
             # continues from its checkpoint; a collection or an evaluation starts over).
