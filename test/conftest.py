@@ -12,6 +12,14 @@ os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
 os.environ.setdefault('RMW_IMPLEMENTATION', 'rmw_fastrtps_cpp')
 # A domain of this test process's own, so parallel runs on one machine never see each other.
 os.environ.setdefault('ROS_DOMAIN_ID', str(10 + os.getpid() % 90))
+# The Arrow copies LeRobot's parquet reads make of every test dataset go to a temporary
+# cache removed at exit, not to the user's ~/.cache/huggingface/datasets.
+if 'HF_DATASETS_CACHE' not in os.environ:
+    import atexit
+    import tempfile
+
+    os.environ['HF_DATASETS_CACHE'] = tempfile.mkdtemp(prefix='act_ros_test_datasets_cache_')
+    atexit.register(shutil.rmtree, os.environ['HF_DATASETS_CACHE'], ignore_errors=True)
 
 import pytest  # noqa: E402
 
