@@ -24,7 +24,6 @@ Medians per kind of frame (the first frame, the box on the table, the box lifted
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 from pathlib import Path
 import sys
@@ -33,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from act_ros.training.pose_probe import frame_kinds
+from act_ros.training.pose_probe import add_simulation_arguments, frame_kinds, write_result
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +130,6 @@ def summarize(rows: list[dict], groups: list[str]) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from act_ros.core.contract import parse_image_size
 
     parser = argparse.ArgumentParser(
         prog='act-ros input-probe',
@@ -142,22 +140,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--checkpoint', type=Path, required=True, help='policy checkpoint')
     parser.add_argument('--episodes', type=int, default=10, help='seeds the expert drives (>= 2)')
     parser.add_argument('--every', type=int, default=30, help='probe every Nth tick')
-    parser.add_argument('--seed', type=int, default=3000000, help='first simulation seed')
-    parser.add_argument('--episode-steps', type=int, default=None,
-                        help='shorter episodes (quick checks)')
-    parser.add_argument('--render-size', type=parse_image_size, default=None,
-                        help='rendered camera size HEIGHTxWIDTH (default: the size the '
-                             'checkpoint was trained at)')
-    parser.add_argument('--output', type=Path, default=None, help='JSON result file')
-    parser.add_argument('--no-progress', action='store_true')
+    add_simulation_arguments(parser, seed=3000000, episode_steps='shorter episodes (quick checks)')
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     import os
-
-    from act_ros.core.atomic import write_text_atomic
-    from act_ros.provenance import result_provenance
 
     args = build_parser().parse_args(argv)
     os.environ.setdefault('MUJOCO_GL', 'egl')
@@ -177,13 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = '  '.join(f"{_rad(row[g + ' swapped']):>22s}" for g in out['groups'])
         print(f"{row['frames']:17s} {row['n']:4d}  {_rad(row['true_vs_expert']):>14s}  {cells}")
     out['seconds'] = round(time.perf_counter() - start, 1)
-    if args.output is not None:
-        out = {'provenance': result_provenance('act-ros input-probe', argv if argv is not None
-                                               else sys.argv[1:], output_path=args.output,
-                                               output_option='--output'), **out}
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.output, json.dumps(out, indent=1))
-        print(f'wrote {args.output}')
+    write_result(out, 'act-ros input-probe', argv, args.output)
     return 0
 
 

@@ -285,7 +285,6 @@ class _Targets:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from act_ros.core.contract import parse_image_size
 
     parser = argparse.ArgumentParser(
         prog='act-ros pose-probe',
@@ -305,22 +304,42 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--layouts', type=int, default=3000,
                         help='layouts: random first frames (90 %% fit, 10 %% scored)')
     parser.add_argument('--epochs', type=int, default=150, help='layouts: epochs of the fit')
-    parser.add_argument('--seed', type=int, default=2000000, help='first simulation seed')
-    parser.add_argument('--episode-steps', type=int, default=None,
-                        help='rollouts: shorter episodes (quick checks)')
+    add_simulation_arguments(parser, seed=2000000, episode_steps='rollouts: shorter episodes '
+                             '(quick checks)')
+    return parser
+
+
+def add_simulation_arguments(parser: argparse.ArgumentParser, *, seed: int,
+                             episode_steps: str) -> None:
+    """The probes' common options: seeds, episode length, render size, output, progress."""
+    from act_ros.core.contract import parse_image_size
+
+    parser.add_argument('--seed', type=int, default=seed, help='first simulation seed')
+    parser.add_argument('--episode-steps', type=int, default=None, help=episode_steps)
     parser.add_argument('--render-size', type=parse_image_size, default=None,
                         help='rendered camera size HEIGHTxWIDTH (default: the size the '
                              'checkpoint was trained at)')
     parser.add_argument('--output', type=Path, default=None, help='JSON result file')
     parser.add_argument('--no-progress', action='store_true')
-    return parser
+
+
+def write_result(out: dict, command: str, argv: list[str] | None, output: Path | None) -> None:
+    """Write a probe's result with its provenance to ``output`` (when given)."""
+    from act_ros.core.atomic import write_text_atomic
+    from act_ros.provenance import result_provenance
+
+    if output is None:
+        return
+    out = {'provenance': result_provenance(command, argv if argv is not None else sys.argv[1:],
+                                           output_path=output, output_option='--output'), **out}
+    output.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(output, json.dumps(out, indent=1))
+    print(f'wrote {output}')
 
 
 def main(argv: list[str] | None = None) -> int:
     import os
 
-    from act_ros.core.atomic import write_text_atomic
-    from act_ros.provenance import result_provenance
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -357,13 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     out['seconds'] = round(time.perf_counter() - start, 1)
     out['chance_yaw_deg'] = CHANCE_YAW_DEG
-    if args.output is not None:
-        out = {'provenance': result_provenance('act-ros pose-probe', argv if argv is not None
-                                               else sys.argv[1:], output_path=args.output,
-                                               output_option='--output'), **out}
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.output, json.dumps(out, indent=1))
-        print(f'wrote {args.output}')
+    write_result(out, 'act-ros pose-probe', argv, args.output)
     return 0
 
 
