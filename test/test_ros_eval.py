@@ -270,10 +270,10 @@ def test_dds_profile_is_selected_unless_the_user_chose_one():
     assert dds_environment(cyclone) == cyclone
 
 
-def test_full_size_images_cross_processes_in_lockstep(ros_domain_id):
+def test_full_size_images_cross_processes_in_lockstep(ros_domain_id, tmp_path):
     # 480x640 rgb8 (921,600 bytes) from the bridge process to a best-effort subscriber in
     # another process: with the middleware defaults most are lost (steps time out).
-    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id), TMPDIR=str(tmp_path))
     proc = subprocess.run(
         [sys.executable, '-m', 'act_ros.ros.sim_bridge.bench', '--image-size', '480x640',
          '--steps', '10', '--domain-id', str(ros_domain_id),
@@ -282,6 +282,8 @@ def test_full_size_images_cross_processes_in_lockstep(ros_domain_id):
         check=False, capture_output=True, text=True, timeout=500, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert re.search(r'480x640: [\d.]+ steps/s .*10 steps, 0 timeouts', proc.stdout), proc.stdout
+    # The bridge's log directory is removed after a measurement that succeeded.
+    assert not list(tmp_path.glob('act_ros_bridge_bench_*'))
 
 
 def test_the_bridge_renders_at_the_size_of_the_training_images(tiny_checkpoint, tmp_path):

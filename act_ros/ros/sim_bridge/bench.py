@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+import shutil
 import tempfile
 import time
 
@@ -109,6 +110,8 @@ def measure(size: tuple[int, int], steps: int, domain: int, timeout_s: float,
         with signals_deferred():
             procs.stop_all()
             client.close()
+    # The bridge's log is kept where a failure above names it; after a measurement it goes.
+    shutil.rmtree(log_dir, ignore_errors=True)
     timeouts = status['commands']['lockstep_timeouts']
     return {'steps_per_s': steps / wall, 'ms_per_step': wall / steps * 1000,
             'lockstep_timeouts': timeouts}
