@@ -61,17 +61,25 @@ VISION_RUNS = (('96x128 (`act-ros recipe vision`, AVX-512 + bf16 CPU)',
                 ('docs/results/vision_recipe/run3/evaluation.json',)))
 VISION_STAGE = 'vision_training_summary.json'
 # Levers of the vision policy, each measured on the same 100 unseen seeds (chunk mode):
-# (lever, variant, evaluation file, training run: (file, run name) or None); a lever's first
-# row is its baseline.
+# (lever, variant, evaluation file, training run: (file, run name, or None for a file of
+# one run) or None); a lever's first row is its baseline.
 VISION_LEVERS_DIR = 'docs/results/vision_recipe/levers'
 _ENCODER_POSE = ('pose head on the transformer encoder: the 96x128 policy fine-tuned 3000 '
                  'steps on the 200 demonstrations, backbone frozen')
+_STATE_DROPOUT = ('joint-state dropout in training: the 192x256 policy on the run3 pose '
+                  'backbone, 6000 steps on the 200 demonstrations, backbone frozen')
 VISION_LEVERS = tuple(
     ('actions played per chunk (n_action_steps), the 96x128 policy', f'{k} of 30',
      f'{VISION_LEVERS_DIR}/n_action_steps_{k}.json', None) for k in (30, 15, 10, 5)) + tuple(
     (_ENCODER_POSE, f'{variant} the pose loss', f'{VISION_LEVERS_DIR}/encoder_pose_{variant}.json',
      (f'{VISION_LEVERS_DIR}/encoder_pose_training.json', variant))
-    for variant in ('without', 'with'))
+    for variant in ('without', 'with')) + (
+    (_STATE_DROPOUT, 'none (the run3 vision stage)',
+     'docs/results/vision_recipe/run3/curve/after_vision.json',
+     (f'docs/results/vision_recipe/run3/{VISION_STAGE}', None)),
+    (_STATE_DROPOUT, 'the joint state replaced by its mean in half the samples (--state-dropout 0.5)',
+     f'{VISION_LEVERS_DIR}/state_dropout_with.json',
+     (f'{VISION_LEVERS_DIR}/state_dropout_training.json', None)))
 # act-ros pose-probe results: the encoder pose head of the A/B's "with" run on the states
 # of the policy and of the expert; heads fit on the shipped backbone's maps of first frames.
 VISION_POSE_PROBES = (f'{VISION_LEVERS_DIR}/pose_probe_rollouts.json',
@@ -80,6 +88,8 @@ VISION_POSE_PROBES = (f'{VISION_LEVERS_DIR}/pose_probe_rollouts.json',
 VISION_INPUT_PROBES = (
     ("the run3 vision stage's policy (cameras and joints)",
      f'{VISION_LEVERS_DIR}/input_probe_vision_stage.json'),
+    ('the same stage trained with --state-dropout 0.5',
+     f'{VISION_LEVERS_DIR}/input_probe_state_dropout.json'),
     ('`sim_port_pick_align_poses` (cameras, joints and the object poses)',
      f'{VISION_LEVERS_DIR}/input_probe_poses.json'))
 # act-ros pose-pretrain: the shipped backbone trained on the poses of random scenes.
@@ -520,7 +530,8 @@ def part_vision_levers(src: Sources) -> str:
         m = data['modes']['chunk']
         val_l1 = pose = '-'
         if training is not None:
-            val = src.json(training[0])['runs'][training[1]]['val'][-1]
+            runs = src.json(training[0])
+            val = (runs if training[1] is None else runs['runs'][training[1]])['val'][-1]
             val_l1 = f"{val['val_l1']:.4f}"
             if 'val_pose_box_xy_m' in val:
                 pose = (f"box {100 * val['val_pose_box_xy_m']:.2f} cm / "
