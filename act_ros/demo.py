@@ -42,7 +42,7 @@ from act_ros.core.atomic import write_json_atomic
 EVAL_SEED = 100_000
 # (folder in models/, what the policy sees, modes the demo shows by default), in the
 # demo's order. The vision policy is the best one from cameras and joints alone (192x256;
-# it aligns about a fifth of unseen seeds, docs/results/README.md); the 96x128 one it
+# it aligns about a quarter of unseen seeds, docs/training.md section 5); the 96x128 one it
 # started from stays in models/ as the vision recipe's starting backbone.
 SHIPPED_MODELS = (('sim_port_pick_align_poses', 'cameras + object poses', ('chunk', 'ensemble')),
                   ('sim_port_pick_align_192x256', 'cameras only', ('chunk', 'ensemble')))

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 import json
+import math
 import os
 from pathlib import Path
 import re
@@ -51,15 +52,25 @@ POSES_RECIPE_LOG = 'docs/results/sim_port_pick_align_poses/recipe_log_excerpt.tx
 # that the demo runs.
 VISION_EVALUATION = 'models/sim_port_pick_align/evaluation_100_seeds.json'
 VISION_192_EVALUATION = 'models/sim_port_pick_align_192x256/evaluation_100_seeds.json'
+# Run2's policy, shipped as models/sim_port_pick_align_192x256 until run3's replaced it.
+VISION_RUN2_SHIPPED = 'docs/results/vision_recipe/run2/shipped_fp16_evaluation_100_seeds.json'
 VISION_RUNS = (('96x128 (`act-ros recipe vision`, AVX-512 + bf16 CPU)',
                 'docs/results/vision_recipe/run1', (VISION_EVALUATION,)),
                ('192x256, pose-pretrained backbone (`act-ros recipe vision_pose`, AMX CPU)',
                 'docs/results/vision_recipe/run2',
-                (VISION_192_EVALUATION, 'docs/results/vision_recipe/run2/evaluation.json')),
+                (VISION_RUN2_SHIPPED, 'docs/results/vision_recipe/run2/evaluation.json')),
                ('192x256, pose pretraining continued (`act-ros recipe vision_pose` with its '
                 '`pose_continued` stage, AMX CPU)', 'docs/results/vision_recipe/run3',
                 ('docs/results/vision_recipe/run3/evaluation.json',)))
 VISION_STAGE = 'vision_training_summary.json'
+# Which vision policy ships: each candidate on the card's 100 seeds and 300 more, chunk
+# mode, paired by seed against the first (label, evaluation files).
+_MORE_SEEDS = 'docs/results/vision_recipe/run3/more_seeds'
+VISION_SHIP_CANDIDATES = (
+    ('run2, float16 (shipped before)', (VISION_RUN2_SHIPPED, f'{_MORE_SEEDS}/previous_shipped.json')),
+    ('run3, float16 (shipped now)', (VISION_192_EVALUATION, f'{_MORE_SEEDS}/run3_fp16.json')),
+    ('run3, float32 (the checkpoint it was packaged from)',
+     ('docs/results/vision_recipe/run3/evaluation.json', f'{_MORE_SEEDS}/run3_fp32.json')))
 # Levers of the vision policy, each measured on the same 100 unseen seeds (chunk mode):
 # (lever, variant, evaluation file, training run: (file, run name, or None for a file of
 # one run) or None); a lever's first row is its baseline.
@@ -335,6 +346,48 @@ def part_vision_policy(src: Sources) -> str:
     return table(['policy', 'mode', 'seeds', 'align rate', 'mean position error',
                   'mean yaw error', 'failures by stage', 'open requests the gate suppressed'],
                  rows)
+
+
+def exact_mcnemar(only_a: int, only_b: int) -> float:
+    """Two-sided exact McNemar p-value from the discordant pairs (a binomial test of
+    ``only_a`` against ``only_a + only_b`` fair coin flips)."""
+    n = only_a + only_b
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2 ** n
+    return min(1.0, 2 * tail)
+
+
+def part_vision_ship_candidates(src: Sources) -> str:
+    """The vision policies that could ship, on the same seeds, chunk mode: align rate and
+    the seeds each aligns that the first row does not (and the reverse), with the exact
+    McNemar p-value of that difference."""
+    runs = []
+    for label, files in VISION_SHIP_CANDIDATES:
+        episodes: dict[int, dict] = {}
+        for rel in files:
+            for episode in src.json(rel)['modes']['chunk']['episodes']:
+                if episode['seed'] in episodes:
+                    raise ReportError(f'{rel}: seed {episode["seed"]} is in two files of {label}')
+                episodes[episode['seed']] = episode
+        runs.append((label, episodes))
+    base = runs[0][1]
+    rows = []
+    for label, episodes in runs:
+        if set(episodes) != set(base):
+            raise ReportError(f'{label}: other seeds than {runs[0][0]}')
+        n = len(episodes)
+        aligned = sum(e['success'] for e in episodes.values())
+        only = sum(e['success'] and not base[k]['success'] for k, e in episodes.items())
+        lost = sum(base[k]['success'] and not e['success'] for k, e in episodes.items())
+        position = sum(e['position_error_m'] for e in episodes.values()) / n
+        yaw = sum(e['yaw_error_deg'] for e in episodes.values()) / n
+        rows.append([label, f'{min(episodes)}-{max(episodes)}', rate(aligned / n, n),
+                     f'{100 * position:.1f} cm / {yaw:.1f} deg', f'{only} / {lost}',
+                     '' if label == runs[0][0] else f'{exact_mcnemar(only, lost):.3f}'])
+    return table(['policy', 'seeds', 'align rate, chunk mode', 'mean position / yaw error',
+                  'seeds aligned only here / only in the first row',
+                  'exact McNemar p against the first row'], rows)
 
 
 def part_vision_training(src: Sources) -> str:
@@ -871,6 +924,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'poses_policy': part_poses_policy,
     'demo_result': part_demo_result,
     'vision_policy': part_vision_policy,
+    'vision_ship_candidates': part_vision_ship_candidates,
     'vision_training': part_vision_training,
     'comparison_20_seeds': part_comparison_20_seeds,
     'expert_runs': part_expert_runs,

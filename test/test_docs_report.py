@@ -222,3 +222,36 @@ def test_recipe_runs_side_by_side_keep_each_runs_stage_order(tmp_path, monkeypat
     hours = {(line.split('|')[1].strip(), line.split('|')[2].strip()): line.split('|')[3].strip()
              for line in lines}
     assert hours[('one', 'vision stage')] == '0.50' and hours[('two', 'vision stage')] == '1.83'
+
+
+def test_exact_mcnemar_matches_the_binomial_test():
+    # 2 * P(X <= 1) for X ~ Binomial(10, 1/2) = 2 * 11 / 1024
+    assert report.exact_mcnemar(1, 9) == pytest.approx(22 / 1024)
+    assert report.exact_mcnemar(9, 1) == report.exact_mcnemar(1, 9)
+    assert report.exact_mcnemar(5, 5) == 1.0 and report.exact_mcnemar(0, 0) == 1.0
+
+
+def test_ship_candidates_pair_seeds_across_files(tmp_path, monkeypatch):
+    """Each candidate's files are joined by seed and compared seed by seed with the first
+    candidate; a candidate on other seeds is refused rather than compared."""
+    def write(name, successes, first_seed):
+        episodes = [{'seed': first_seed + k, 'success': ok, 'position_error_m': 0.02,
+                     'yaw_error_deg': 4.0} for k, ok in enumerate(successes)]
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({'modes': {'chunk': {'episodes': episodes}}}))
+        return name
+
+    old = (write('a/old_1.json', [True, False], 0), write('a/old_2.json', [False, False], 2))
+    new = (write('a/new_1.json', [True, True], 0), write('a/new_2.json', [True, False], 2))
+    monkeypatch.setattr(report, 'VISION_SHIP_CANDIDATES', (('old', old), ('new', new)))
+    rows = report.part_vision_ship_candidates(report.Sources(tmp_path)).splitlines()
+    cells = [c.strip() for c in rows[3].split('|')[1:-1]]
+    assert cells[:3] == ['new', '0-3', '0.75 (3/4)']
+    assert cells[4] == '2 / 0' and cells[5] == f'{report.exact_mcnemar(2, 0):.3f}'
+    assert [c.strip() for c in rows[2].split('|')[1:-1]][4] == '0 / 0'
+
+    other = (write('a/other.json', [True, True, True, True], 10),)
+    monkeypatch.setattr(report, 'VISION_SHIP_CANDIDATES', (('old', old), ('other', other)))
+    with pytest.raises(report.ReportError, match='other seeds'):
+        report.part_vision_ship_candidates(report.Sources(tmp_path))
