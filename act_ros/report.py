@@ -348,6 +348,13 @@ def part_vision_policy(src: Sources) -> str:
                  rows)
 
 
+def _seed_pairs(base: dict[int, bool], mine: dict[int, bool]) -> tuple[int, int]:
+    """Seeds aligned in ``mine`` and not in ``base``, and the reverse (a seed missing from
+    one side counts as not aligned there)."""
+    return (sum(ok and not base.get(k, False) for k, ok in mine.items()),
+            sum(ok and not mine.get(k, False) for k, ok in base.items()))
+
+
 def exact_mcnemar(only_a: int, only_b: int) -> float:
     """Two-sided exact McNemar p-value from the discordant pairs (a binomial test of
     ``only_a`` against ``only_a + only_b`` fair coin flips)."""
@@ -378,8 +385,8 @@ def part_vision_ship_candidates(src: Sources) -> str:
             raise ReportError(f'{label}: other seeds than {runs[0][0]}')
         n = len(episodes)
         aligned = sum(e['success'] for e in episodes.values())
-        only = sum(e['success'] and not base[k]['success'] for k, e in episodes.items())
-        lost = sum(base[k]['success'] and not e['success'] for k, e in episodes.items())
+        only, lost = _seed_pairs({k: e['success'] for k, e in base.items()},
+                                 {k: e['success'] for k, e in episodes.items()})
         position = sum(e['position_error_m'] for e in episodes.values()) / n
         yaw = sum(e['yaw_error_deg'] for e in episodes.values()) / n
         rows.append([label, f'{min(episodes)}-{max(episodes)}', rate(aligned / n, n),
@@ -733,9 +740,7 @@ def _precision_table(src: Sources, files: tuple[str, ...]) -> str:
     rows = []
     for _rel, data in runs:
         result = data['modes']['chunk']
-        mine = {e['seed']: e['success'] for e in result['episodes']}
-        only = sum(mine[k] and not base.get(k, False) for k in mine)
-        lost = sum(base[k] and not mine.get(k, False) for k in base)
+        only, lost = _seed_pairs(base, {e['seed']: e['success'] for e in result['episodes']})
         precision = data['precision']
         precision = precision['precision'] if isinstance(precision, dict) else precision
         rows.append([f"{data['backend']} {precision}",

@@ -130,7 +130,6 @@ def summarize(rows: list[dict], groups: list[str]) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-
     parser = argparse.ArgumentParser(
         prog='act-ros input-probe',
         description="What a policy's action chunk depends on: while the scripted expert "

@@ -285,7 +285,6 @@ class _Targets:
 
 
 def build_parser() -> argparse.ArgumentParser:
-
     parser = argparse.ArgumentParser(
         prog='act-ros pose-probe',
         description='What a vision policy\'s features tell of the box and pad poses: the '
@@ -339,7 +338,6 @@ def write_result(out: dict, command: str, argv: list[str] | None, output: Path |
 
 def main(argv: list[str] | None = None) -> int:
     import os
-
 
     parser = build_parser()
     args = parser.parse_args(argv)
