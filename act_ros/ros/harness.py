@@ -36,12 +36,16 @@ class ReceivedCommand:
     """One command as it arrived: monotonic time of the callback, positions, joint names
     (if any), and when the middleware received it (seconds, system clock; ``None`` where
     the middleware does not say): a callback can run late when this process is busy, the
-    middleware's reception time does not."""
+    middleware's reception time does not. ``publication_seq``: the publisher's sequence
+    number of the message (1 for its first; ``None`` where the middleware does not say),
+    which shows commands the publisher sent that never arrived (its queue keeps only the
+    newest)."""
 
     received: float
     positions: np.ndarray
     joint_names: tuple[str, ...]
     middleware_received_s: float | None = None
+    publication_seq: int | None = None
 
 
 class RobotHarness(Node):
@@ -168,12 +172,13 @@ class RobotHarness(Node):
         positions = np.array(msg.points[0].positions) if msg.points else np.zeros(0)
         with self._lock:
             self.commands.append(ReceivedCommand(time.monotonic(), positions,
-                                                 tuple(msg.joint_names), _received_s(info)))
+                                                 tuple(msg.joint_names), _received_s(info),
+                                                 _publication_seq(info)))
 
     def _on_array(self, msg: Float64MultiArray, info: MessageInfo) -> None:
         with self._lock:
             self.commands.append(ReceivedCommand(time.monotonic(), np.array(msg.data), (),
-                                                 _received_s(info)))
+                                                 _received_s(info), _publication_seq(info)))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         if not msg.status:
@@ -196,6 +201,11 @@ class RobotHarness(Node):
 def _received_s(info: MessageInfo) -> float | None:
     stamp = info.get('received_timestamp', 0) if info else 0
     return stamp * 1e-9 if stamp else None
+
+
+def _publication_seq(info: MessageInfo) -> int | None:
+    seq = info.get('publication_sequence_number') if info else None
+    return int(seq) if seq else None
 
 
 def _same(msg: Any) -> Any:
