@@ -1,4 +1,4 @@
-"""ONNX export of the inference model, kept next to the checkpoint and never used stale.
+"""ONNX export of the inference model, kept beside a user's checkpoint and never used stale.
 
 What is exported is :class:`~act_ros.core.inference_model.ACTInferenceModel`: normalized
 observation tensors in (``observation.state`` (1, J), then ``observation.environment_state``
@@ -8,7 +8,7 @@ in the checkpoint's ``image_features`` order), the normalized action chunk
 (:class:`~act_ros.core.inference.ChunkPredictor`), shared by every backend.
 
 Layout, inside the checkpoint directory (``export/`` is ignored by
-:func:`~act_ros.core.checkpoint.checkpoint_hash`)::
+:func:`~act_ros.core.checkpoint.checkpoint_hash` and by git)::
 
     export/model_<H>x<W>.onnx        the graph with its weights (one file)
     export/model_<H>x<W>.onnx.json   metadata: input/output names and shapes, checkpoint
@@ -19,9 +19,12 @@ Layout, inside the checkpoint directory (``export/`` is ignored by
 written to temporary siblings and renamed into place, the metadata last: an export is
 valid only when its metadata matches the checkpoint (hash, input shapes) and the ONNX
 file (sha256). Anything else is stale and is exported again, with a log line saying why.
-A checkpoint directory that cannot be written (installed read-only), or a Hub snapshot in
-the ``huggingface_hub`` cache (:mod:`act_ros.core.hub`), exports to
-``$XDG_CACHE_HOME/act_ros/export/<checkpoint hash>/`` instead.
+The package's own models (``models/<name>`` of the share directory, tracked by git), a
+checkpoint directory that cannot be written (installed read-only), and a Hub snapshot in
+the ``huggingface_hub`` cache (:mod:`act_ros.core.hub`) export to
+``$XDG_CACHE_HOME/act_ros/export/<checkpoint hash>/`` instead (``~/.cache`` without
+``XDG_CACHE_HOME``): an export, and the OpenVINO blobs compiled from it for one CPU, never
+land in the repository.
 
 ``act-ros export --checkpoint DIR --format onnx [--image-size HxW]`` runs it by hand;
 with ``--int8 --calibration-dataset DATASET_DIR`` it also quantizes the export for
@@ -48,6 +51,7 @@ from act_ros.core.checkpoint_info import CheckpointInfo, checkpoint_hash
 from act_ros.core.hub import in_hub_cache
 from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import ActRosError, DeviceUnavailableError
+from act_ros.core.paths import share_dir
 
 if TYPE_CHECKING:  # torch is imported by the export itself only: a lookup needs none
     from torch import nn
@@ -156,11 +160,23 @@ def cache_export_dir(ckpt_hash: str) -> Path:
     return base / 'act_ros' / EXPORT_DIR / ckpt_hash
 
 
+def package_model(checkpoint_dir: Path) -> bool:
+    """Whether ``checkpoint_dir`` lies in the package's ``models/`` folder (a shipped model,
+    or one a user put there): its exports go to the user cache, never into that folder."""
+    try:
+        models = (share_dir() / 'models').resolve()
+    except FileNotFoundError:
+        return False
+    return Path(checkpoint_dir).resolve().is_relative_to(models)
+
+
 def _writable_export_dir(checkpoint_dir: Path, ckpt_hash: str) -> Path:
-    # A Hub snapshot (act_ros.core.hub) belongs to the huggingface_hub cache: nothing is
-    # added there, its exports go to this package's cache like a read-only checkpoint's.
+    # A Hub snapshot (act_ros.core.hub) belongs to the huggingface_hub cache and a model of
+    # the package's models/ folder to the repository: nothing is added there, their exports
+    # go to this package's cache like a read-only checkpoint's.
     hub_snapshot = in_hub_cache(checkpoint_dir)
-    if not hub_snapshot:
+    shipped = package_model(checkpoint_dir)
+    if not hub_snapshot and not shipped:
         directory = checkpoint_dir / EXPORT_DIR
         try:
             directory.mkdir(exist_ok=True)
@@ -169,8 +185,9 @@ def _writable_export_dir(checkpoint_dir: Path, ckpt_hash: str) -> Path:
         except OSError:  # read-only file system: fall back to the cache below
             pass
     fallback = cache_export_dir(ckpt_hash)
-    logger.info('checkpoint directory %s %s: exports go to %s', checkpoint_dir,
-                'is a Hub snapshot' if hub_snapshot else 'is not writable', fallback)
+    why = ('is a Hub snapshot' if hub_snapshot else
+           "is in the package's models folder" if shipped else 'is not writable')
+    logger.info('checkpoint directory %s %s: exports go to %s', checkpoint_dir, why, fallback)
     fallback.mkdir(parents=True, exist_ok=True)
     return fallback
 
@@ -314,6 +331,8 @@ def find_export(checkpoint_dir: Path, *, ckpt_hash: str, inputs: list[TensorSpec
 
     A valid export beside the checkpoint is used even where that directory is read-only;
     a read-only checkpoint's (or a Hub snapshot's) export otherwise lives in the user cache.
+    A model of the package's ``models/`` folder uses the user cache only (an export left
+    beside it by an earlier version is not read).
     """
     name = export_name(inputs)
 
@@ -321,6 +340,9 @@ def find_export(checkpoint_dir: Path, *, ckpt_hash: str, inputs: list[TensorSpec
         return 'export requested' if force else stale_reason(
             path, ckpt_hash=ckpt_hash, inputs=inputs, output=output)
 
+    if package_model(checkpoint_dir):
+        path = cache_export_dir(ckpt_hash) / name
+        return path, check(path)
     local = checkpoint_dir / EXPORT_DIR / name
     path, reason = local, check(local)
     if reason is not None:
