@@ -12,10 +12,16 @@ def _files(pattern: str) -> list[str]:
     return sorted(path for path in glob(pattern, recursive=True) if os.path.isfile(path))
 
 
+# Made on one machine for its CPU: exports and compiled caches are never installed.
+_MACHINE_DIRS = {'export', 'openvino_cache'}
+
+
 def _models() -> list[tuple[str, list[str]]]:
     """Install models/: the README, the shipped policy and any checkpoint placed there."""
     entries = []
     for directory in sorted({os.path.dirname(p) for p in _files('models/**/*')}):
+        if _MACHINE_DIRS & set(directory.split(os.sep)):
+            continue
         entries.append((os.path.join('share', package_name, directory),
                         _files(os.path.join(directory, '*'))))
     return entries
