@@ -36,6 +36,7 @@ import sys
 import time
 
 from act_ros.core.atomic import write_json_atomic
+from act_ros.core.arguments import HelpFormatter
 
 # Evaluation seeds: disjoint from collection (0, 1, ...), from the trainer's checkpoint
 # selection (1_000_000 + k) and from act-ros evaluate's default (2_000_000 + k).
@@ -251,7 +252,7 @@ def _record_success(stages: Stages, checkpoint: Path, ros: dict, out: Path,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog='act_ros.demo', description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument('--output-dir', type=Path, default=Path('outputs/demo'))
     parser.add_argument('--full-loop', action='store_true',
                         default=os.environ.get('DEMO_FULL_LOOP') == '1',

@@ -38,6 +38,8 @@ import statistics
 import sys
 from typing import Any
 
+from act_ros.core.arguments import HelpFormatter
+
 ROOT = Path(__file__).resolve().parent.parent
 
 # The object-state policy's 100-seed evaluation: the first of these that exists is used;
@@ -1005,7 +1007,8 @@ def render_all(root: Path = ROOT) -> dict[Path, tuple[str, str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog='act-ros report', description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog='act-ros report', description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument('--check', action='store_true', help='write nothing; exit 1 when a page '
                    'differs from what the report would write')
     p.add_argument('--root', type=Path, default=ROOT, help='repository root (default: this '

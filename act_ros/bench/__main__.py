@@ -21,6 +21,7 @@ import subprocess
 import sys
 
 from act_ros.core.atomic import write_text_atomic
+from act_ros.core.arguments import HelpFormatter
 
 # One benchmark may run for a while (compile matrices, node load tests), never forever.
 BENCHMARK_TIMEOUT_S = 3 * 3600.0
@@ -100,7 +101,8 @@ def report_header() -> str:
 
 def _run_all(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog='act-ros bench all', description='Run the benchmarks '
-                                     'and write one markdown report.')
+                                     'and write one markdown report.',
+                                     formatter_class=HelpFormatter)
     parser.add_argument('--output', type=Path, default=Path('outputs/bench/report.md'),
                         help='the report; each part is written beside it (default: %(default)s)')
     parser.add_argument('--device', default='auto', help='auto, cpu, cuda, cuda:N, mps')
@@ -164,7 +166,9 @@ def _run_all(argv: list[str]) -> int:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ('-h', '--help'):
-        print(__doc__.strip() + '\n\nbenchmarks: ' + ', '.join([*BENCHMARKS, 'all', 'check']))
+        print('usage: act-ros bench <benchmark> [options]   (act-ros bench <benchmark> --help: '
+              'its options)\n\n' + __doc__.strip() + '\n\nbenchmarks: '
+              + ', '.join([*BENCHMARKS, 'all', 'check']))
         return 0
     name, rest = argv[0], argv[1:]
     if name == 'all':

@@ -49,6 +49,7 @@ from typing import Any
 
 from act_ros.core.atomic import write_text_atomic
 from act_ros.core.slowdown import ENV as SLOWDOWN_ENV
+from act_ros.core.arguments import HelpFormatter
 
 PARTS = ('runtime', 'training', 'node', 'faults')
 PART_TIMEOUT_S = 420.0
@@ -365,7 +366,7 @@ def load_baselines(path: Path) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='act-ros bench check', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument('--only', default=','.join(PARTS),
                    help=f"comma-separated subset of {', '.join(PARTS)} (default: all)")
     p.add_argument('--baselines', type=Path, default=BASELINES,

@@ -38,6 +38,7 @@ from act_ros.core.atomic import write_text_atomic
 from act_ros.bench.report import machine_description, markdown_table
 from act_ros.core.checkpoint import PRESETS, parse_image_size
 from act_ros.core.inference import ACTInferenceModel, compile_inference_model
+from act_ros.core.arguments import HelpFormatter
 
 TOLERANCE = 1e-5  # differences above this are marked (actions in normalized units, loss)
 MARK = ' !'
@@ -421,7 +422,7 @@ def render(config: CompileBenchConfig, rows: list[RowResult], device: torch.devi
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, CompileBenchConfig]:
     p = argparse.ArgumentParser(prog='act-ros bench compile', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument('--device', default='auto', help='auto, cpu, cuda, cuda:N, mps')
     p.add_argument('--compile-mode', choices=BENCH_COMPILE_MODES, default='default')
     p.add_argument('--fullgraph', action='store_true',

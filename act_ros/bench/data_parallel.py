@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 
 from act_ros.bench.report import markdown_table
+from act_ros.core.arguments import HelpFormatter
 
 COLUMNS = ('processes', 'batch / process', 'global batch', 'threads / process',
            'ms / step (median)', 'steps / s', 'samples / s', 'samples / s vs 1 process')
@@ -185,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     from act_ros.core.checkpoint import PRESETS, parse_image_size
 
     p = argparse.ArgumentParser(prog=f'python -m {__name__}', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument('--worker', action='store_true', required=True,
                    help='run one process of a measurement (started by act-ros bench training)')
     p.add_argument('--output', type=Path, required=True)

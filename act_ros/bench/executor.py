@@ -38,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from act_ros.core.atomic import write_text_atomic
+from act_ros.core.arguments import HelpFormatter
 
 KINDS = ('rclpy_multi_threaded', 'pool', 'single_threaded')
 LABELS = {'rclpy_multi_threaded': "rclpy MultiThreadedExecutor (4 threads)",
@@ -167,7 +168,7 @@ def table(tries: list[Try], commands: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='act-ros bench executor', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument('--checkpoint', help='checkpoint with cameras (default: a new tiny one, '
                    '48x64)')
     p.add_argument('--tries', type=int, default=5, help='tries per executor')

@@ -57,6 +57,7 @@ import numpy as np
 
 from act_ros.core.atomic import write_text_atomic
 from act_ros.core.processes import ProcessSet, wait_gone
+from act_ros.core.arguments import HelpFormatter
 
 FAR_EE = (0.6, 0.3, 0.3)    # 0.5 m from the pad
 NEAR_EE = (0.27, 0.01, 0.02)  # 3 cm from the pad
@@ -444,7 +445,7 @@ def run_scenario(scenario: Scenario, rounds: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='act-ros bench faults', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument('--model-path', help='checkpoint (default: a new tiny one); its gripper '
                    'output is steered by the image')
     p.add_argument('--rounds', type=int, default=3, help='times every fault is injected')

@@ -63,6 +63,7 @@ from act_ros.core.atomic import write_text_atomic
 from act_ros.core.options import BACKEND_CHOICES, PRECISIONS
 from act_ros.core.precision import AUTO
 from act_ros.core.processes import ProcessSet
+from act_ros.core.arguments import HelpFormatter
 
 
 def _proc_cpu_s(pid: int, *, descendants: bool = True) -> float | None:
@@ -86,7 +87,8 @@ def _proc_cpu_s(pid: int, *, descendants: bool = True) -> float | None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog='act-ros bench node', description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(prog='act-ros bench node', description=__doc__.split('\n')[0],
+                                formatter_class=HelpFormatter)
     p.add_argument('--model-path', help='checkpoint to run (default: a new untrained one)')
     p.add_argument('--preset', default='default', help="model size of the created checkpoint "
                    "('default' = LeRobot ACT, 'cpu', 'tiny')")

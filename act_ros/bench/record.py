@@ -41,6 +41,8 @@ import tempfile
 import time
 from typing import Any
 
+from act_ros.core.arguments import HelpFormatter
+
 ROOT = Path(__file__).resolve().parents[2]
 SAVED = re.compile(r'episode (\d+) saved: (\d+) frames, (\d+) ticks dropped ?(\{[^}]*\})?;.*'
                    r'\(save took ([\d.]+) s: shard ([\d.]+) s, append ([\d.]+) s\)')
@@ -118,7 +120,7 @@ def publisher_main(argv: list[str]) -> int:
     from act_ros.ros.harness import RobotHarness
     from act_ros.ros.spin import PoolExecutor
 
-    p = argparse.ArgumentParser()
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter)
     p.add_argument('--size', default='480x640')
     args = p.parse_args(argv)
     h, w = (int(v) for v in args.size.split('x'))
@@ -355,7 +357,7 @@ def bench_import(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='python -m act_ros.bench.record', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument('what', choices=('record', 'import', 'both', 'store'))
     p.add_argument('--episodes', type=int, default=50, help='store: episodes to append')
     p.add_argument('--minutes', type=float, default=10.0)

@@ -38,6 +38,7 @@ from act_ros.core.hub import resolve_checkpoint
 from act_ros.core.inference import ChunkPredictor, PredictorOptions, cpu_has_native_bf16
 from act_ros.core.observation import Observation
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+from act_ros.core.arguments import HelpFormatter
 
 
 def _observations(contract, size, count, seed=0):
@@ -241,7 +242,7 @@ def _parse_sizes(text: str) -> list[tuple[int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog='act-ros bench runtime', description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument('--checkpoint', type=Path, help='checkpoint directory or Hub id to use '
                         '(default: an untrained default-size ACT written to a temporary '
                         'directory)')

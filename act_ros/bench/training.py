@@ -43,6 +43,7 @@ from act_ros.core.atomic import write_text_atomic
 from act_ros.bench.data_parallel import parse_processes
 from act_ros.bench.report import machine_description, markdown_table
 from act_ros.core.checkpoint import PRESETS, parse_image_size
+from act_ros.core.arguments import HelpFormatter
 
 TOLERANCE = 1e-5
 COLUMNS = ('training step', 'ms / step (median)', 'samples / s', 'speed-up vs LeRobot',
@@ -211,7 +212,7 @@ def render(results: list[dict], *, model_preset: str, image_size: tuple[int, int
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='act-ros bench training', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument('--device', default='auto', help='auto, cpu, cuda, cuda:N, mps')
     p.add_argument('--model-preset', choices=sorted(PRESETS), default='default')
     p.add_argument('--image-size', type=parse_image_size, default=(480, 640),

@@ -32,6 +32,7 @@ from act_ros.core.contract import Contract, load_contract, parse_image_size
 from act_ros.core.errors import CheckpointError
 from act_ros.core.hub import ResolvedCheckpoint, resolve_checkpoint
 from act_ros.core.object_state import ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE
+from act_ros.core.arguments import HelpFormatter
 
 
 # Model sizes. 'default' is LeRobot's ACT; 'cpu' trains at a useful speed on 2 cores;
@@ -323,7 +324,8 @@ def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
 
 def main(argv: list[str] | None = None) -> int:
     """``act-ros init-checkpoint``: write an untrained checkpoint (benchmarks, tests)."""
-    parser = argparse.ArgumentParser(prog='act-ros init-checkpoint', description=main.__doc__)
+    parser = argparse.ArgumentParser(prog='act-ros init-checkpoint', description=main.__doc__,
+                                     formatter_class=HelpFormatter)
     parser.add_argument('output', type=Path, help='checkpoint directory to write')
     parser.add_argument('--preset', choices=sorted(PRESETS), default='default')
     parser.add_argument('--image-size', default=None, help='HxW for every camera '

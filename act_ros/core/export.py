@@ -51,6 +51,7 @@ from act_ros.core.checkpoint_info import CheckpointInfo, checkpoint_hash
 from act_ros.core.hub import in_hub_cache
 from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import ActRosError, DeviceUnavailableError
+from act_ros.core.arguments import HelpFormatter
 from act_ros.core.paths import share_dir
 
 if TYPE_CHECKING:  # torch is imported by the export itself only: a lookup needs none
@@ -381,7 +382,8 @@ def ensure_onnx_export(checkpoint: LoadedCheckpoint, *, model: nn.Module | None 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``act-ros export`` (ONNX; :mod:`act_ros.training.quantize` adds
     ``--int8`` and its calibration options)."""
-    parser = argparse.ArgumentParser(prog='act-ros export', description=main.__doc__)
+    parser = argparse.ArgumentParser(prog='act-ros export', description=main.__doc__,
+                                     formatter_class=HelpFormatter)
     parser.add_argument('--checkpoint', type=Path, required=True,
                         help='LeRobot pretrained_model directory, or Hub id '
                         'org/name[@revision][/subfolder] (docs/hub_ids.md)')

@@ -37,6 +37,7 @@ from act_ros.core.decode import MalformedMessageError
 from act_ros.core.inputs import Sample, Snapshot
 from act_ros.data.episode import DatasetLayout
 from act_ros.data.recording import EpisodeBuffer, FrameSink, RecordingSpec, load_spec
+from act_ros.core.arguments import HelpFormatter
 
 logger = logging.getLogger(__name__)
 SPLITS = ('bag', 'marker', 'gap')
@@ -349,7 +350,7 @@ def _message_count(bags: Sequence[Path]) -> int | None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog='act-ros import-bag', description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        formatter_class=HelpFormatter)
     p.add_argument('bags', nargs='+', type=Path, help='rosbag2 directories (or .mcap / .db3)')
     p.add_argument('--output', type=Path, required=True, help='dataset directory to create')
     p.add_argument('--spec', type=Path, help='recording YAML (topics, action source, fps, '

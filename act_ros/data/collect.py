@@ -24,6 +24,7 @@ from act_ros.core.contract import load_contract
 from act_ros.core.contract import parse_image_size
 from act_ros.data.episode import DatasetLayout
 from act_ros.data.rollout import SIM_EXTRA_FEATURES, RolloutResult
+from act_ros.core.arguments import HelpFormatter
 
 # One expert episode takes seconds; a worker silent for this long is hung.
 EPISODE_TIMEOUT_S = 600.0
@@ -313,7 +314,7 @@ def dataset_card(layout: DatasetLayout, config: CollectConfig, stats: CollectSta
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``act-ros collect``."""
-    parser = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
         prog='act-ros collect',
         description='Record scripted-expert demonstrations of the port pick-align task in '
                     'the MuJoCo simulation into a LeRobot v3 dataset. Only successful '

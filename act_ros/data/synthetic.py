@@ -28,6 +28,7 @@ from act_ros.core.contract import parse_image_size
 from act_ros.core.object_state import (ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES,
                                        environment_state)
 from act_ros.data.episode import DatasetLayout, Episode
+from act_ros.core.arguments import HelpFormatter
 
 ACTION_LEAD_FRAMES = 5
 _SINUSOIDS = 3
@@ -168,7 +169,7 @@ def write_synthetic_dataset(root: str | Path, *, episodes: int, frames: int,
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``act-ros generate-synthetic``."""
-    parser = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
         prog='act-ros generate-synthetic',
         description='Write a small structured random LeRobot v3 dataset with the features of '
                     'the I/O contract (cameras, observation.state, action), for smoke tests.')

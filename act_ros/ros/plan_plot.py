@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from act_ros.core.arguments import HelpFormatter
+
 PATHS_SHOWN = 4
 
 
@@ -147,7 +149,8 @@ def record_topics(node_name: str, duration_s: float) -> PlanRecord:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog='act-ros plot-plan', description=__doc__.split('\n')[0])
+    p = argparse.ArgumentParser(prog='act-ros plot-plan', description=__doc__.split('\n')[0],
+                                formatter_class=HelpFormatter)
     p.add_argument('--node', default='/act_node', help='the act_node (default /act_node)')
     p.add_argument('--duration', type=float, default=10.0, help='seconds to listen')
     p.add_argument('--output', default='plan.png', help='the picture (PNG)')

@@ -164,10 +164,13 @@ def run_node(make_node: Callable[[], Any], *, name: str, args: list[str] | None 
              before_shutdown: Callable[[Any], None] | None = None,
              on_exit: Callable[[Any], None] | None = None,
              errors: tuple[type[BaseException], ...] = (),
-             on_error: Callable[[BaseException], int] | None = None) -> int:
+             on_error: Callable[[BaseException], int] | None = None,
+             help_text: Callable[[], str] | None = None) -> int:
     """Run the node ``make_node()`` builds; return the process's exit status.
 
-    ``args``: ROS arguments (``['--ros-args', ...]``), ``None`` for ``sys.argv``.
+    ``args``: ROS arguments (``['--ros-args', ...]``), ``None`` for ``sys.argv``. With
+    ``-h`` or ``--help`` among the arguments before ``--ros-args``, ``help_text()`` is
+    printed and nothing starts (status 0).
     ``executor(node)`` builds the executor (default: a :class:`PoolExecutor` of
     ``num_threads``).
     ``start(node, executor)`` runs once the node is in the executor; a code it returns ends
@@ -183,6 +186,9 @@ def run_node(make_node: Callable[[], Any], *, name: str, args: list[str] | None 
     building its wait set then raises ``RCLError`` ("the given context is not valid")
     rather than ``ExternalShutdownException``. That is a shutdown too, not a crash.
     """
+    if help_text is not None and asks_for_help(sys.argv[1:] if args is None else args):
+        print(help_text())
+        return 0
     rclpy.init(args=None if args is None else [name, *args])
     node = None
     code = 0
@@ -219,6 +225,16 @@ def run_node(make_node: Callable[[], Any], *, name: str, args: list[str] | None 
             node.destroy_node()
         rclpy.try_shutdown()
     return code
+
+
+def asks_for_help(args: list[str]) -> bool:
+    """Whether the command line asks for ``--help`` (``-h``) before any ``--ros-args``."""
+    for arg in args:
+        if arg == '--ros-args':
+            return False
+        if arg in ('-h', '--help'):
+            return True
+    return False
 
 
 # How many times spin_executor carries a spin past rclpy's destruction race before it

@@ -41,6 +41,7 @@ from act_ros.sim.env import PortPickAlignEnv
 from act_ros.sim.expert import ScriptedExpert, run_episode
 from act_ros.sim.metrics import summarize_results
 from act_ros.sim.perturb import PERTURBATIONS, run_perturbed_episode, sample_perturbation
+from act_ros.core.arguments import HelpFormatter
 
 
 def evaluate_nominal(env: PortPickAlignEnv, expert: ScriptedExpert, seeds: range, *,
@@ -183,7 +184,7 @@ def write_result(path: Path, record: dict, provenance: dict, run: str | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.splitlines()[0])
     parser.add_argument('--episodes', type=int, default=100, help='number of episodes')
     parser.add_argument('--seed', type=int, default=0, help='seed of the first episode')
     parser.add_argument('--config', default=None, help='sim config YAML (default config/sim.yaml)')

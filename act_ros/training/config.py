@@ -17,6 +17,7 @@ import yaml
 
 from act_ros.core.checkpoint import PRESETS, parse_image_size
 from act_ros.core.paths import config_path
+from act_ros.core.arguments import HelpFormatter
 
 TRAIN_PRESETS = ('synthetic', 'sim')
 # Where the auxiliary object-pose head reads (act_ros.training.auxiliary).
@@ -353,7 +354,7 @@ def load_preset(name: str, path: str | Path | None = None) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """Parser of ``act-ros train``; options left unset take the preset's value."""
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter,
         prog='act-ros train', description='Train an ACT policy (LeRobot) on a LeRobot v3 dataset.',
         epilog='Several GPUs or machines: accelerate launch --multi_gpu --num_processes N -m '
                'act_ros.training.train OPTIONS (docs/training.md, "Several GPUs or machines"). '

@@ -39,6 +39,7 @@ import time
 from typing import Any
 
 from act_ros.core.processes import run_stage, stage_environment
+from act_ros.core.arguments import HelpFormatter
 
 LOG_NAME = 'dagger.jsonl'
 KEEP_DATASETS = ('all', 'last')
@@ -255,7 +256,7 @@ def _row_text(row: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter,
         prog='act-ros dagger', description=__doc__.splitlines()[0],
         epilog='Trainer options go after "--", e.g. -- --preset sim --environment-state '
                '--model use_vae=false (the same as the run that made --checkpoint).')

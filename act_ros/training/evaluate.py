@@ -20,6 +20,7 @@ from act_ros.core.options import BACKEND_CHOICES, PRECISIONS, resolve_backend
 from act_ros.core.precision import AUTO, DEFAULT_TOLERANCE
 from act_ros.core.checkpoint import parse_image_size
 from act_ros.core.errors import ActRosError
+from act_ros.core.arguments import HelpFormatter
 
 logger = logging.getLogger(__name__)
 
@@ -36,14 +37,15 @@ def _episode_list(text: str) -> list[int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='act-ros evaluate', description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog='act-ros evaluate', description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument('--checkpoint', type=Path, required=True, help='LeRobot pretrained_model dir')
     p.add_argument('--episodes', type=int, default=10)
     p.add_argument('--mode', choices=('chunk', 'ensemble', 'both'), default='both',
                    help='chunk: n_action_steps 30; ensemble: every tick, k = --ensemble-coeff')
     p.add_argument('--seed', type=int, default=2_000_000,
-                   help='episode k uses seed + k (default: seeds used neither by act-ros collect '
-                   "nor by the trainer's checkpoint selection)")
+                   help='episode k uses seed + k (default %(default)s: seeds used neither by '
+                   "act-ros collect nor by the trainer's checkpoint selection)")
     p.add_argument('--ensemble-coeff', type=float, default=0.01)
     p.add_argument('--n-action-steps', type=int, default=None,
                    help="chunk mode: actions played from each chunk before the next query, 1 "

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from act_ros.training.pose_probe import add_simulation_arguments, frame_kinds, write_result
+from act_ros.core.arguments import HelpFormatter
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def summarize(rows: list[dict], groups: list[str]) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
         prog='act-ros input-probe',
         description="What a policy's action chunk depends on: while the scripted expert "
                     'drives, the chunk from the true observation against the chunk with the '

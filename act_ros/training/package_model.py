@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from act_ros.core.errors import ActRosError
+from act_ros.core.arguments import HelpFormatter
 
 WEIGHTS = 'model.safetensors'
 DTYPES = ('fp32', 'fp16')
@@ -160,7 +161,7 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='act-ros package-model', description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument('--checkpoint', type=Path, required=True,
                    help='source pretrained_model dir, or Hub id org/name[@revision][/subfolder]')
     p.add_argument('--output', type=Path, required=True, help='model folder to write')

@@ -44,6 +44,8 @@ from typing import Any
 
 import numpy as np
 
+from act_ros.core.arguments import HelpFormatter
+
 logger = logging.getLogger(__name__)
 
 RESULT_FILE = 'pose_pretrain.json'
@@ -55,7 +57,7 @@ BATCH_NORM_CHOICES = ('frozen', 'train')
 def build_parser() -> argparse.ArgumentParser:
     from act_ros.training.config import TRAIN_PRECISIONS, YAW_READOUTS
 
-    parser = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
         prog='act-ros pose-pretrain',
         description='Train a policy\'s vision backbone on the box and pad poses of random '
                     'rendered scenes (no expert); RUN/last is the checkpoint with that '

@@ -34,6 +34,8 @@ from typing import Any
 
 import numpy as np
 
+from act_ros.core.arguments import HelpFormatter
+
 logger = logging.getLogger(__name__)
 
 CHANCE_YAW_DEG = 22.5  # median |error| of a yaw guessed uniformly over its 90-degree period
@@ -285,7 +287,7 @@ class _Targets:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
         prog='act-ros pose-probe',
         description='What a vision policy\'s features tell of the box and pad poses: the '
                     'run\'s pose head on the policy\'s own states against the expert\'s '

@@ -26,6 +26,7 @@ from act_ros.core.atomic import write_json_atomic
 from act_ros.core.processes import run_stage, signals_deferred, stage_environment
 from act_ros.core.paths import config_path, load_yaml_mapping, share_dir
 from act_ros.training.pose_pretrain import RESULT_FILE as POSE_RESULT
+from act_ros.core.arguments import HelpFormatter
 
 COMMANDS = ('collect', 'pose-pretrain', 'train', 'dagger', 'evaluate', 'package-model')
 #: Commands that continue an interrupted run of theirs with ``--resume``.
@@ -219,7 +220,8 @@ def run(recipe: Recipe, run_dir: Path, *, only: tuple[str, ...] = (),
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='act-ros recipe', description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog='act-ros recipe', description=__doc__.splitlines()[0],
+                                formatter_class=HelpFormatter)
     p.add_argument('name', help='recipe name: config/recipe_<name>.yaml')
     p.add_argument('--run-dir', type=Path, required=True, help='where every stage writes')
     p.add_argument('--only', default='', help='comma-separated stage names to run (default: '

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from act_ros.core.checkpoint import PRESETS, parse_image_size
+from act_ros.core.arguments import HelpFormatter
 
 if TYPE_CHECKING:
     from act_ros.training.config import TrainConfig
@@ -103,7 +104,8 @@ def measure(*, model_preset: str, image_size: tuple[int, int], batch_size: int, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog='python -m act_ros.training.speed', description=__doc__)
+    p = argparse.ArgumentParser(prog='python -m act_ros.training.speed', description=__doc__,
+                                formatter_class=HelpFormatter)
     p.add_argument('--model-preset', choices=sorted(PRESETS), default='cpu')
     p.add_argument('--image-size', type=parse_image_size, default=(96, 128))
     p.add_argument('--batch-size', type=int, default=8)

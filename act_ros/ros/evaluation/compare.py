@@ -23,6 +23,7 @@ import sys
 from typing import Any
 
 from act_ros.core.atomic import write_json_atomic
+from act_ros.core.arguments import HelpFormatter
 
 # Key of the count of equal episodes in a mode's comparison, followed by the tolerance.
 EQUAL_PREFIX = 'episodes_equal_within_'
@@ -104,7 +105,7 @@ def format_comparison(result: dict[str, Any]) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog='python -m act_ros.ros.evaluation.compare',
                                 description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=HelpFormatter)
     p.add_argument('in_process', type=Path, help='act-ros evaluate --output JSON')
     p.add_argument('over_ros', type=Path, help='ros_eval --output JSON')
     p.add_argument('--tolerance-mm', type=float, default=0.1,

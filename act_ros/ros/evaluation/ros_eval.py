@@ -48,6 +48,7 @@ from act_ros.ros.evaluation.client import EvalClient, EvalError
 from act_ros.ros.evaluation.dds import dds_environment
 from act_ros.core.processes import ChildExitedError, ProcessSet, signals_deferred
 from act_ros.sim.metrics import EpisodeResult, summarize_results
+from act_ros.core.arguments import HelpFormatter
 
 PREFIX = '[ros-eval]'
 MODES = ('chunk', 'ensemble')
@@ -55,7 +56,7 @@ DEFAULT_IMAGE_SIZE = (96, 128)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = argparse.ArgumentParser(formatter_class=HelpFormatter,
         prog='python -m act_ros.ros.evaluation.ros_eval',
         description='Run lock-step evaluation episodes of a checkpoint with sim_bridge and '
                     'act_node as separate ROS 2 processes.')

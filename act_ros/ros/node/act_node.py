@@ -55,8 +55,9 @@ from act_ros.core.startup import StartupTimeline
 from act_ros.ros.node.interfaces import Interfaces, build_control_loop, create_interfaces
 from act_ros.ros.node.status import NodeStatus
 from act_ros.ros.spin import PoolExecutor
-from act_ros.ros.node.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, declare_parameters,
-                                   parameter_specs, read_settings)
+from act_ros.ros.node.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, ParamSpec,
+                                         declare_parameters, parameter_specs, parameters_help,
+                                         read_settings)
 
 LOG_THROTTLE_S = 2.0
 
@@ -386,7 +387,24 @@ def main(args: list[str] | None = None) -> int:
 
     # No executor shutdown: destroy_node stops the runtime, which a running tick may wait on.
     return run_node(ActNode, name='act_node', args=args, executor=executor, start=start,
-                    shutdown_timeout_s=None)
+                    shutdown_timeout_s=None, help_text=help_text)
+
+
+def parameter_declarations() -> list[ParamSpec]:
+    """The node's parameters as ``--help`` lists them: joint and camera defaults from the
+    package contract."""
+    return parameter_specs(load_contract())
+
+
+def help_text() -> str:
+    """``act_node --help``: the node's parameters with their defaults."""
+    return parameters_help(
+        'act_node', 'The ROS 2 lifecycle node that runs an ACT policy on a robot arm: camera '
+        'images and joint states in, joint position commands out.',
+        parameter_declarations(), params_file='config/act.yaml',
+        notes='Example: act_node --ros-args --params-file config/act.yaml -p '
+        'model_path:=<checkpoint directory or Hub id>. Joint and camera defaults come from '
+        'the contract (contract_path).')
 
 
 # The node module and everything it needs are imported: the end of the 'import' phase.

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 import math
 import re
+import textwrap
 from typing import Any
 
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
@@ -245,6 +246,44 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
                        'input like the cameras (older than max_obs_age_s: no command).',
                        read_only=True))
     return specs
+
+
+def format_parameter_value(value: Any) -> str:
+    """A parameter value as it is written after ``-p NAME:=`` (YAML: ``true``, ``[0.1]``)."""
+    if isinstance(value, bool):
+        return 'true' if value else 'false'
+    if isinstance(value, str):
+        return repr(value) if not value or value != value.strip() or ' ' in value else value
+    if isinstance(value, (list, tuple)):
+        return '[' + ', '.join(format_parameter_value(v) for v in value) + ']'
+    return str(value)
+
+
+def parameters_help(executable: str, summary: str, specs: Sequence[ParamSpec], *,
+                    params_file: str = '', notes: str = '') -> str:
+    """``EXECUTABLE --help``: what the node does and every parameter of ``specs`` with its
+    default, constraints and description, from the same declaration the node uses."""
+    lines = [f'usage: {executable} [-h] [--ros-args [-p NAME:=VALUE ...] '
+             '[--params-file FILE] [-r FROM:=TO ...]]', '', *textwrap.wrap(summary, 88)]
+    if notes:
+        lines += ['', *textwrap.wrap(notes, 88)]
+    where = f'; every one with comments in {params_file}' if params_file else ''
+    lines += ['', f'parameters (-p NAME:=VALUE, or --params-file FILE{where}):']
+    for spec in specs:
+        default = ('not set' if spec.default is None
+                   else format_parameter_value(spec.default))
+        kind = spec.type_.name.lower() if spec.default is None and spec.type_ else ''
+        head = f'  {spec.name} (default {default}{", " + kind if kind else ""}'
+        if spec.choices:
+            head += '; one of ' + ', '.join(format_parameter_value(c) for c in spec.choices)
+        elif spec.low is not None and spec.high is not None \
+                and not isinstance(spec.default, bool):
+            head += f'; {spec.low:g} to {spec.high:g}'
+        head += '; read-only)' if spec.read_only else ')'
+        lines.append(head)
+        lines += textwrap.wrap(spec.description, 88, initial_indent=' ' * 6,
+                               subsequent_indent=' ' * 6)
+    return '\n'.join(lines)
 
 
 def declare_parameters(node: Node, specs: Sequence[ParamSpec]) -> list[str]:

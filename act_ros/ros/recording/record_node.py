@@ -47,7 +47,8 @@ from act_ros.data.recording import (ACTION, ACTION_SOURCES, COMMAND_TYPES, IMAGE
 from act_ros.data.episode_store import EpisodeStore, EpisodeWriter
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array
 from act_ros.ros.node.interfaces import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
-from act_ros.ros.node.parameters import CONTRACT_PATH, ParamSpec, declare_parameters
+from act_ros.ros.node.parameters import (CONTRACT_PATH, ParamSpec, declare_parameters,
+                                         parameters_help)
 
 MESSAGE_TYPES = {'sensor_msgs/msg/Image': Image,
                  'sensor_msgs/msg/CompressedImage': CompressedImage,
@@ -545,12 +546,29 @@ def main(args: list[str] | None = None) -> int:
     from act_ros.ros.spin import run_node
 
     quiet_library_output()
-    return run_node(RecordNode, name='record_node', args=args,
+    return run_node(RecordNode, name='record_node', args=args, help_text=help_text,
                     executor=lambda node: SingleThreadedExecutor(),
                     # A save in progress finishes (its episode stays); the open one goes.
                     before_shutdown=lambda node: node.stop_recording(),
                     on_exit=lambda node: node.discard_open_episode('shutting down'),
                     errors=(ValueError, FileExistsError))
+
+
+def parameter_declarations() -> list[ParamSpec]:
+    """The recorder's parameters as ``--help`` lists them: camera and joint defaults from
+    the package contract."""
+    return record_parameters(load_contract())
+
+
+def help_text() -> str:
+    """``record_node --help``: the recorder's parameters with their defaults."""
+    return parameters_help(
+        'record_node', 'Records demonstrations from ROS 2 topics to a LeRobot v3 dataset '
+        '(also: act-ros record).', parameter_declarations(),
+        params_file='config/record.yaml',
+        notes='Example: record_node --ros-args -p output:=data/my_demos. Per episode call '
+        'the services ~/start_episode, then ~/save_episode or ~/discard_episode '
+        '(std_srvs/Trigger).')
 
 
 if __name__ == '__main__':

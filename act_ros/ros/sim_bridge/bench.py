@@ -30,6 +30,7 @@ from act_ros.ros.evaluation.dds import PROFILE_VARIABLES, dds_environment, use_i
 from act_ros.core.processes import ProcessSet, signals_deferred
 from act_ros.ros.sim_bridge.bridge import COMMAND_QOS, camera_topic
 from act_ros.sim.scene import CAMERAS
+from act_ros.core.arguments import HelpFormatter
 
 
 class InstantPolicy:
@@ -119,7 +120,8 @@ def measure(size: tuple[int, int], steps: int, domain: int, timeout_s: float,
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog='python -m act_ros.ros.sim_bridge.bench',
-                                     description=__doc__.splitlines()[0])
+                                     description=__doc__.splitlines()[0],
+                                     formatter_class=HelpFormatter)
     parser.add_argument('--image-size', nargs='+', default=['96x128', '480x640'])
     parser.add_argument('--steps', type=int, default=150)
     parser.add_argument('--domain-id', type=int, default=None)

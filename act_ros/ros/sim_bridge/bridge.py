@@ -56,7 +56,8 @@ from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.ros.sim_bridge import messages as msgs
 from act_ros.ros.conversions import MalformedMessageError
-from act_ros.ros.node.parameters import DEFAULT_COMMAND_TOPICS, declare_parameters
+from act_ros.ros.node.parameters import (DEFAULT_COMMAND_TOPICS, ParamSpec, declare_parameters,
+                                         parameters_help)
 from act_ros.ros.sim_bridge.loop import BridgeLoop, EpisodeStartError
 from act_ros.ros.sim_bridge.params import BRIDGE_PARAMETERS, read_bridge_settings
 from act_ros.sim.config import SimConfig
@@ -292,7 +293,21 @@ def main(args: list[str] | None = None) -> int:
 
     return run_node(SimBridge, name='sim_bridge', args=args, num_threads=4, start=start,
                     spin=spin, shutdown_timeout_s=None, errors=(ValueError, OSError),
-                    on_error=cannot_start)
+                    on_error=cannot_start, help_text=help_text)
+
+
+def parameter_declarations() -> list[ParamSpec]:
+    """The bridge's parameters as ``--help`` lists them."""
+    return list(BRIDGE_PARAMETERS)
+
+
+def help_text() -> str:
+    """``sim_bridge --help``: the bridge's parameters with their defaults."""
+    return parameters_help(
+        'sim_bridge', 'The MuJoCo port-pick-align simulation on ROS 2 topics: cameras, '
+        'joint states, object poses and /clock out, joint commands in.',
+        parameter_declarations(),
+        params_file='config/sim_bridge.yaml')
 
 
 if __name__ == '__main__':
