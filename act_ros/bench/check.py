@@ -27,9 +27,10 @@ so that the machine's speed (and the load other programs put on it) cancels:
 The runtime and training parts run PyTorch on one thread (on a busy machine, several
 threads that wait for each other make every time erratic). Seconds that no ratio can
 cancel (start-up, recovery) are compared as they are, with wide margins; the table says
-which figures those are. ``--inject-slowdown F`` (or ``ACT_ROS_INJECT_SLOWDOWN=F``,
-:mod:`act_ros.core.slowdown`) runs the same benchmarks on a deliberately slowed build:
-every model call and training step takes F times as long. The check must then fail.
+which figures those are. ``--inject-slowdown F`` runs the same benchmarks on a
+deliberately slowed build (:mod:`act_ros.bench.slowdown`, put on every benchmark process
+from outside): every model call and training step takes F times as long. The check must
+then fail.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ import time
 from typing import Any
 
 from act_ros.core.atomic import write_text_atomic
-from act_ros.core.slowdown import ENV as SLOWDOWN_ENV
+from act_ros.bench.slowdown import check_factor, slowed_environment
 from act_ros.core.arguments import HelpFormatter
 
 PARTS = ('runtime', 'training', 'node', 'faults')
@@ -373,8 +374,8 @@ def main(argv: list[str] | None = None) -> int:
                    help='baseline file (default: docs/benchmarks/baselines.json)')
     p.add_argument('--cpu-class', help='compare with this class instead of the detected one')
     p.add_argument('--inject-slowdown', type=float, default=None, metavar='F',
-                   help=f'a deliberately slowed build: every model call and training step '
-                   f'takes F times as long ({SLOWDOWN_ENV}=F)')
+                   help='a deliberately slowed build: every model call and training step '
+                   'takes F times as long (act_ros.bench.slowdown)')
     p.add_argument('--write-baseline', action='store_true',
                    help="record this run's figures as the baseline of this CPU class")
     p.add_argument('--json', type=Path, default=Path('outputs/bench/check.json'),
@@ -394,16 +395,17 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     env.setdefault('HF_HUB_OFFLINE', '1')
     env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
-    if args.inject_slowdown is not None:
-        env[SLOWDOWN_ENV] = f'{args.inject_slowdown:g}'
-    slowdown = env.get(SLOWDOWN_ENV, '')
-    slowed = bool(slowdown) and float(slowdown) > 1.0
+    try:
+        factor = 1.0 if args.inject_slowdown is None else check_factor(args.inject_slowdown)
+    except ValueError as exc:
+        p.error(f'--inject-slowdown: {exc}')
+    slowed = factor > 1.0
     klass = args.cpu_class or cpu_class()
     baselines = load_baselines(args.baselines)
     entry = baselines['classes'].get(klass)
     print(f'bench-check: CPU class {klass} ({machine_line()})', flush=True)
     if slowed:
-        print(f'bench-check: SLOWED BUILD, {SLOWDOWN_ENV}={slowdown}: every model call and '
+        print(f'bench-check: SLOWED BUILD, --inject-slowdown {factor:g}: every model call and '
               'training step takes that many times as long', flush=True)
     if entry:
         print(f"bench-check: baseline {args.baselines.name} [{klass}]: {entry.get('machine')}, "
@@ -415,16 +417,20 @@ def main(argv: list[str] | None = None) -> int:
               '--write-baseline', flush=True)
     measured: dict[str, float | None] = {}
     errors = []
-    for name in parts:
-        start = time.monotonic()
-        print(f'bench-check: {name} ...', flush=True)
-        figures, error = run_part(name, env)
-        measured.update(figures)
-        if error:
-            errors.append(error)
-            print(f'bench-check: {error}', flush=True)
-        else:
-            print(f'bench-check: {name} done in {time.monotonic() - start:.0f} s', flush=True)
+    with tempfile.TemporaryDirectory(prefix='act_ros_slowed_') as slowed_dir:
+        if slowed:  # every Python process of every part, children included
+            env = slowed_environment(env, factor, Path(slowed_dir))
+        for name in parts:
+            start = time.monotonic()
+            print(f'bench-check: {name} ...', flush=True)
+            figures, error = run_part(name, env)
+            measured.update(figures)
+            if error:
+                errors.append(error)
+                print(f'bench-check: {error}', flush=True)
+            else:
+                print(f'bench-check: {name} done in {time.monotonic() - start:.0f} s',
+                      flush=True)
     rows = compare(measured, (entry or {}).get('figures'), parts)
     print('\n' + render(rows) + '\n')
     failed = [r['figure'] for r in rows if r['verdict'].startswith('FAIL')]
@@ -432,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         write_text_atomic(args.json, json.dumps({
             'cpu_class': klass, 'machine': machine_line(),
-            'injected_slowdown': slowdown if slowed else None,
+            'injected_slowdown': f'{factor:g}' if slowed else None,
             'rows': rows, 'measured': measured, 'errors': errors}, indent=2))
     if args.write_baseline:
         if errors or slowed:

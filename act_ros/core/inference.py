@@ -30,7 +30,6 @@ from act_ros.core.observation import (Observation, environment_state_to_array, i
 from act_ros.core.options import (BACKEND_PRECISIONS, COMPILE_MODES, PRECISIONS,  # noqa: F401
                                   PredictorOptions)
 from act_ros.core import precision as precision_rules
-from act_ros.core.slowdown import injected_slowdown
 
 
 def cpu_has_native_bf16() -> bool:
@@ -137,14 +136,12 @@ class ChunkPredictor:
     @torch.no_grad()
     def normalized_chunk(self, batch: dict[str, Any]) -> torch.Tensor:
         """Preprocessed batch -> normalized (1, T, J) chunk."""
-        start = time.perf_counter()
         state = batch[self.contract.state_feature]
         inputs = [batch[self.env_state_key]] if self.env_state_key is not None else []
         inputs += [batch[feature] for _, feature, _ in self.cameras]
         precision = self.options.precision if self.backend is None else 'fp32'  # set at compile
         with autocast_context(self.device, precision):
             actions = self.forward(state, *inputs)
-        injected_slowdown(start)  # ACT_ROS_INJECT_SLOWDOWN (bench-check's slowed build) or nothing
         return actions.float()
 
     @torch.no_grad()

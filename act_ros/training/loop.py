@@ -34,7 +34,6 @@ import torch
 
 from act_ros.core.inference import autocast_context, native_reduced_precision
 from act_ros.core.loss import act_loss, act_training_loss, dimension_weights
-from act_ros.core.slowdown import injected_slowdown
 from act_ros.training.config import TrainConfig
 from act_ros.training.distributed import LocalProcess
 from act_ros.training.metrics import History
@@ -649,7 +648,6 @@ class Trainer:
         lr = self.optimizer.param_groups[0]['lr']
         self.optimizer.step()
         self.scheduler.step()
-        injected_slowdown(start)  # ACT_ROS_INJECT_SLOWDOWN (bench-check's slowed build) or nothing
         self.step += 1
         if l1_scale is not None:  # the global batch's loss terms (grad_norm is already)
             loss, l1, kl, aux_loss = self.dist.mean_(torch.stack(
