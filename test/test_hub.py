@@ -96,9 +96,9 @@ def test_id_with_a_subfolder(cache, tiny_checkpoint):
         f"has no folder 'checkpoints/last' (snapshot {folder.parent})")
 
 
-def _error(spec: str) -> str:
+def _error(spec: str, **kwargs) -> str:
     with pytest.raises(CheckpointError) as err:
-        resolve_checkpoint(spec)
+        resolve_checkpoint(spec, **kwargs)
     line = str(err.value)
     print(line)  # the lines quoted in docs/hub_ids.md
     assert '\n' not in line
@@ -143,13 +143,108 @@ def test_a_local_directory_named_like_an_id_wins(cache, tiny_checkpoint, tmp_pat
     monkeypatch.chdir(tmp_path)
     resolved = resolve_checkpoint(REPO)
     assert resolved.path == Path(REPO) and not resolved.from_hub
+    assert resolved.found_in == 'in the working directory'
     # Not an id (absolute, ./relative, one part): the local-path error, with the syntax.
     for spec in (str(tmp_path / 'nope'), './nope/x', 'nope'):
-        assert parse_hub_id(spec) is None and resolve_checkpoint(spec).path == Path(spec)
+        assert parse_hub_id(spec) is None
+        assert 'a Hub checkpoint is named org/name[@revision][/subfolder]' in _error(spec)
     from act_ros.core.checkpoint import load_checkpoint
     with pytest.raises(CheckpointError, match=r'does not exist \(a Hub checkpoint is named '
                        r'org/name\[@revision\]\[/subfolder\]\)'):
         load_checkpoint(tmp_path / 'nope')
+
+
+# ---- where a relative name is looked for, and when it is a Hub id --------------------------
+
+@pytest.fixture
+def no_hub(monkeypatch):
+    """Fails the test if anything asks huggingface_hub for a snapshot."""
+    import huggingface_hub
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f'asked the Hub for {args} {kwargs}')
+
+    monkeypatch.setattr(huggingface_hub, 'snapshot_download', refuse)
+
+
+def _copy(checkpoint: Path, to: Path) -> Path:
+    import shutil
+
+    shutil.copytree(checkpoint, to)
+    return to
+
+
+def test_a_relative_name_is_found_in_the_working_directory_first(tiny_checkpoint, tmp_path,
+                                                                  monkeypatch, no_hub):
+    models = tmp_path / 'share_models'
+    _copy(tiny_checkpoint, models / 'my_policy')
+    work = tmp_path / 'work'
+    _copy(tiny_checkpoint, work / 'models' / 'my_policy')
+    monkeypatch.chdir(work)
+    resolved = resolve_checkpoint('models/my_policy', models_dir=models)
+    assert resolved.path == Path('models/my_policy') and not resolved.from_hub
+    assert resolved.found_in == 'in the working directory'
+    assert resolved.describe() == ("'models/my_policy' (local path in the working directory: "
+                                   f"{work / 'models' / 'my_policy'})")
+    assert resolved.as_values()['checkpoint.taken_as'] == 'local path'
+
+
+@pytest.mark.parametrize('name', ['models/my_policy', 'my_policy'])
+def test_then_in_the_package_models_folder(name, tiny_checkpoint, tmp_path, monkeypatch, no_hub):
+    """``model_path: models/my_policy`` launched from another directory: the package's
+    models/ folder, never the Hub."""
+    models = tmp_path / 'share_models'
+    _copy(tiny_checkpoint, models / 'my_policy')
+    monkeypatch.chdir(tmp_path)
+    resolved = resolve_checkpoint(name, models_dir=models)
+    assert resolved.path == models / 'my_policy' and not resolved.from_hub
+    assert resolved.found_in == "in the package's models/ folder"
+    assert resolved.describe().endswith(
+        f"(local path in the package's models/ folder: {models / 'my_policy'})")
+    # ./ and ../ mean the working directory only.
+    assert _error(f'./{name}', models_dir=models).startswith(
+        f'./{name}: checkpoint directory does not exist (looked in the working directory '
+        f'({tmp_path / name}))')
+
+
+def test_the_shipped_models_are_found_by_name_from_any_directory(tmp_path, monkeypatch, no_hub):
+    from act_ros.core.hub import package_models_dir
+
+    monkeypatch.chdir(tmp_path)
+    resolved = resolve_checkpoint('models/sim_port_pick_align_poses')
+    assert resolved.path == package_models_dir() / 'sim_port_pick_align_poses'
+    assert (resolved.path / 'config.json').is_file()
+
+
+def test_a_missing_local_name_is_not_taken_as_a_hub_id(tmp_path, monkeypatch, no_hub):
+    """A name whose first part is the models folder or a local folder cannot be a Hub id:
+    one line says where it was looked for and why."""
+    models = tmp_path / 'share_models'
+    (models / 'arm').mkdir(parents=True)
+    (tmp_path / 'runs').mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert _error('models/my_policy', models_dir=models) == (
+        'models/my_policy: checkpoint directory does not exist (looked in the working '
+        f"directory ({tmp_path / 'models' / 'my_policy'}) and in the package's models/ folder "
+        f"({models / 'my_policy'})); not taken as a Hub id: 'models' is the package's models/ "
+        'folder (a Hub id whose first part is a local folder needs an explicit revision, '
+        'models/my_policy@main)')
+    assert "'runs' is a local folder (runs)" in _error('runs/best', models_dir=models)
+    assert "'arm' is a local folder" in _error('arm/v2', models_dir=models)
+
+
+def test_a_name_that_cannot_be_local_is_a_hub_id(cache, tiny_checkpoint, tmp_path, monkeypatch):
+    """No such folder anywhere: org/name is a Hub id; with a revision it is one even when
+    its first part is a local folder."""
+    folder = populate(cache, tiny_checkpoint)
+    (tmp_path / 'test-org').mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert "'test-org' is a local folder" in _error(REPO, models_dir=None)
+    resolved = resolve_checkpoint(f'{REPO}@main', models_dir=None)
+    assert resolved.from_hub and resolved.path == folder
+    assert resolved.as_values()['checkpoint.taken_as'] == 'hub id'
+    monkeypatch.chdir(tmp_path / 'test-org')
+    assert resolve_checkpoint(REPO, models_dir=None).path == folder
 
 
 def test_parse_hub_id():
@@ -204,10 +299,48 @@ def test_node_configured_with_a_hub_id_reports_the_commit(cache, tiny_checkpoint
         assert node.start(), node.last_configure_error
         assert wait_until(lambda: listener.latest_diagnostics() is not None, 20.0)
         values = listener.latest_diagnostics()[2]
-    assert values['checkpoint.source'] == spec
+    assert values['checkpoint.source'] == spec and values['checkpoint.taken_as'] == 'hub id'
     assert (values['checkpoint.repo_id'], values['checkpoint.revision'],
             values['checkpoint.commit']) == (REPO, 'release', COMMIT)
     assert values['checkpoint.path'].endswith(f'snapshots/{COMMIT}/pretrained_model')
+
+
+@pytest.mark.ros
+def test_node_says_where_a_relative_model_path_was_found(tiny_checkpoint, tmp_path, monkeypatch,
+                                                         rclpy_context, no_hub):
+    """``model_path: policies/tiny`` from the working directory: /diagnostics says it was
+    taken as a local path found there; a missing ``models/...`` fails configure with the
+    line that says where it was looked for, without asking the Hub."""
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from act_ros.ros.harness import RobotHarness, spinning, wait_until
+    from act_ros.ros.node.act_node import ActNode
+
+    _copy(tiny_checkpoint, tmp_path / 'policies' / 'tiny')
+    monkeypatch.chdir(tmp_path)
+    params = {'model_path': 'policies/tiny', 'autostart': False, 'torch_threads': 1,
+              'execution': 'async', 'backend': 'torch', 'diagnostics_period_s': 0.2}
+    node = ActNode(context=rclpy_context,
+                   parameter_overrides=[Parameter(k, value=v) for k, v in params.items()])
+    listener = RobotHarness(context=rclpy_context, joints={}, image=None, rate_hz=None)
+    with spinning(rclpy_context, node, listener):
+        assert node.start(), node.last_configure_error
+        assert wait_until(lambda: listener.latest_diagnostics() is not None, 20.0)
+        values = listener.latest_diagnostics()[2]
+    assert (values['checkpoint.taken_as'], values['checkpoint.found_in']) == (
+        'local path', 'in the working directory')
+    missing = ActNode(context=rclpy_context, parameter_overrides=[
+        Parameter('model_path', value='models/my_policy'), Parameter('autostart', value=False)])
+    try:
+        assert missing.trigger_configure() == TransitionCallbackReturn.FAILURE
+        assert missing.last_configure_error.startswith(
+            'models/my_policy: checkpoint directory does not exist (looked in the working '
+            f"directory ({tmp_path / 'models' / 'my_policy'}) and in the package's models/ "
+            'folder'), missing.last_configure_error
+        assert 'not taken as a Hub id' in missing.last_configure_error
+    finally:
+        missing.destroy_node()
 
 
 @pytest.mark.ros

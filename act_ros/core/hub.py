@@ -1,21 +1,28 @@
-"""Checkpoints named by Hugging Face Hub id, resolved through ``huggingface_hub``'s cache.
+"""Where a checkpoint name points: a local directory, or a Hugging Face Hub id.
 
 Wherever a checkpoint is named (``act_node``'s ``model_path``, ``--checkpoint`` of the
 command-line tools), :func:`resolve_checkpoint` turns the name into a local directory:
 
-- an existing local path is used as it is (a local path always wins, ``models/foo`` too);
-- otherwise a name of the form ``org/name[@revision][/subfolder...]`` is a Hub id
-  (``revision``: a branch, a tag or a 40-hex commit; without one, ``main``), resolved with
-  :func:`huggingface_hub.snapshot_download`: with the Hub reachable the snapshot is
-  downloaded once into the cache (``$HF_HUB_CACHE``, by default
-  ``~/.cache/huggingface/hub``); offline (``HF_HUB_OFFLINE=1``) the cached snapshot is used;
-- anything else stays a local path, which the checkpoint checks then report missing.
+- an absolute path (or ``~/...``) is that path;
+- a relative path is looked up in the working directory, then in the package's
+  ``models/`` folder (``models/foo`` and ``foo`` both find ``<share>/models/foo``;
+  ``./foo`` and ``../foo`` mean the working directory only); the first that exists is used;
+- a name found nowhere is a Hub id only when it cannot be a local path: it has the form
+  ``org/name[@revision][/subfolder...]`` and its first part is neither a folder there
+  (in the working directory or the package's ``models/``) nor ``models``. It is resolved
+  with :func:`huggingface_hub.snapshot_download` (``revision``: a branch, a tag or a 40-hex
+  commit; without one, ``main``): with the Hub reachable the snapshot is downloaded once
+  into the cache (``$HF_HUB_CACHE``, by default ``~/.cache/huggingface/hub``); offline
+  (``HF_HUB_OFFLINE=1``) the cached snapshot is used;
+- any other name is a missing local path: one :class:`~act_ros.core.errors.CheckpointError`
+  line names where it was looked for and why it was not taken as a Hub id.
 
-A Hub id that cannot be resolved raises one :class:`~act_ros.core.errors.CheckpointError`
-line naming the id, the revision and how to fetch it. Only the checkpoint's own folder is
-downloaded (the repository root, or the subfolder, without folders below it). Nothing here
-imports ``huggingface_hub`` unless a name is a Hub id (the node's inference-process parent
-stays light). See ``docs/hub_ids.md``.
+The result says which it was taken as and from where (:meth:`ResolvedCheckpoint.describe`,
+in ``act_node``'s configured line; logged once per process). A Hub id that cannot be
+resolved raises one line naming the id, the revision and how to fetch it. Only the
+checkpoint's own folder is downloaded (the repository root, or the subfolder, without
+folders below it). Nothing here imports ``huggingface_hub`` unless a name is a Hub id (the
+node's inference-process parent stays light). See ``docs/hub_ids.md``.
 """
 
 from __future__ import annotations
@@ -62,6 +69,9 @@ class ResolvedCheckpoint:
 
     spec: str  # the name as given
     path: Path
+    # A local path: where it was found ('as given' for an absolute path, 'the working
+    # directory', "the package's models/ folder").
+    found_in: str = 'as given'
     repo_id: str | None = None
     revision: str | None = None
     commit: str | None = None
@@ -80,16 +90,21 @@ class ResolvedCheckpoint:
         return f'{self.repo_id}@{self.commit}' + (f'/{self.subfolder}' if self.subfolder else '')
 
     def describe(self) -> str:
-        """``'org/name@main'`` plus where it came from, for logs (one line)."""
+        """The name as given, what it was taken as and where it came from, for logs (one
+        line): ``'models/x' (local path in the working directory: /abs/models/x)`` or
+        ``'org/name' (Hub org/name, revision main, commit ..., <cache path>)``."""
         if not self.from_hub:
-            return f"'{self.spec}'"
+            return f"'{self.spec}' (local path {self.found_in}: {self.path.resolve()})"
         return (f"'{self.spec}' (Hub {self.repo_id}, revision {self.revision}, commit "
                 f'{self.commit}, {self.path})')
 
     def as_values(self) -> dict[str, str]:
         """Key/values for ``/diagnostics`` (``checkpoint.*``); the Hub keys for Hub ids only."""
-        values = {'checkpoint.source': self.spec, 'checkpoint.path': str(self.path)}
-        if self.from_hub:
+        values = {'checkpoint.source': self.spec, 'checkpoint.path': str(self.path),
+                  'checkpoint.taken_as': 'hub id' if self.from_hub else 'local path'}
+        if not self.from_hub:
+            values['checkpoint.found_in'] = self.found_in
+        else:
             values.update({'checkpoint.repo_id': self.repo_id,
                            'checkpoint.revision': self.revision,
                            'checkpoint.commit': self.commit})
@@ -118,20 +133,62 @@ def parse_hub_id(spec: str) -> HubId | None:
                  subfolder='/'.join(parts), revision_given=match['revision'] is not None)
 
 
-def resolve_checkpoint(spec: str | os.PathLike) -> ResolvedCheckpoint:
+WORKING_DIRECTORY = 'in the working directory'
+PACKAGE_MODELS = "in the package's models/ folder"
+MODELS = 'models'
+
+
+def package_models_dir() -> Path | None:
+    """The package's ``models/`` folder (source tree or install), ``None`` if there is none."""
+    from act_ros.core.paths import share_dir
+
+    try:
+        folder = share_dir() / MODELS
+    except FileNotFoundError:
+        return None
+    return folder if folder.is_dir() else None
+
+
+def local_candidates(spec: str, *, models_dir: Path | None = None) -> list[tuple[str, Path]]:
+    """Where a relative name is looked for, in order: ``(where, path)`` pairs (the working
+    directory, then the package's ``models/`` folder unless the name starts with ``./`` or
+    ``../``). An absolute or ``~`` path is only itself."""
+    text = os.fspath(spec)
+    path = Path(text).expanduser()
+    if path.is_absolute():
+        return [('as given', path)]
+    out = [(WORKING_DIRECTORY, path)]
+    parts = Path(text).parts
+    explicit = text in (os.curdir, os.pardir) or text.startswith(
+        tuple(prefix + sep for prefix in (os.curdir, os.pardir) for sep in ('/', os.sep)))
+    if models_dir is not None and parts and not explicit:
+        inside = parts[1:] if parts[0] == MODELS and len(parts) > 1 else parts
+        out.append((PACKAGE_MODELS, models_dir.joinpath(*inside)))
+    return out
+
+
+def resolve_checkpoint(spec: str | os.PathLike, *,
+                       models_dir: Path | None | bool = True) -> ResolvedCheckpoint:
     """The local directory a checkpoint name points to (see the module docstring).
 
-    An existing local path, or a name that is not a Hub id, comes back as a local path
-    (checked later like any checkpoint directory). A Hub id comes back as its cached
-    snapshot (downloaded when the Hub is reachable), or raises :class:`CheckpointError`.
+    ``models_dir``: the package's ``models/`` folder to look in (``True``: the package's own,
+    :func:`package_models_dir`; ``None``: none). A local directory comes back as it was
+    found; a Hub id as its cached snapshot (downloaded when the Hub is reachable); a name
+    found nowhere that cannot be a Hub id raises :class:`CheckpointError` saying where it
+    was looked for.
     """
     text = os.fspath(spec)
-    local = Path(text).expanduser()
-    if local.exists():
-        return ResolvedCheckpoint(spec=text, path=local)
+    models = package_models_dir() if models_dir is True else (models_dir or None)
+    candidates = local_candidates(text, models_dir=models)
+    for where, path in candidates:
+        if path.exists():
+            resolved = ResolvedCheckpoint(spec=text, path=path, found_in=where)
+            _log_once(text, str(path.resolve()), resolved)
+            return resolved
     hub = parse_hub_id(text)
-    if hub is None:
-        return ResolvedCheckpoint(spec=text, path=local)
+    local_reason = _local_reason(text, hub, candidates, models)
+    if local_reason is not None:
+        raise CheckpointError(local_reason)
     snapshot = _snapshot(text, hub)
     path = snapshot / hub.subfolder if hub.subfolder else snapshot
     where = f"Hub checkpoint '{hub.repo_id}' (revision {hub.revision}, commit {snapshot.name})"
@@ -141,10 +198,37 @@ def resolve_checkpoint(spec: str | os.PathLike) -> ResolvedCheckpoint:
     resolved = ResolvedCheckpoint(spec=text, path=path, repo_id=hub.repo_id,
                                   revision=hub.revision, commit=snapshot.name,
                                   subfolder=hub.subfolder)
-    if (text, resolved.commit) not in _logged:  # the tools' logs name the commit, once
-        _logged.add((text, resolved.commit))
-        logger.info('checkpoint %s', resolved.describe())
+    _log_once(text, resolved.commit, resolved)  # the tools' logs name the commit, once
     return resolved
+
+
+def _log_once(text: str, key: str, resolved: ResolvedCheckpoint) -> None:
+    if (text, key) not in _logged:
+        _logged.add((text, key))
+        logger.info('checkpoint %s', resolved.describe())
+
+
+def _local_reason(text: str, hub: HubId | None, candidates: list[tuple[str, Path]],
+                  models: Path | None) -> str | None:
+    """Why a name found nowhere is a missing local path (one line), or ``None`` when it is
+    taken as a Hub id."""
+    if candidates[0][0] == 'as given':  # an absolute path
+        return f'{text}: checkpoint directory does not exist (a Hub checkpoint is named {SYNTAX})'
+    looked = ' and '.join(f'{where} ({path.absolute()})' for where, path in candidates)
+    head = f'{text}: checkpoint directory does not exist (looked {looked})'
+    if hub is None:
+        return f'{head}; a Hub checkpoint is named {SYNTAX}'
+    if hub.revision_given:
+        return None  # org/name@revision: a Hub id
+    first = Path(text).parts[0]
+    folders = [Path(first)] + ([models / first] if models is not None else [])
+    local = [str(folder) for folder in folders if folder.is_dir()]
+    if first == MODELS or local:
+        what = (f"'{first}' is the package's models/ folder" if first == MODELS
+                else f"'{first}' is a local folder ({local[0]})")
+        return (f'{head}; not taken as a Hub id: {what} (a Hub id whose first part is a '
+                f'local folder needs an explicit revision, {hub.repo_id}@main)')
+    return None
 
 
 def in_hub_cache(path: str | os.PathLike) -> bool:

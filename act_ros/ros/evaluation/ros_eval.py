@@ -211,8 +211,7 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
     env.setdefault('MUJOCO_GL', 'egl')
     env.setdefault('HF_HUB_OFFLINE', '1')
     env = dds_environment(env)  # full-size images through shared memory
-    if source.from_hub:
-        log(f'{PREFIX} checkpoint {source.describe()}')
+    log(f'{PREFIX} checkpoint {source.describe()}')
     log(f'{PREFIX} ROS domain {domain} (loopback), images {image_size[0]}x{image_size[1]}, '
         f'{args.episodes} episode(s) per mode from seed {args.seed}, logs in {log_dir}')
 

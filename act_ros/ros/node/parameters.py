@@ -100,7 +100,9 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('model_path', '', 'Checkpoint directory (LeRobot pretrained_model: config.json, '
           'model.safetensors, processor files), or a Hugging Face Hub id '
           'org/name[@revision][/subfolder] resolved through the huggingface_hub cache '
-          '(offline with HF_HUB_OFFLINE=1; docs/hub_ids.md). A local path wins. Required.'),
+          '(offline with HF_HUB_OFFLINE=1; docs/hub_ids.md). A relative path is looked up in '
+          "the working directory, then in the package's models/ folder; a name is a Hub id "
+          'only when it cannot be a local path. Required.'),
         CONTRACT_PATH,
         P('device', 'auto', 'Inference device: auto (MPS, then CUDA, then CPU), cpu, cuda, '
           'cuda:N or mps. An explicit device that is missing fails configure.'),
