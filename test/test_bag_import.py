@@ -280,3 +280,85 @@ def test_a_file_that_is_not_a_bag_is_refused_with_what_was_found(tmp_path):
     (bag / 'junk_0.mcap').write_bytes(b'not an mcap file at all')
     with pytest.raises(BagImportError, match=r"not an MCAP file \(its first bytes are"):
         import_bags([bag], tmp_path / 'ds', _spec(), use_video=False, progress=False)
+
+
+# -- issue 42: only a bag cut short is imported in part --------------------------------
+def _import_line(bag: Path, out: Path, capsys) -> str:
+    """Run the command on ``bag``; its one error line (exit status 2, nothing written)."""
+    code = main([str(bag), '--output', str(out), '--no-progress', '--no-video',
+                 '--image-size', f'{H}x{W}', '--tolerance', '0.02',
+                 '--joint-states-topic', '/joint_states',
+                 '--action-topic', '/arm_controller/joint_trajectory',
+                 *[f'--camera-topic={cam}=/camera/{cam}/image_raw'
+                   for cam in CONTRACT.camera_names]])
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert not out.exists()
+    assert not [p.name for p in out.parent.iterdir() if p.name.startswith(f'.{out.name}.')]
+    assert '\n' not in err, err
+    return err
+
+
+def test_a_bag_that_is_whole_but_unreadable_is_refused_not_recovered(tmp_path, episode, capsys):
+    import shutil
+
+    full = write_episode_bag(tmp_path / 'full', episode, CONTRACT, zstd_chunks=True)
+    # A corrupt header: the file's first bytes are not MCAP's magic.
+    header = tmp_path / 'corrupt_header'
+    shutil.copytree(full, header)
+    data = bytearray(_mcap_file(header).read_bytes())
+    data[:8] = b'\x00' * 8
+    _mcap_file(header).write_bytes(bytes(data))
+    line = _import_line(header, tmp_path / 'a', capsys)
+    assert line.startswith(f'act-ros import-bag: {header}: not a readable rosbag2 recording ('), line
+    assert "is not an MCAP file (its first bytes are b'\\x00" in line, line
+    assert 'not a recording cut short' in line, line
+    # The magic is whole but the first record is not a header: rosbags' reason stands.
+    record = tmp_path / 'corrupt_record'
+    shutil.copytree(full, record)
+    data = bytearray(_mcap_file(record).read_bytes())
+    data[8] = 0x7f
+    _mcap_file(record).write_bytes(bytes(data))
+    line = _import_line(record, tmp_path / 'b', capsys)
+    assert f'{record}: not a readable rosbag2 recording (AnyReaderError: ' in line, line
+    # A whole chunk damaged in the middle of a whole bag: a read error, not a recovery.
+    middle = tmp_path / 'damaged_chunk'
+    shutil.copytree(full, middle)
+    chunks = _chunk_starts(_mcap_file(middle))
+    data = bytearray(_mcap_file(middle).read_bytes())
+    # The second chunk's zstd frame starts after its record header (9 bytes), times,
+    # sizes and CRC (28), the compression name (4 + 4) and the records' size (8).
+    at = chunks[1] + 9 + 28 + 8 + 8
+    assert data[at:at + 4] == b'\x28\xb5\x2f\xfd'  # zstd's frame magic
+    data[at:at + 4] = b'\xff' * 4
+    _mcap_file(middle).write_bytes(bytes(data))
+    line = _import_line(middle, tmp_path / 'c', capsys)
+    assert f'{middle}: reading its messages failed (' in line, line
+    assert 'not cut short: nothing is imported' in line, line
+
+
+def test_a_bag_of_another_format_is_refused_with_what_it_is(tmp_path, episode, capsys):
+    import shutil
+
+    ros1 = tmp_path / 'old.bag'
+    ros1.write_bytes(b'#ROSBAG V2.0\n' + bytes(4096))
+    line = _import_line(ros1, tmp_path / 'a', capsys)
+    assert f'{ros1}: not a readable rosbag2 recording' in line, line
+    assert 'a ROS 1 bag, expected rosbag2 (MCAP or SQLite3)' in line, line
+    folder = tmp_path / 'csv_export'
+    folder.mkdir()
+    (folder / 'joint_states.csv').write_text('t,q0\n0,0\n')
+    line = _import_line(folder, tmp_path / 'b', capsys)
+    assert 'expected a rosbag2 directory or an .mcap / .db3 file, found joint_states.csv' in line
+    # A SQLite3 bag whose metadata.yaml is there but of a version rosbags does not read:
+    # whole, not cut short, so its .db3 is not read behind the metadata's back.
+    db = write_episode_bag(tmp_path / 'db_bag', episode, CONTRACT, storage='sqlite3')
+    (db / 'metadata.yaml').write_text('rosbag2_bagfile_information: {version: 99}\n')
+    line = _import_line(db, tmp_path / 'c', capsys)
+    assert f'{db}: not a readable rosbag2 recording (AnyReaderError: Rosbag2 version 99' in line
+    # Two bags, the second unreadable: refused before the first is imported.
+    good = write_episode_bag(tmp_path / 'good', episode, CONTRACT)
+    out = tmp_path / 'd'
+    assert main([str(good), str(ros1), '--output', str(out), '--no-progress']) == 2
+    assert not out.exists()
+    shutil.rmtree(db)

@@ -16,9 +16,12 @@ grow with the length of a bag. The dataset appears at ``--output`` only when eve
 has been read and written (atomic writer).
 
 A bag cut short (a recorder that crashed or lost power: an MCAP file without its footer
-and index, a SQLite3 bag without ``metadata.yaml``) is imported up to the cut, every
-whole message of it, with one line saying what was recovered and where the file ends
-(:mod:`act_ros.data.bag_recovery`); ``--strict`` refuses such a bag instead.
+and index or cut inside a chunk, a bag directory without ``metadata.yaml``) is imported up
+to the cut, every whole message of it, with one line saying what was recovered and where
+the file ends (:mod:`act_ros.data.bag_recovery`); ``--strict`` refuses such a bag
+instead. Any other bag that cannot be read (a corrupt header, another format, a chunk
+damaged in the middle, a message that does not decode) stops the import with one line
+naming the file and the reason; every bag is opened before anything is written.
 """
 
 from __future__ import annotations
@@ -123,23 +126,52 @@ class _TickSampler:
         return Snapshot(samples, problems, tick_s)
 
 
-def _open_bag(bag: Path, strict: bool, report: ImportReport) -> Any:
-    """A reader of ``bag`` (context manager): rosbags for a whole bag; for one cut short,
-    its readable part (unless ``strict``), announced with one line."""
-    from rosbags.highlevel import AnyReader
+def _one_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
 
-    from act_ros.data.bag_recovery import RecoveryError, recover
+
+def _open_whole(bag: Path) -> tuple[Any, str]:
+    """rosbags' reader of ``bag``, opened; or None and why it could not be."""
+    from rosbags.highlevel import AnyReader
 
     try:
         reader = AnyReader([bag], default_typestore=_typestore())
         reader.open()
-        return reader
-    except Exception as exc:  # rosbags raises its own error types per storage
-        problem = f'{type(exc).__name__}: {exc}'
+        return reader, ''
+    except Exception as exc:  # noqa: BLE001 - rosbags raises its own error types per storage
+        return None, _one_line(exc)
+
+
+def _unreadable(bag: Path, problem: str, strict: bool) -> tuple[bool, str | None]:
+    """(cut short, the error line) for a bag rosbags cannot open: the error line is None
+    only for a bag cut short that may be recovered (not ``strict``)."""
+    from act_ros.data.bag_recovery import diagnose
+
+    found = diagnose(bag)
+    if not found.cut_short:
+        detail = f'; {found.what}' if found.what else ''
+        return False, (f'{bag}: not a readable rosbag2 recording ({problem}){detail}; not a '
+                       'recording cut short, so nothing is imported')
     if strict:
-        raise BagImportError(f'{bag}: cannot be read as a complete rosbag2 recording '
-                             f'({problem}); --strict refuses bags cut short (without it, '
-                             'the whole messages before the cut are imported)')
+        return True, (f'{bag}: cannot be read as a complete rosbag2 recording ({problem}; '
+                      f'{found.what}); --strict refuses bags cut short (without it, the whole '
+                      'messages before the cut are imported)')
+    return True, None
+
+
+def _open_bag(bag: Path, strict: bool, report: ImportReport) -> Any:
+    """A reader of ``bag`` (context manager): rosbags for a whole bag; for one cut short
+    (missing footer, index or metadata, a truncated chunk), its readable part unless
+    ``strict``, announced with one line. Any other failure: :class:`BagImportError`, one
+    line naming the file and the reason."""
+    from act_ros.data.bag_recovery import RecoveryError, recover
+
+    reader, problem = _open_whole(bag)
+    if reader is not None:
+        return reader
+    _, error = _unreadable(bag, problem, strict)
+    if error is not None:
+        raise BagImportError(error)
     try:
         recovered = recover(bag, _typestore())
     except RecoveryError as exc:
@@ -148,6 +180,38 @@ def _open_bag(bag: Path, strict: bool, report: ImportReport) -> Any:
     logger.warning('%s', recovered.summary)
     report.recovered.append(recovered.summary)
     return recovered
+
+
+def check_bags(bags: Sequence[Path], strict: bool = False) -> int | None:
+    """Open every bag before anything is written: :class:`BagImportError` (one line naming
+    the file and the reason) for one that is neither whole nor cut short (or cut short
+    with ``strict``); the messages of all of them, or None when a bag is cut short (its
+    count is known only once it is read)."""
+    total: int | None = 0
+    for bag in bags:
+        reader, problem = _open_whole(Path(bag))
+        if reader is None:
+            _, error = _unreadable(Path(bag), problem, strict)
+            if error is not None:
+                raise BagImportError(error)
+            total = None
+            continue
+        try:
+            if total is not None:
+                total += int(reader.message_count)
+        finally:
+            reader.close()
+    return total
+
+
+def _read_errors(bag: Path, messages: Iterator[Any]) -> Iterator[Any]:
+    """``messages`` of a reader, a failure to read them (a damaged chunk in the middle of
+    a bag) as :class:`BagImportError` naming the file and the reason."""
+    try:
+        yield from messages
+    except Exception as exc:  # noqa: BLE001 - rosbags' and the decompressors' own types
+        raise BagImportError(f'{bag}: reading its messages failed ({_one_line(exc)}); the '
+                             'bag is damaged inside, not cut short: nothing is imported') from None
 
 
 class _BagEpisodes:
@@ -232,7 +296,8 @@ class _BagEpisodes:
                     yield buffer
                     buffer.clear()
 
-        for conn, stamp_ns, raw in reader.messages(connections=connections):
+        for conn, stamp_ns, raw in _read_errors(self.bag,
+                                                reader.messages(connections=connections)):
             self.report.messages += 1
             if self.progress is not None:
                 self.progress.update(1)
@@ -257,7 +322,12 @@ class _BagEpisodes:
                     continue
             stream, _ = self.streams[conn.topic]
             last_input_ns = stamp_ns
-            msg = reader.deserialize(raw, conn.msgtype)
+            try:
+                msg = reader.deserialize(raw, conn.msgtype)
+            except Exception as exc:  # noqa: BLE001 - rosbags' CDR errors
+                raise BagImportError(f'{self.bag}: a {conn.msgtype} message on {conn.topic} at '
+                                     f'log time {stamp_ns * 1e-9:.3f} s cannot be decoded '
+                                     f'({_one_line(exc)}): nothing is imported') from None
             try:
                 value = self._convert(stream, msg)
             except MalformedMessageError as exc:
@@ -303,8 +373,8 @@ def import_bags(bags: Sequence[Path], output: Path, spec: RecordingSpec, *,
     layout = DatasetLayout(contract=contract, image_height=spec.image_height,
                            image_width=spec.image_width, use_video=use_video,
                            robot_type=robot_type, task_text=spec.task)
+    total = check_bags([Path(b) for b in bags], strict)  # before anything is written
     report = ImportReport()
-    total = _message_count(bags)
     bar = tqdm(total=total, unit='msg', desc='import', disable=not progress, dynamic_ncols=True)
     try:
         with AtomicDatasetWriter(layout, output, overwrite=overwrite,
@@ -332,19 +402,6 @@ def import_bags(bags: Sequence[Path], output: Path, spec: RecordingSpec, *,
     finally:
         bar.close()
     return report
-
-
-def _message_count(bags: Sequence[Path]) -> int | None:
-    from rosbags.highlevel import AnyReader
-
-    total = 0
-    for bag in bags:
-        try:
-            with AnyReader([Path(bag)], default_typestore=_typestore()) as reader:
-                total += int(reader.message_count)
-        except Exception:  # noqa: BLE001 - reported properly when the bag is read
-            return None
-    return total
 
 
 def build_parser() -> argparse.ArgumentParser:

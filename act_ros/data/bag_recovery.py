@@ -351,6 +351,65 @@ def read_sqlite(path: Path, typestore: Any) -> RecoveredBag:
     return RecoveredBag(path, list(connections.values()), source, summary, typestore, count)
 
 
+SQLITE_MAGIC = b'SQLite format 3\x00'
+ROS1_MAGIC = b'#ROSBAG'
+
+
+def _head_tail(file: Path, n: int) -> tuple[bytes, bytes, int]:
+    size = file.stat().st_size
+    with file.open('rb') as f:
+        head = f.read(n)
+        f.seek(max(0, size - n))
+        return head, f.read(n), size
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What a look at a bag's files says: whether it is a recording cut short, and what
+    was found (where it ends, or what is wrong with it)."""
+
+    cut_short: bool
+    what: str
+
+
+def diagnose(path: Path) -> Diagnosis:
+    """Whether ``path`` is a recording cut short (a recorder that crashed or lost power):
+    its files start as a rosbag2 recording's do but its end is missing (an MCAP file
+    without footer or index, or cut inside a record; a bag directory without
+    ``metadata.yaml``). Anything else that keeps a bag from opening (a corrupt header,
+    another format) is not, and no recovery may paper over it: ``what`` then says what was
+    found, or is empty when these checks find nothing wrong."""
+    path = Path(path)
+    files = [path] if path.is_file() else (sorted(p for p in path.iterdir() if p.is_file())
+                                           if path.is_dir() else [])
+    if any(_head_tail(f, len(ROS1_MAGIC))[0] == ROS1_MAGIC for f in files[:20]):
+        return Diagnosis(False, 'a ROS 1 bag, expected rosbag2 (MCAP or SQLite3): convert it '
+                                'with `rosbags-convert`')
+    mcaps, dbs = mcap_files(path), db3_files(path)
+    if not mcaps and not dbs:
+        names = ', '.join(f.name for f in files[:6]) + (', ...' if len(files) > 6 else '')
+        return Diagnosis(False, 'expected a rosbag2 directory or an .mcap / .db3 file, found '
+                                f'{names or "no file"}')
+    ends = []
+    for file in mcaps:
+        head, tail, size = _head_tail(file, len(MCAP_MAGIC))
+        if head != MCAP_MAGIC:
+            return Diagnosis(False, f'{file.name} is not an MCAP file (its first bytes are '
+                                    f'{head!r}, expected {MCAP_MAGIC!r})')
+        if size < 2 * len(MCAP_MAGIC) or tail != MCAP_MAGIC:
+            ends.append(f'{file.name} ends at byte {size} without its footer')
+    for file in dbs:
+        head, _, _ = _head_tail(file, len(SQLITE_MAGIC))
+        if head != SQLITE_MAGIC:
+            return Diagnosis(False, f'{file.name} is not an SQLite3 database (its first bytes '
+                                    f'are {head!r})')
+    if ends:
+        return Diagnosis(True, '; '.join(ends))
+    if path.is_dir() and not (path / 'metadata.yaml').exists():
+        return Diagnosis(True, 'no metadata.yaml (written when a recording ends)')
+    return Diagnosis(False, '')
+
+
 def recover(path: Path, typestore: Any) -> RecoveredBag:
     """A damaged bag's readable part: MCAP files scanned, or ``.db3`` files read
     directly (RecoveryError when neither applies)."""
