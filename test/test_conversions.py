@@ -121,6 +121,21 @@ def test_pose_position():
         conv.pose_position(msg)
 
 
+@pytest.mark.parametrize('frame', ['camera_link', 'map', '', 'Base_link'])
+def test_a_pose_in_another_frame_is_rejected_naming_topic_and_frames(frame):
+    msg = PoseStamped()
+    msg.header.frame_id = frame
+    msg.pose.orientation.w = 1.0
+    convert = conv.in_frame(conv.pose_components, 'base_link', '/arm/box_pose')
+    with pytest.raises(conv.MalformedMessageError) as err:
+        convert(msg)
+    assert str(err.value) == (
+        f"pose on /arm/box_pose is in frame '{frame}', expected 'base_link' (poses are not "
+        'transformed: publish them in that frame, or set pose_frame_id)')
+    msg.header.frame_id = 'base_link'
+    np.testing.assert_allclose(convert(msg), [0, 0, 0, 1, 0, 0, 0])
+
+
 def test_joint_trajectory_command():
     msg = conv.to_joint_trajectory(np.arange(6) * 0.1, JOINTS, 1.0 / 30.0)
     assert list(msg.joint_names) == JOINTS

@@ -13,7 +13,7 @@ name, in any order, with extra joints ignored.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cv2
@@ -86,6 +86,26 @@ def joint_positions(msg: Any, joint_names: Sequence[str]) -> np.ndarray:
     names or a non-finite position of a required joint are rejected.
     """
     return named_positions(msg.name, msg.position, joint_names, 'joint state')
+
+
+def check_frame(msg: Any, expected: str, topic: str) -> None:
+    """Reject a stamped message (a ``PoseStamped``) whose ``header.frame_id`` is not
+    ``expected``: poses are used as they are, never transformed, so a pose in a camera or
+    map frame must not pass for one in the robot base frame. ``topic`` names it in the line."""
+    frame = msg.header.frame_id
+    if frame != expected:
+        raise MalformedMessageError(
+            f"pose on {topic} is in frame '{frame}', expected '{expected}' (poses are not "
+            'transformed: publish them in that frame, or set pose_frame_id)')
+
+
+def in_frame(convert: Callable[[Any], Any], expected: str, topic: str) -> Callable[[Any], Any]:
+    """``convert`` for messages of ``topic`` that must be in frame ``expected``
+    (:func:`check_frame` first)."""
+    def checked(msg: Any) -> Any:
+        check_frame(msg, expected, topic)
+        return convert(msg)
+    return checked
 
 
 def pose_position(msg: Any) -> np.ndarray:

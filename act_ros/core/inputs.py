@@ -6,7 +6,8 @@ store is ROS-free apart from the times it is handed (node-clock seconds), so it 
 with simulated time.
 
 A rejected message invalidates its stream until the next good message: a sensor that
-sends garbage stops the commands at once instead of leaving an older value in use.
+sends garbage stops the commands at once instead of leaving an older value in use, whether
+the stream is required or optional (the release gate's pad and end-effector poses).
 """
 
 from __future__ import annotations
@@ -124,11 +125,14 @@ class InputStore:
             self._consumed.clear()
 
     def snapshot(self, now_s: float) -> Snapshot:
-        """Latest samples and the problems of the required streams at ``now_s``."""
+        """Latest samples and the problems at ``now_s``: those of the required streams
+        (missing, stale, rejected), and any other stream whose newest message was rejected
+        (a pose in the wrong frame on the gate's pad or end-effector topic stops the
+        commands like a malformed camera image; one never received or stale does not)."""
         with self._lock:
             samples = dict(self._samples)
             invalid = dict(self._invalid)
-        problems = {}
+        problems = {name: why for name, why in invalid.items() if name not in self.required}
         for name in self.required:
             sample = samples.get(name)
             if sample is None:

@@ -58,7 +58,9 @@ class RobotHarness(Node):
     ``drop`` (stream -> probability that a message is not sent), ``poses`` (topic ->
     (position, quaternion w, x, y, z): a ``PoseStamped`` in ``base_link`` published with
     every set, e.g. ``box_pose`` for a policy that takes the object poses; ``enabled``
-    and ``drop`` take the topic as the stream).
+    and ``drop`` take the topic as the stream), ``frames`` (pose topic -> the
+    ``header.frame_id`` it is published in instead of ``base_link``; ``ee_pose`` and
+    ``pad_pose`` too).
     """
 
     def __init__(self, *, context: Any = None, cameras: Sequence[str] = ('top', 'wrist'),
@@ -78,6 +80,7 @@ class RobotHarness(Node):
         self.ee_position: np.ndarray | None = None
         self.pad_position: np.ndarray | None = None
         self.poses: dict[str, tuple[Sequence[float], Sequence[float]]] = {}
+        self.frames: dict[str, str] = {}
         self._pose_pubs: dict[str, Any] = {}
         self._lock = threading.Lock()
         self.commands: list[ReceivedCommand] = []
@@ -135,11 +138,12 @@ class RobotHarness(Node):
             if self._sends(cam):
                 pub = self._compressed_pubs[cam] if compressed else self._raw_pubs[cam]
                 pub.publish(self.mutate.get(cam, _same)(image))
-        for position, pub in ((self.ee_position, self._ee_pub), (self.pad_position, self._pad_pub)):
+        for topic, position, pub in (('ee_pose', self.ee_position, self._ee_pub),
+                                     ('pad_pose', self.pad_position, self._pad_pub)):
             if position is not None:
                 pose = PoseStamped()
                 pose.header.stamp = stamp
-                pose.header.frame_id = 'base_link'
+                pose.header.frame_id = self.frames.get(topic, 'base_link')
                 pose.pose.position.x, pose.pose.position.y, pose.pose.position.z = (
                     float(v) for v in position)
                 pose.pose.orientation.w = 1.0
@@ -153,7 +157,7 @@ class RobotHarness(Node):
                     PoseStamped, topic, qos_profile_sensor_data)
             pose = PoseStamped()
             pose.header.stamp = stamp
-            pose.header.frame_id = 'base_link'
+            pose.header.frame_id = self.frames.get(topic, 'base_link')
             p, q = pose.pose.position, pose.pose.orientation
             p.x, p.y, p.z = (float(v) for v in position)
             q.w, q.x, q.y, q.z = (float(v) for v in quaternion)

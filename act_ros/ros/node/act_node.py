@@ -127,6 +127,13 @@ class ActNode(LifecycleNode):
         if runtime.environment_state_dim:
             inputs += ', object poses on ' + ', '.join(
                 self.resolve_topic_name(s.object_pose_topics[obj]) for obj in OBJECTS)
+        gate_poses = [self.resolve_topic_name(topic) for topic, used in (
+            (s.pad_pose_topic, s.pad_source == 'topic'), (s.ee_pose_topic, s.ee_source == 'topic'))
+            if used]
+        if gate_poses:
+            inputs += ', gate poses on ' + ', '.join(gate_poses)
+        if runtime.environment_state_dim or gate_poses:
+            inputs += f" (poses in frame '{s.pose_frame_id}' only)"
         self.get_logger().info(
             f'configured: model {runtime.source.describe()} on {runtime.device}, mode {s.mode}/'
             f'{s.execution}, {s.trigger} trigger at {s.control_rate_hz:g} Hz, '

@@ -160,7 +160,8 @@ and, with ``visualization.enabled``, the plan's view
     ``cameras``: those the checkpoint takes (default: every contract camera);
     ``object_poses``: subscribe one ``PoseStamped`` per object
     (``object_pose_topics.<object>``). A topic needed twice (the pad's pose, also the
-    release gate's with ``pad_source: topic``) gets one subscription feeding both.
+    release gate's with ``pad_source: topic``) gets one subscription feeding both. A pose
+    whose ``header.frame_id`` is not ``pose_frame_id`` is rejected on every stream it feeds.
     """
     group = node.input_group
     subs = []
@@ -181,7 +182,10 @@ and, with ``visualization.enabled``, the plan's view
     poses: dict[str, list[tuple[str, Callable[[Any], Any]]]] = {}
 
     def use_pose(topic: str, stream: str, convert: Callable[[Any], Any]) -> None:
-        poses.setdefault(node.resolve_topic_name(topic), []).append((stream, convert))
+        resolved = node.resolve_topic_name(topic)
+        # Every pose must be in the expected frame (pose_frame_id): never transformed.
+        poses.setdefault(resolved, []).append(
+            (stream, conv.in_frame(convert, settings.pose_frame_id, resolved)))
 
     if settings.ee_source == 'topic':
         use_pose(settings.ee_pose_topic, EE_POSE, conv.pose_position)

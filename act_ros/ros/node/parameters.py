@@ -186,6 +186,12 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'chunk becomes a new path.', low=0.1, high=30.0),
         P('visualization.frame_id', 'base_link', 'Frame of the path and the markers: the robot '
           'base frame of the joint model (the URDF root), in which the pad position is given.'),
+        P('pose_frame_id', '', 'Frame every pose input must be in (header.frame_id of '
+          'object_pose_topics.*, pad_pose_topic and ee_pose_topic): poses are used as they '
+          'are, never transformed, so a pose in another frame is rejected like a malformed '
+          'message (no command while it is the newest on its topic; /diagnostics names the '
+          'topic, the frame received and the frame expected). Empty: visualization.frame_id, '
+          'the robot base frame.', read_only=True),
         # Topics and message types (structural).
         P('joint_states_topic', 'joint_states', 'sensor_msgs/JointState input.', read_only=True),
         P('image_transport', 'raw', 'raw: sensor_msgs/Image on each camera topic; compressed: '
@@ -227,12 +233,13 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('pad_source', 'parameter', 'Pad position from pad_position_m or from pad_pose_topic.',
           choices=('parameter', 'topic'), read_only=True),
         P('pad_position_m', [0.25, 0.0, 0.0], 'Pad position (x, y, z) in the robot base frame.'),
-        P('pad_pose_topic', 'pad_pose', 'geometry_msgs/PoseStamped of the pad (pad_source topic).',
-          read_only=True),
+        P('pad_pose_topic', 'pad_pose', 'geometry_msgs/PoseStamped of the pad in pose_frame_id '
+          '(pad_source topic).', read_only=True),
         P('ee_source', 'fk', 'End-effector position from forward kinematics of the measured '
           'joints (fk) or from ee_pose_topic (topic).', choices=('fk', 'topic'), read_only=True),
-        P('ee_pose_topic', 'ee_pose', 'geometry_msgs/PoseStamped of the end effector in the pad '
-          'frame (ee_source topic); older than max_obs_age_s counts as unknown.', read_only=True),
+        P('ee_pose_topic', 'ee_pose', 'geometry_msgs/PoseStamped of the end effector in '
+          'pose_frame_id, like the pad (ee_source topic); older than max_obs_age_s counts as '
+          'unknown.', read_only=True),
         P('urdf_path', '', 'Robot URDF for fk; empty means the package urdf/so101_class.urdf.'),
         P('ee_frame', 'ee_link', 'URDF frame whose origin is the end-effector position (fk).'),
     ]
@@ -243,7 +250,7 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
     for obj in OBJECTS:
         specs.append(P(object_pose_topic_param(obj), f'{obj}_pose',
                        f'{OBJECT_POSE_DESCRIPTIONS.get(obj, obj)} in the robot base frame '
-                       '(the frame of the joint model; not transformed). Subscribed only when '
+                       '(pose_frame_id; not transformed). Subscribed only when '
                        'the checkpoint takes observation.environment_state; then a required '
                        'input like the cameras (older than max_obs_age_s: no command).',
                        read_only=True))
@@ -391,6 +398,8 @@ class NodeSettings:
     visualization_enabled: bool = True
     visualization_rate_hz: float = 5.0
     visualization_frame_id: str = 'base_link'
+    # The frame every pose input must be in (pose_frame_id, or visualization.frame_id).
+    pose_frame_id: str = 'base_link'
     # Object -> PoseStamped topic (act_ros.core.object_state.OBJECTS), for a checkpoint that
     # takes observation.environment_state.
     object_pose_topics: dict[str, str] = field(
@@ -464,4 +473,5 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         precision_tolerance=v['precision_tolerance'],
         visualization_enabled=v['visualization.enabled'],
         visualization_rate_hz=v['visualization.rate_hz'],
-        visualization_frame_id=v['visualization.frame_id'])
+        visualization_frame_id=v['visualization.frame_id'],
+        pose_frame_id=v['pose_frame_id'] or v['visualization.frame_id'])
