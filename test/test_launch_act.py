@@ -2,9 +2,11 @@
 
 `launch` and `launch_ros` are not installable from the Python package index, so the launch
 file is checked by parsing it: every launch argument it uses is declared with a
-description, every executable is a console script of setup.py, every parameter file and
-remapped topic exists. Where `launch_ros` is importable the description is also built.
-The parameters file is loaded by a real node to check it matches the declarations.
+description, every executable is a console script of setup.py, every parameter file
+exists. Which parameters it passes, and in which order, is computed by
+act_ros.ros.launch_arguments and tested in test_launch_parameters.py. Where `launch_ros`
+is importable the description is also built. The parameters file is loaded by a real node
+to check it matches the declarations.
 """
 
 import ast
@@ -63,6 +65,30 @@ def test_one_generate_launch_description(launch_tree):
     assert names.count('generate_launch_description') == 1
 
 
+def used_arguments(tree: ast.AST) -> set[str]:
+    """Launch arguments a launch file reads: ``LaunchConfiguration('x')``, ``values['x']``
+    in its launch_setup, and those of the act_ros.ros.launch_arguments tables it imports
+    (each sets the parameter of its name when given)."""
+    from act_ros.ros import launch_arguments
+
+    used = {_string(c.args[0]) for c in _calls(tree, 'LaunchConfiguration')}
+    used |= {_string(n.slice) for n in ast.walk(tree) if isinstance(n, ast.Subscript)
+             and isinstance(n.value, ast.Name) and n.value.id == 'values'}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == 'act_ros.ros.launch_arguments':
+            for alias in node.names:
+                table = getattr(launch_arguments, alias.name)
+                if alias.name.endswith('_ARGUMENTS'):
+                    used |= {arg.name for arg in table}
+                elif alias.name == 'sim_parameters':
+                    used |= {arg.name for arg in (*launch_arguments.SIM_BRIDGE_ARGUMENTS,
+                                                  *launch_arguments.SIM_ACT_NODE_ARGUMENTS)}
+    for node in tree.body:  # module constants naming arguments, e.g. RVIZ_ARGUMENTS
+        if isinstance(node, ast.Assign) and node.targets[0].id.endswith('_ARGUMENTS'):
+            used |= set(ast.literal_eval(node.value))
+    return used - {None}
+
+
 def test_arguments_are_declared_with_descriptions_and_all_used(launch_tree):
     declared = {}
     for call in _calls(launch_tree, 'DeclareLaunchArgument'):
@@ -72,7 +98,7 @@ def test_arguments_are_declared_with_descriptions_and_all_used(launch_tree):
         text = ast.literal_eval(description) if description is not None else ''
         assert isinstance(text, str) and len(text) > 10, f"'{name}' has no description"
         declared[name] = call
-    used = {_string(c.args[0]) for c in _calls(launch_tree, 'LaunchConfiguration')}
+    used = used_arguments(launch_tree)
     assert REQUIRED_ARGUMENTS <= set(declared), REQUIRED_ARGUMENTS - set(declared)
     assert used <= set(declared), f'used but not declared: {used - set(declared)}'
     assert set(declared) <= used, f'declared but never used: {set(declared) - used}'
@@ -114,15 +140,11 @@ def test_parameter_files_exist_and_are_installed(launch_tree):
     assert "_files('config/*.yaml')" in setup and "_files('launch/*.launch.py')" in setup
 
 
-def test_remapped_topics_are_the_node_defaults(launch_tree):
-    from act_ros.core.contract import load_contract
-    from act_ros.ros.node.parameters import parameter_specs
-
-    defaults = {s.default for s in parameter_specs(load_contract()) if isinstance(s.default, str)}
-    node = _calls(launch_tree, 'LifecycleNode')[0]
-    remappings = _keyword(node, 'remappings')
-    for pair in remappings.elts:
-        assert _string(pair.elts[0]) in defaults, f'remapping of unknown topic {pair.elts[0]}'
+def test_topics_are_parameters_not_remappings(launch_tree):
+    """A topic given as a launch argument sets the node's topic parameter (so it wins over
+    a params file that renames the topic), never a remapping of the default name."""
+    for call in _calls(launch_tree, 'LifecycleNode') + _calls(launch_tree, 'Node'):
+        assert _keyword(call, 'remappings') is None
 
 
 def test_params_file_mirrors_the_declared_parameters():
@@ -212,7 +234,9 @@ def test_rviz_argument_includes_the_rviz_launch_file_only_when_asked(launch_tree
     path = _calls(include, 'PathJoinSubstitution')[0].args[0].elts
     assert [_string(p) for p in path[1:]] == ['launch', 'rviz.launch.py']
     # Every argument it passes is one the included file declares.
-    passed = {_string(k) for k in _keyword(include, 'launch_arguments').func.value.keys}
+    passed = {_string(k) for k in _keyword(include, 'launch_arguments').func.value.keys} - {None}
+    passed |= next(set(ast.literal_eval(n.value)) for n in launch_tree.body
+                   if isinstance(n, ast.Assign) and n.targets[0].id == 'RVIZ_ARGUMENTS')
     rviz_tree = ast.parse(RVIZ_LAUNCH.read_text())
     assert set(passed) <= set(_declared_arguments(rviz_tree)), passed
 

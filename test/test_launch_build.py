@@ -4,7 +4,9 @@ checked against the nodes' own parameter declarations.
 
 `generate_launch_description()` runs for real: its Python executes, and every
 `DeclareLaunchArgument`, `LaunchConfiguration`, `Node`, `LifecycleNode`, `ParameterValue`
-and included launch file is recorded with its arguments. Then, for each node of this
+and included launch file is recorded with its arguments; an `OpaqueFunction`'s function
+runs on the launch arguments' values (their defaults, or every argument given an example
+value) and what it returns is recorded too. Then, for each node of this
 package: every parameter the launch file sets is one the node declares (`act_node`:
 `act_ros.ros.node.parameters.parameter_specs`, `sim_bridge`: `BRIDGE_PARAMETERS`,
 `record_node`: `record_parameters`), with a value of the declared type (a literal, a
@@ -50,7 +52,10 @@ class _StubModule(types.ModuleType):
         return cls
 
 
-def build(path: Path, monkeypatch) -> Recorded:
+def build(path: Path, monkeypatch, *, given: bool = False) -> Recorded:
+    """The recorded description; each OpaqueFunction's result is recorded as its
+    ``expanded`` keyword, run on the declared defaults or (``given``) with every launch
+    argument that sets a parameter given an example value of the parameter's type."""
     for name in STUBBED:
         monkeypatch.setitem(sys.modules, name, _StubModule(name))
     spec = importlib.util.spec_from_file_location(f'launch_under_test_{path.stem}', path)
@@ -58,7 +63,38 @@ def build(path: Path, monkeypatch) -> Recorded:
     spec.loader.exec_module(module)
     description = module.generate_launch_description()
     assert description.kind == 'LaunchDescription'
+    values = {name: (d.kwargs.get('default_value') if isinstance(d.kwargs.get('default_value'),
+                                                                   str) else str(d))
+              for name, d in declared(description).items()}
+    if given:
+        values.update({k: v for k, v in example_values().items() if k in values})
+    context = types.SimpleNamespace(launch_configurations=values)
+    for opaque in [e for e in walk(description) if e.kind == 'OpaqueFunction']:
+        opaque.kwargs['expanded'] = opaque.kwargs['function'](context)
     return description
+
+
+def example_values() -> dict[str, str]:
+    """An example value for each launch argument that sets a parameter: the parameter's
+    declared default (written as a launch argument), or one of its type where that is
+    empty."""
+    from act_ros.ros import launch_arguments as la
+
+    specs = node_specs()
+    tables = {'act_node': (*la.ACT_NODE_ARGUMENTS, *la.SIM_ACT_NODE_ARGUMENTS),
+              'record_node': la.RECORD_NODE_ARGUMENTS, 'sim_bridge': la.SIM_BRIDGE_ARGUMENTS}
+    out = {}
+    for executable, table in tables.items():
+        for arg in table:
+            spec = specs[executable].get(arg.parameter)  # a broken table's: a string
+            default = spec.default if spec is not None else ''
+            if isinstance(default, bool):
+                out[arg.name] = 'true'
+            elif isinstance(default, (int, float)):
+                out[arg.name] = str(default or 2)
+            else:
+                out[arg.name] = default or f'/example/{arg.name}'
+    return out
 
 
 def walk(value):
@@ -103,9 +139,11 @@ def _type_of(spec) -> type | None:
 LAUNCH_FILES = sorted(p.name for p in LAUNCH_DIR.glob('*.launch.py'))
 
 
-@pytest.fixture(params=LAUNCH_FILES)
+@pytest.fixture(params=[(name, given) for name in LAUNCH_FILES for given in (False, True)],
+                ids=lambda p: f"{p[0]}{'-given' if p[1] else ''}")
 def built(request, monkeypatch):
-    return request.param, build(LAUNCH_DIR / request.param, monkeypatch)
+    name, given = request.param
+    return name, build(LAUNCH_DIR / name, monkeypatch, given=given)
 
 
 def test_every_launch_file_is_checked():
@@ -184,20 +222,35 @@ def test_included_launch_files_get_only_arguments_they_declare(built, monkeypatc
         assert given <= set(inner), f'{name} passes {given - set(inner)} to {included.name}'
 
 
-@pytest.mark.parametrize('file,old,new,problem', [
-    ('act.launch.py', "'device': Launch", "'devise': Launch", "declares no parameter 'devise'"),
-    ('sim.launch.py', "LaunchConfiguration('seed'), value_type=int",
-     "LaunchConfiguration('seed'), value_type=float", 'seed is int'),
-    ('record.launch.py', "'max_episode_s', default_value='0.0'",
-     "'max_episode_s', default_value='zero'", 'could not convert'),
-    ('sim.launch.py', "'autostart': True,", "'autostart': 'yes',", 'autostart'),
+@pytest.mark.parametrize('file,table,entry,problem', [
+    ('act.launch.py', 'ACT_NODE_ARGUMENTS', ('device', 'devise', str),
+     "declares no parameter 'devise'"),
+    ('sim.launch.py', 'SIM_BRIDGE_ARGUMENTS', ('seed', 'seed', float), 'seed=2.0, declared int'),
+    ('record.launch.py', 'RECORD_NODE_ARGUMENTS', ('max_episode_s', 'max_episode_s', str),
+     "max_episode_s='2', declared float"),
 ])
-def test_the_checks_catch_a_broken_launch_file(file, old, new, problem, tmp_path, monkeypatch):
-    """A launch file with a parameter act_node lacks, a value of the wrong type, or a
-    default that does not convert fails the check above."""
+def test_the_checks_catch_a_broken_argument_table(file, table, entry, problem, monkeypatch):
+    """A launch argument that sets a parameter the node lacks, or gives it a value of the
+    wrong type, fails the check above."""
+    from act_ros.ros import launch_arguments as la
+
+    name = entry[0]
+    broken = tuple(la.LaunchArgument(*entry) if arg.name == name else arg
+                   for arg in getattr(la, table))
+    monkeypatch.setattr(la, table, broken)
+    with pytest.raises(AssertionError, match=problem):
+        check_nodes(file, build(LAUNCH_DIR / file, monkeypatch, given=True))
+
+
+def test_the_checks_catch_a_broken_launch_file(tmp_path, monkeypatch):
+    """A parameter of the wrong type written into the launch file fails the check too."""
+    file = 'act.launch.py'
+    old = "parameters=parameter_sources([values['params_file']], values, ACT_NODE_ARGUMENTS),"
+    new = ("parameters=[*parameter_sources([values['params_file']], values, "
+           "ACT_NODE_ARGUMENTS), {'autostart': 'yes'}],")
     text = (LAUNCH_DIR / file).read_text()
     assert old in text
     bad = tmp_path / file
     bad.write_text(text.replace(old, new, 1))
-    with pytest.raises((AssertionError, ValueError), match=problem):
+    with pytest.raises(AssertionError, match='autostart'):
         check_nodes(file, build(bad, monkeypatch))

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from test_launch_act import _calls, _flatten, _keyword, _string, console_scripts, package_name
+from test_launch_act import (_calls, _flatten, _keyword, _string, console_scripts, package_name,
+                             used_arguments)
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = ROOT / 'launch' / 'record.launch.py'
@@ -28,9 +29,8 @@ def test_arguments_are_declared_with_descriptions_and_used(tree):
         text = ast.literal_eval(_keyword(call, 'description'))
         assert len(text) > 10, f"'{name}' has no description"
         declared[name] = call
-    used = {_string(c.args[0]) for c in _calls(tree, 'LaunchConfiguration')}
     assert {'output', 'params_file', 'action_source', 'action_topic'} <= set(declared)
-    assert used == set(declared)
+    assert used_arguments(tree) == set(declared)
 
 
 def test_executable_and_parameter_file(tree):
@@ -79,23 +79,29 @@ def test_params_file_loads_into_the_node(ros_domain_id, tmp_path):
         rclpy.shutdown(context=context)
 
 
-def test_compressed_camera_topics_follow_the_remaps(tree):
-    """A compressed camera is read on ``<topic>/compressed``: remapping the camera's topic
-    must move that name as well (to the remapped topic plus ``/compressed``)."""
-    (node,) = _calls(tree, 'Node')
-    remaps = {}
-    for pair in _keyword(node, 'remappings').elts:
-        source, target = pair.elts
-        remaps[_string(source)] = target
-    for camera in ('top', 'wrist'):
-        raw = remaps[f'camera/{camera}/image_raw']
-        assert _string(raw.args[0]) == f'{camera}_image_topic'
-        compressed = remaps.get(f'camera/{camera}/image_raw/compressed')
-        assert compressed is not None, f'camera/{camera}/image_raw/compressed is not remapped'
-        assert isinstance(compressed, ast.List)
-        first, suffix = compressed.elts
-        assert _string(first.args[0]) == f'{camera}_image_topic'
-        assert _string(suffix) == '/compressed'
-    (overrides,) = [d for d in _keyword(node, 'parameters').elts if isinstance(d, ast.Dict)]
-    keys = {_string(k) for k in overrides.keys}
-    assert {'cameras.top.transport', 'cameras.wrist.transport'} <= keys
+@pytest.mark.ros
+def test_given_camera_topics_and_transports_reach_the_node(ros_domain_id, tmp_path):
+    """The launch arguments for a camera set its topic and transport parameters (after the
+    params file): a compressed camera is then read on ``<topic>/compressed``, the other
+    cameras as the file says."""
+    rclpy = pytest.importorskip('rclpy')
+    from act_ros.ros.launch_arguments import RECORD_NODE_ARGUMENTS, parameter_sources
+    from act_ros.ros.recording.record_node import RecordNode
+    from test_launch_parameters import _rcl_arguments
+
+    values = {'output': str(tmp_path / 'demos'), 'top_image_topic': '/cam/top',
+              'top_image_transport': 'compressed', 'wrist_image_topic': '',
+              'wrist_image_transport': '', 'action_source': '', 'max_episode_s': ''}
+    sources = parameter_sources([str(PARAMS_FILE)], values, RECORD_NODE_ARGUMENTS)
+    assert sources[0] == str(PARAMS_FILE) and sources[1] == {
+        'output': str(tmp_path / 'demos'), 'cameras.top.topic': '/cam/top',
+        'cameras.top.transport': 'compressed'}
+    context = rclpy.context.Context()
+    rclpy.init(context=context, domain_id=ros_domain_id, args=_rcl_arguments(sources, tmp_path))
+    try:
+        node = RecordNode(context=context)
+        topics = {sub.topic_name for sub in node.subscriptions}
+        assert {'/cam/top/compressed', '/camera/wrist/image_raw'} <= topics, topics
+        node.destroy_node()
+    finally:
+        rclpy.shutdown(context=context)

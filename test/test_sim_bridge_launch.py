@@ -3,8 +3,10 @@
 `launch`/`launch_ros` are not installable from the Python package index, so the launch
 file is checked by parsing it: every launch argument is declared with a description and
 used, every executable is a console script of setup.py, every parameter it sets is one
-the node declares, every file it names exists. The parameter file is loaded by a real
-bridge node. Where `launch_ros` is importable the description is also built.
+the node declares (the parameter lists come from act_ros.ros.launch_arguments.
+sim_parameters, whose order is tested in test_launch_parameters.py). The parameter file
+is loaded by a real bridge node. Where `launch_ros` is importable the description is also
+built.
 """
 
 import ast
@@ -55,15 +57,6 @@ def node_calls(tree) -> dict[str, ast.Call]:
     return {_string(_keyword(c, 'executable')): c for c in calls}
 
 
-def parameter_names(call: ast.Call) -> set[str]:
-    names = set()
-    params = _keyword(call, 'parameters')
-    for item in getattr(params, 'elts', []):
-        if isinstance(item, ast.Dict):
-            names |= {_string(k) for k in item.keys}
-    return names
-
-
 def console_scripts() -> set[str]:
     setup = ast.parse((ROOT / 'setup.py').read_text())
     scripts = set()
@@ -76,8 +69,10 @@ def console_scripts() -> set[str]:
 
 
 def test_arguments_are_declared_with_descriptions_and_all_used(tree):
+    from test_launch_act import used_arguments
+
     assert [n.name for n in tree.body if isinstance(n, ast.FunctionDef)] == \
-        ['generate_launch_description']
+        ['generate_launch_description', 'launch_setup']
     declared = {}
     for call in _calls(tree, 'DeclareLaunchArgument'):
         name = _string(call.args[0])
@@ -85,31 +80,40 @@ def test_arguments_are_declared_with_descriptions_and_all_used(tree):
         text = _string(_keyword(call, 'description')) or ''
         assert len(text) > 10, f"'{name}' has no description"
         declared[name] = call
-    used = {_string(c.args[0]) for c in _calls(tree, 'LaunchConfiguration')}
+    used = used_arguments(tree)
     assert REQUIRED_ARGUMENTS <= set(declared), REQUIRED_ARGUMENTS - set(declared)
     assert used == set(declared), (used ^ set(declared))
 
 
 def test_both_executables_exist_and_get_only_parameters_they_declare(tree):
+    from act_ros.ros.launch_arguments import sim_parameters
+
     nodes = node_calls(tree)
     assert set(nodes) == {'sim_bridge', 'act_node'}
     assert set(nodes) <= console_scripts()
     bridge_names = {spec.name for spec in BRIDGE_PARAMETERS}
     node_names = {spec.name for spec in parameter_specs(load_contract())} | {'use_sim_time'}
-    assert parameter_names(nodes['sim_bridge']) <= bridge_names
-    assert parameter_names(nodes['act_node']) <= node_names
+    given = {'mode': 'realtime', 'seed': '3', 'episodes': '2', 'image_height': '96',
+             'image_width': '128', 'episode_steps': '60', 'lockstep_timeout_s': '1.5',
+             'model_path': 'm', 'device': 'cpu', 'policy_mode': 'ensemble',
+             'use_sim_time': 'true'}
+    bridge, act = sim_parameters(given, act_files=[], bridge_files=[])
+    bridge_set = set().union(*(d for d in bridge if isinstance(d, dict)))
+    act_set = set().union(*(d for d in act if isinstance(d, dict)))
+    assert bridge_set <= bridge_names and act_set <= node_names
     # Lock-step friendly pairing: the bridge resets the policy, the node reads the pad pose.
-    assert {'policy_reset_service', 'mode', 'seed'} <= parameter_names(nodes['sim_bridge'])
-    assert {'trigger', 'execution', 'pad_source', 'mode'} <= parameter_names(nodes['act_node'])
+    assert {'policy_reset_service', 'mode', 'seed'} <= bridge_set
+    assert {'trigger', 'pad_source', 'mode'} <= act_set
 
 
-def test_named_files_exist(tree):
-    files = {_string(e) for call in _calls(tree, 'PathJoinSubstitution')
-             for e in getattr(call.args[0], 'elts', [])} - {None}
-    yamls = {f for f in files if f.endswith('.yaml')}
-    assert yamls == {'sim_bridge.yaml', 'act.yaml'}
-    for name in yamls:
-        assert (ROOT / 'config' / name).is_file()
+def test_no_parameter_file_by_default(tree):
+    """Empty act_params_file and bridge_params_file: the nodes' own defaults (what
+    config/act.yaml and config/sim_bridge.yaml write out, test_launch_parameters.py), so
+    that the launch file's lock-step default is not overridden by the bridge's realtime."""
+    declared = {_string(c.args[0]): _keyword(c, 'default_value')
+                for c in _calls(tree, 'DeclareLaunchArgument')}
+    assert _string(declared['act_params_file']) == _string(declared['bridge_params_file']) == ''
+    assert not _calls(tree, 'PathJoinSubstitution')
 
 
 def test_bridge_yaml_matches_the_declarations_and_loads_in_a_real_node(rclpy_context):
