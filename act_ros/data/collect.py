@@ -48,6 +48,7 @@ class CollectConfig:
     contract_path: Path | None = None
     sim_config_path: Path | None = None
     base_dataset: Path | None = None  # --join: write this dataset plus the new episodes
+    task: str = 'port_pick_align'  # act_ros.sim.tasks.SIM_TASKS
 
     def __post_init__(self) -> None:
         if self.episodes < 1:
@@ -62,6 +63,15 @@ class CollectConfig:
                              f'{self.exploration_noise_rad}')
         if self.episode_steps is not None and self.episode_steps < 1:
             raise ValueError(f'episode_steps must be >= 1, got {self.episode_steps}')
+        from act_ros.sim.tasks import sim_task
+
+        task = sim_task(self.task)
+        if task.is_aloha and self.exploration_noise_rad:
+            raise ValueError(f'--exploration-noise applies to the port_pick_align expert; the '
+                             f'{self.task} expert replays a planned trajectory')
+        if task.is_aloha and self.sim_config_path is not None:
+            raise ValueError(f'--sim-config is the port_pick_align simulation\'s; {self.task} '
+                             'is configured by gym-aloha')
 
     @property
     def attempt_limit(self) -> int:
@@ -111,37 +121,38 @@ def make_sim_config(config: CollectConfig, fps: int):
     return sim_config
 
 
-def _rollouts_in_process(sim_config, seeds: Iterator[int], cameras: tuple[str, ...],
-                         wanted: Callable[[], int], noise_rad: float = 0.0
-                         ) -> Iterator[RolloutResult]:
-    from act_ros.data.rollout import run_expert_episode
-    from act_ros.sim import PortPickAlignEnv
+def _rollouts_in_process(worker_module: str, initargs: tuple, seeds: Iterator[int],
+                         wanted: Callable[[], int]) -> Iterator[RolloutResult]:
+    """Results in seed order from this process, through the same ``init_worker`` and
+    ``worker_episode`` as the pool's workers."""
+    import importlib
 
-    env = PortPickAlignEnv(sim_config)
+    rollout = importlib.import_module(worker_module)
+    rollout.init_worker(*initargs, handle_sigint=False)
     try:
         for seed in seeds:
             if wanted() <= 0:
                 return
-            yield run_expert_episode(env, seed, cameras, noise_rad=noise_rad)
+            yield rollout.worker_episode(seed)
     finally:
-        env.close()  # release the GL context now, not at interpreter exit
+        rollout.close_worker()  # release the GL context now, not at interpreter exit
 
 
-def _rollouts_in_pool(sim_config, seeds: Iterator[int], cameras: tuple[str, ...],
-                      workers: int, wanted: Callable[[], int], noise_rad: float = 0.0
-                      ) -> Iterator[RolloutResult]:
-    """Results in seed order, from ``workers`` processes.
+def _rollouts_in_pool(worker_module: str, initargs: tuple, seeds: Iterator[int],
+                      workers: int, wanted: Callable[[], int]) -> Iterator[RolloutResult]:
+    """Results in seed order, from ``workers`` processes running ``worker_module``'s
+    ``init_worker(*initargs)`` once and ``worker_episode(seed)`` per episode.
 
     At most ``workers + 1`` episodes are in flight (memory stays bounded: one episode at
     480x640 is ~550 MB), and never more than the successes still ``wanted()``, so little
     simulation is thrown away at the end.
     """
-    from act_ros.data import rollout
+    import importlib
 
+    rollout = importlib.import_module(worker_module)
     # spawn: MuJoCo's GL contexts and torch's threads do not survive a fork safely.
     ctx = multiprocessing.get_context('spawn')
-    pool = ctx.Pool(workers, initializer=rollout.init_worker, initargs=(sim_config, cameras,
-                                                                           noise_rad))
+    pool = ctx.Pool(workers, initializer=rollout.init_worker, initargs=initargs)
     try:
         pending: deque = deque()
         exhausted = False
@@ -174,15 +185,32 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
     from act_ros.data.join import check_joinable
     from act_ros.data.writer import check_output
 
-    contract = load_contract(config.contract_path)
-    layout = DatasetLayout(contract=contract, image_height=config.image_height,
-                           image_width=config.image_width, use_video=config.use_video,
-                           extra_features=SIM_EXTRA_FEATURES)
+    from act_ros.sim.tasks import sim_task
+
+    task = sim_task(config.task)
+    contract = load_contract(config.contract_path or task.contract_path())
+    if contract.fps != task.fps:
+        raise ValueError(f'the {task.name} simulation runs at {task.fps} fps but the contract '
+                         f'{contract.source} says {contract.fps}')
+    if task.is_aloha:
+        from act_ros.data.aloha_rollout import ALOHA_EXTRA_FEATURES
+
+        layout = DatasetLayout(contract=contract, image_height=config.image_height,
+                               image_width=config.image_width, use_video=config.use_video,
+                               robot_type='aloha_sim', extra_features=ALOHA_EXTRA_FEATURES)
+        worker_module = 'act_ros.data.aloha_rollout'
+        initargs: tuple = (task.aloha_task, contract.camera_names,
+                           (config.image_height, config.image_width), config.episode_steps)
+    else:
+        layout = DatasetLayout(contract=contract, image_height=config.image_height,
+                               image_width=config.image_width, use_video=config.use_video,
+                               extra_features=SIM_EXTRA_FEATURES)
+        worker_module = 'act_ros.data.rollout'
+        initargs = (make_sim_config(config, contract.fps), contract.camera_names,
+                    config.exploration_noise_rad)
     check_output(config.output, config.overwrite)
     if config.base_dataset is not None:
         check_joinable(config.base_dataset, layout.features())
-    sim_config = make_sim_config(config, contract.fps)
-    cameras = contract.camera_names
     limit = config.attempt_limit
     stats = CollectStats()
     seeds = iter(range(config.seed, config.seed + limit))
@@ -191,11 +219,9 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
         return config.episodes - len(stats.recorded_seeds)
 
     if config.workers > 1:
-        results = _rollouts_in_pool(sim_config, seeds, cameras, config.workers, wanted,
-                                    config.exploration_noise_rad)
+        results = _rollouts_in_pool(worker_module, initargs, seeds, config.workers, wanted)
     else:
-        results = _rollouts_in_process(sim_config, seeds, cameras, wanted,
-                                       config.exploration_noise_rad)
+        results = _rollouts_in_process(worker_module, initargs, seeds, wanted)
     try:
         if config.base_dataset is None:
             _write(config, layout, results, stats, wanted, progress, config.output)
@@ -319,6 +345,12 @@ def build_parser() -> argparse.ArgumentParser:
         description='Record scripted-expert demonstrations of the port pick-align task in '
                     'the MuJoCo simulation into a LeRobot v3 dataset. Only successful '
                     'episodes are written; the dataset appears at --output only when complete.')
+    parser.add_argument('--task', default='port_pick_align',
+                        choices=('port_pick_align', 'aloha_transfer_cube'),
+                        help='port_pick_align: the package\'s own arm and task (default); '
+                             'aloha_transfer_cube: gym-aloha\'s bimanual transfer cube, its '
+                             'scripted expert planned in the end-effector task and replayed in '
+                             'joint space (docs/aloha.md)')
     parser.add_argument('--output', required=True, type=Path,
                         help='dataset directory to create (must not exist or be empty)')
     parser.add_argument('--episodes', type=int, required=True,
@@ -388,7 +420,7 @@ def main(argv: list[str] | None = None) -> int:
             max_attempts=args.max_attempts, episode_steps=args.episode_steps,
             overwrite=args.overwrite, exploration_noise_rad=args.exploration_noise,
             contract_path=args.contract, sim_config_path=args.sim_config,
-            base_dataset=args.join)
+            base_dataset=args.join, task=args.task)
     except (ValueError, FileNotFoundError) as exc:
         print(f'act-ros collect: {exc}', file=sys.stderr)
         return 2

@@ -152,16 +152,18 @@ _worker_noise_rad = 0.0
 _worker_error: str | None = None
 
 
-def init_worker(sim_config, camera_names: tuple[str, ...], noise_rad: float = 0.0) -> None:
+def init_worker(sim_config, camera_names: tuple[str, ...], noise_rad: float = 0.0, *,
+                handle_sigint: bool = True) -> None:
     """Pool initializer: build one simulation per worker process, reused across episodes.
 
-    Workers ignore SIGINT: Ctrl-C is handled once, in the main process, which then
-    terminates the pool. A simulation that cannot be built is remembered and reported by
+    Workers ignore SIGINT (``handle_sigint``; off when the collection runs in the main
+    process): Ctrl-C is handled once, in the main process, which then terminates the pool. A simulation that cannot be built is remembered and reported by
     the first task (an initializer that raises would make the pool respawn the worker
     forever, and the main process would wait forever).
     """
     global _worker_env, _worker_cameras, _worker_error, _worker_noise_rad
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if handle_sigint:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     _worker_cameras = tuple(camera_names)
     _worker_noise_rad = float(noise_rad)
     try:
@@ -180,3 +182,11 @@ def worker_episode(seed: int) -> RolloutResult:
     if _worker_env is None:
         raise RuntimeError('worker_episode() called in a process where init_worker() did not run')
     return run_expert_episode(_worker_env, seed, _worker_cameras, noise_rad=_worker_noise_rad)
+
+
+def close_worker() -> None:
+    """Release this process's simulation (its GL context) now."""
+    global _worker_env
+    if _worker_env is not None:
+        _worker_env.close()
+        _worker_env = None

@@ -1,0 +1,118 @@
+"""Scripted-expert episodes of the gym-aloha tasks, as arrays for a LeRobot dataset.
+
+An episode is first planned in the end-effector task and replayed in the joint-space task
+without a camera (a second or so); only a replay that succeeds is replayed again with the
+cameras rendered (the same episode: the simulation is deterministic), so failed attempts
+cost no rendering. Imported by collection worker processes: MuJoCo, dm_control and numpy,
+never torch or the dataset stack.
+"""
+
+from __future__ import annotations
+
+import signal
+
+import numpy as np
+
+from act_ros.data.episode import EPISODE_SOURCE_FEATURE, EPISODE_SOURCE_NAMES, Episode
+from act_ros.data.rollout import RolloutResult
+
+# gym-aloha's privileged object state (its ``env_state``: the cube's free joint, position and
+# quaternion w x y z, world frame) recorded beside each frame. Not a policy input (LeRobot's
+# evaluation of the task gives the policy the top camera and the joints only).
+ALOHA_ENV_STATE_FEATURE = 'sim.env_state'
+ALOHA_ENV_STATE_NAMES = ('cube_x', 'cube_y', 'cube_z', 'cube_qw', 'cube_qx', 'cube_qy', 'cube_qz')
+ALOHA_EXTRA_FEATURES = ((ALOHA_ENV_STATE_FEATURE, ALOHA_ENV_STATE_NAMES),
+                        (EPISODE_SOURCE_FEATURE, EPISODE_SOURCE_NAMES))
+
+
+def run_aloha_expert_episode(env, seed: int, camera_names: tuple[str, ...]) -> RolloutResult:
+    """Plan and replay episode ``seed`` in ``env`` (an :class:`~act_ros.sim.aloha.env.AlohaEnv`
+    that does not stop at success); record it when the joint-space replay succeeds.
+
+    Frame t holds the images and joints observed at step t and the joint targets sent at t.
+    """
+    from act_ros.sim.aloha.expert import JointTrajectoryExpert, end_effector_rollout
+
+    if env.terminate_on_success:
+        raise ValueError('demonstrations keep whole episodes: build the AlohaEnv with '
+                         'terminate_on_success=False')
+    trajectory = end_effector_rollout(env.spec.name, seed, env.episode_steps)
+    expert = JointTrajectoryExpert(trajectory)
+    env.reset(seed)
+    while not env.done:
+        env.step(expert.act(env.step_index))
+    result = env.evaluate()
+    detail = (f'end-effector plan reward {trajectory.ee_max_reward:g}, joint-space replay '
+              f'reward {result.max_reward:g} (4 = transferred)')
+    if not result.success:
+        return RolloutResult(seed=seed, success=False, frames=result.steps, episode=None,
+                             detail=detail)
+    steps = env.episode_steps
+    obs = env.reset(seed)
+    images = {name: np.empty((steps, *env.image_size, 3), dtype=np.uint8) for name in camera_names}
+    states = np.empty((steps, len(obs.joint_positions)), dtype=np.float32)
+    actions = np.empty_like(states)
+    env_state = np.empty((steps, len(ALOHA_ENV_STATE_NAMES)), dtype=np.float32)
+    t = 0
+    while not env.done:
+        action = expert.act(t)
+        for name in camera_names:
+            images[name][t] = obs.images[name]
+        states[t] = obs.joint_positions
+        actions[t] = action
+        env_state[t] = obs.env_state[:len(ALOHA_ENV_STATE_NAMES)]
+        obs = env.step(action)
+        t += 1
+    replayed = env.evaluate()
+    if replayed.success != result.success or replayed.max_reward != result.max_reward:
+        raise RuntimeError(f'seed {seed}: the rendered replay ended otherwise than the first '
+                           f'(reward {replayed.max_reward:g} against {result.max_reward:g}); '
+                           'the simulation is not deterministic here')
+    source = np.tile(np.array([0, 1.0], dtype=np.float32), (t, 1))
+    episode = Episode(images={name: frames[:t] for name, frames in images.items()},
+                      state=states[:t], action=actions[:t], seed=seed,
+                      extras={ALOHA_ENV_STATE_FEATURE: env_state[:t],
+                              EPISODE_SOURCE_FEATURE: source})
+    return RolloutResult(seed=seed, success=True, frames=t, episode=episode, detail=detail)
+
+
+# --- worker process side -------------------------------------------------------------
+
+_worker_env = None
+_worker_cameras: tuple[str, ...] = ()
+_worker_error: str | None = None
+
+
+def init_worker(task: str, camera_names: tuple[str, ...], image_size: tuple[int, int],
+                episode_steps: int | None, *, handle_sigint: bool = True) -> None:
+    """Pool initializer: one gym-aloha simulation per worker process (see
+    :func:`act_ros.data.rollout.init_worker` for the SIGINT and error handling)."""
+    global _worker_env, _worker_cameras, _worker_error
+    if handle_sigint:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_cameras = tuple(camera_names)
+    try:
+        from act_ros.sim.aloha.env import AlohaEnv
+
+        _worker_env = AlohaEnv(task, cameras=camera_names, image_size=image_size,
+                               episode_steps=episode_steps, terminate_on_success=False)
+    except Exception as exc:  # noqa: BLE001 - reported to the main process by worker_episode
+        _worker_error = f'{type(exc).__name__}: {exc}'
+
+
+def worker_episode(seed: int) -> RolloutResult:
+    """Pool task: one expert episode in this worker's simulation."""
+    if _worker_error is not None:
+        raise RuntimeError(f'the gym-aloha simulation could not be built in a worker process: '
+                           f'{_worker_error}')
+    if _worker_env is None:
+        raise RuntimeError('worker_episode() called in a process where init_worker() did not run')
+    return run_aloha_expert_episode(_worker_env, seed, _worker_cameras)
+
+
+def close_worker() -> None:
+    """Release this process's simulation (its GL context) now."""
+    global _worker_env
+    if _worker_env is not None:
+        _worker_env.close()
+        _worker_env = None
