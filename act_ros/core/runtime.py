@@ -511,6 +511,16 @@ class PolicyRuntime:
                 self.stats.empty_ticks += 1
             return action
 
+    def will_predict(self) -> bool:
+        """Whether the next :meth:`act` may run the model on its observation's images:
+        always in ensemble mode and in background executions (a request may go out at
+        any tick); in synchronous chunk mode only when the queue is empty. A simulation can
+        skip rendering the cameras on the other ticks (the action then comes from the
+        queue, whatever the images)."""
+        if self._worker is not None or self.config.mode == 'ensemble':
+            return True
+        return self._queue.remaining(self._tick) == 0
+
     @property
     def _store(self):
         return self._ensembler if self.config.mode == 'ensemble' else self._queue

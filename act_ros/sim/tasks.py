@@ -26,6 +26,7 @@ class SimTask:
 
     name: str
     contract: str  # path under the package's config/
+    node_params: str  # act_node parameters of the task's robot, under config/ (limits, gate)
     fps: int
     image_size: tuple[int, int]  # what the simulation renders natively (height, width)
     # For gym-aloha tasks: gym-aloha's task name (act_ros.sim.aloha.env.ALOHA_TASKS).
@@ -42,18 +43,26 @@ class SimTask:
 
         return config_path(self.contract)
 
+    def node_params_path(self) -> Path:
+        """The task robot's act_node parameter file in the package."""
+        from act_ros.core.paths import config_path
+
+        return config_path(self.node_params)
+
 
 SIM_TASKS: dict[str, SimTask] = {
     'port_pick_align': SimTask(
-        'port_pick_align', 'contract.yaml', 30, (480, 640),
+        'port_pick_align', 'contract.yaml', 'act.yaml', 30, (480, 640),
         description="the package's 6-joint arm picks a 3 cm box and places it aligned on a pad"),
     'aloha_transfer_cube': SimTask(
-        'aloha_transfer_cube', 'robots/aloha/contract.yaml', 50, (480, 640),
+        'aloha_transfer_cube', 'robots/aloha/contract.yaml', 'robots/aloha/act.yaml', 50,
+        (480, 640),
         aloha_task='transfer_cube',
         description='gym-aloha AlohaTransferCube-v0: the right arm picks the cube and hands it '
                     'to the left arm'),
     'aloha_insertion': SimTask(
-        'aloha_insertion', 'robots/aloha/contract.yaml', 50, (480, 640),
+        'aloha_insertion', 'robots/aloha/contract.yaml', 'robots/aloha/act.yaml', 50,
+        (480, 640),
         aloha_task='insertion',
         description='gym-aloha AlohaInsertion-v0: each arm picks a part, the peg goes into '
                     'the socket'),

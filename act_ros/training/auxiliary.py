@@ -32,41 +32,95 @@ import contextlib
 import torch
 from torch import nn
 
-from act_ros.data.episode import OBJECT_POSE_NAMES
+from dataclasses import dataclass
+
+from act_ros.data.episode import OBJECT_POSE_NAMES, OBJECT_POSES_FEATURE
 from act_ros.training.config import AUX_SOURCES, YAW_READOUTS
 
-# Positions standardized with the training frames' statistics, yaws as 4-fold harmonics.
-_POSITIONS = [OBJECT_POSE_NAMES.index(n) for n in ('box_x', 'box_y', 'box_z', 'pad_x', 'pad_y')]
-_YAWS = [OBJECT_POSE_NAMES.index(n) for n in ('box_yaw', 'pad_yaw')]
-TARGET_DIM = len(_POSITIONS) + 2 * len(_YAWS)
+
+@dataclass(frozen=True)
+class AuxTarget:
+    """What the auxiliary head predicts: ``feature`` (a per-frame dataset feature of the
+    privileged simulator state) and, by index into it, the positions (standardized with
+    the training frames' statistics) and yaws (as 4-fold harmonics) of the ``objects``,
+    each named with the indices of its x and y among ``positions`` and of its yaw among
+    ``yaws`` (None without one)."""
+
+    feature: str
+    positions: tuple[int, ...]
+    yaws: tuple[int, ...]
+    objects: tuple[tuple[str, tuple[int, int], int | None], ...]
+
+    @property
+    def dim(self) -> int:
+        return len(self.positions) + 2 * len(self.yaws)
 
 
-def pose_targets(poses: torch.Tensor, mean: torch.Tensor, std: torch.Tensor) -> torch.Tensor:
-    """(B, 8) poses -> (B, TARGET_DIM): positions standardized with ``mean`` and ``std``,
+def _names(names: tuple[str, ...], *wanted: str) -> tuple[int, ...]:
+    return tuple(names.index(n) for n in wanted)
+
+
+# The package's task: box and pad (x, y, z, yaw) in sim.object_poses.
+PORT_PICK_ALIGN_TARGET = AuxTarget(
+    OBJECT_POSES_FEATURE,
+    positions=_names(OBJECT_POSE_NAMES, 'box_x', 'box_y', 'box_z', 'pad_x', 'pad_y'),
+    yaws=_names(OBJECT_POSE_NAMES, 'box_yaw', 'pad_yaw'),
+    objects=(('box', (0, 1), 0), ('pad', (3, 4), 1)))
+
+
+def aux_target(task_name: str) -> AuxTarget:
+    """The auxiliary target of a task (act_ros.sim.tasks): for gym-aloha's transfer cube the
+    cube's position in gym-aloha's env_state (its yaw never changes at reset)."""
+    if task_name == 'aloha_transfer_cube':
+        from act_ros.data.aloha_rollout import ALOHA_ENV_STATE_FEATURE, ALOHA_ENV_STATE_NAMES
+
+        return AuxTarget(ALOHA_ENV_STATE_FEATURE,
+                         positions=_names(ALOHA_ENV_STATE_NAMES, 'cube_x', 'cube_y', 'cube_z'),
+                         yaws=(), objects=(('cube', (0, 1), None),))
+    if task_name == 'port_pick_align':
+        return PORT_PICK_ALIGN_TARGET
+    raise ValueError(f"no auxiliary object-pose target for task '{task_name}'")
+
+
+# The package task's layout (its pose probes read these).
+_POSITIONS = list(PORT_PICK_ALIGN_TARGET.positions)
+_YAWS = list(PORT_PICK_ALIGN_TARGET.yaws)
+TARGET_DIM = PORT_PICK_ALIGN_TARGET.dim
+
+
+def pose_targets(poses: torch.Tensor, mean: torch.Tensor, std: torch.Tensor,
+                 target: AuxTarget = PORT_PICK_ALIGN_TARGET) -> torch.Tensor:
+    """(B, k) poses -> (B, target.dim): positions standardized with ``mean`` and ``std``,
     yaws as 4-fold harmonics."""
-    yaw = poses[:, _YAWS] * 4.0
-    return torch.cat([(poses[:, _POSITIONS] - mean) / std, torch.cos(yaw), torch.sin(yaw)],
-                     dim=1)
+    positions = (poses[:, list(target.positions)] - mean) / std
+    if not target.yaws:
+        return positions
+    yaw = poses[:, list(target.yaws)] * 4.0
+    return torch.cat([positions, torch.cos(yaw), torch.sin(yaw)], dim=1)
 
 
 def physical_errors(prediction: torch.Tensor, poses: torch.Tensor, mean: torch.Tensor,
-                    std: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-frame errors of a head's (B, TARGET_DIM) ``prediction`` against (B, 8) ``poses``:
-    box and pad position in the table plane (m) and yaw modulo 90 degrees (deg)."""
+                    std: torch.Tensor, target: AuxTarget = PORT_PICK_ALIGN_TARGET
+                    ) -> dict[str, torch.Tensor]:
+    """Per-frame errors of a head's (B, target.dim) ``prediction`` against (B, k) ``poses``:
+    each object's position in the table plane (m) and yaw modulo 90 degrees (deg)."""
     prediction = prediction.float()
     poses = poses.to(prediction.device).float()
-    n = len(_POSITIONS)
+    n = len(target.positions)
     positions = prediction[:, :n] * std + mean
-    true = poses[:, _POSITIONS]
+    true = poses[:, list(target.positions)]
     out = {}
-    for name, (ix, iy) in (('box', (0, 1)), ('pad', (3, 4))):
+    for name, (ix, iy), _ in target.objects:
         out[f'{name}_xy_m'] = torch.linalg.vector_norm(positions[:, [ix, iy]]
                                                        - true[:, [ix, iy]], dim=1)
-    yaws = len(_YAWS)
-    angle = torch.atan2(prediction[:, n + yaws:n + 2 * yaws], prediction[:, n:n + yaws]) / 4
-    diff = torch.remainder(angle - poses[:, _YAWS] + torch.pi / 4, torch.pi / 2) - torch.pi / 4
-    for k, name in enumerate(('box', 'pad')):
-        out[f'{name}_yaw_deg'] = torch.rad2deg(diff[:, k].abs())
+    yaws = len(target.yaws)
+    if yaws:
+        angle = torch.atan2(prediction[:, n + yaws:n + 2 * yaws], prediction[:, n:n + yaws]) / 4
+        diff = torch.remainder(angle - poses[:, list(target.yaws)] + torch.pi / 4,
+                               torch.pi / 2) - torch.pi / 4
+        for name, _, k in target.objects:
+            if k is not None:
+                out[f'{name}_yaw_deg'] = torch.rad2deg(diff[:, k].abs())
     return out
 
 
@@ -84,27 +138,29 @@ class ObjectPoseHead(nn.Module):
     """
 
     def __init__(self, channels: int, grids: list[tuple[int, int]], *, reduced: int = 32,
-                 hidden: int = 256, yaw_readout: str = 'flatten', cell_hidden: int = 64) -> None:
+                 hidden: int = 256, yaw_readout: str = 'flatten', cell_hidden: int = 64,
+                 target: AuxTarget = PORT_PICK_ALIGN_TARGET) -> None:
         super().__init__()
+        self.positions, self.yaws = len(target.positions), len(target.yaws)
         if yaw_readout not in YAW_READOUTS:
             raise ValueError(f"unknown yaw readout '{yaw_readout}', expected one of "
                              f'{YAW_READOUTS}')
         self.yaw_readout = yaw_readout
         self.reduce = nn.ModuleList(nn.Conv2d(channels, reduced, 1) for _ in grids)
         flat = sum(reduced * h * w for h, w in grids)
-        outputs = TARGET_DIM if yaw_readout == 'flatten' else len(_POSITIONS)
+        outputs = target.dim if yaw_readout == 'flatten' else self.positions
         self.mlp = nn.Sequential(nn.Linear(flat, hidden), nn.ReLU(), nn.Linear(hidden, outputs))
         if yaw_readout == 'attention':
             self.cells = nn.ModuleList(
                 nn.Sequential(nn.Conv2d(channels, cell_hidden, 1), nn.ReLU(),
-                              nn.Conv2d(cell_hidden, 3 * len(_YAWS), 1)) for _ in grids)
+                              nn.Conv2d(cell_hidden, 3 * self.yaws, 1)) for _ in grids)
 
     def forward(self, feature_maps: list[torch.Tensor]) -> torch.Tensor:
         flat = [conv(f.float()).flatten(1) for conv, f in zip(self.reduce, feature_maps)]
         out = self.mlp(torch.cat(flat, dim=1))
-        if self.yaw_readout == 'flatten':
+        if self.yaw_readout == 'flatten' or not self.yaws:
             return out
-        k = len(_YAWS)
+        k = self.yaws
         cells = torch.cat([net(f.float()).flatten(2) for net, f in zip(self.cells, feature_maps)],
                           dim=2)  # (B, 3k, every cell of every camera)
         weights = torch.softmax(cells[:, :k], dim=2)
@@ -118,12 +174,13 @@ class EncoderPoseHead(nn.Module):
     ``reduced``, then one MLP over all tokens (their order is fixed: latent, joints, grid
     cells camera by camera)."""
 
-    def __init__(self, tokens: int, dim: int, *, reduced: int = 32, hidden: int = 256) -> None:
+    def __init__(self, tokens: int, dim: int, *, reduced: int = 32, hidden: int = 256,
+                 target: AuxTarget = PORT_PICK_ALIGN_TARGET) -> None:
         super().__init__()
         self.tokens = tokens
         self.reduce = nn.Linear(dim, reduced)
         self.mlp = nn.Sequential(nn.Linear(tokens * reduced, hidden), nn.ReLU(),
-                                 nn.Linear(hidden, TARGET_DIM))
+                                 nn.Linear(hidden, target.dim))
 
     def forward(self, outputs: list[torch.Tensor]) -> torch.Tensor:
         (out,) = outputs
@@ -152,17 +209,19 @@ class ObjectPoseAuxiliary:
 
     def __init__(self, model: nn.Module, image_shapes: list[tuple[int, int, int]],
                  poses: torch.Tensor, device: torch.device, *, source: str = 'backbone',
-                 yaw_readout: str = 'flatten') -> None:
+                 yaw_readout: str = 'flatten',
+                 target: AuxTarget = PORT_PICK_ALIGN_TARGET) -> None:
         if source not in AUX_SOURCES:
             raise ValueError(f"unknown pose head source '{source}', expected one of "
                              f'{AUX_SOURCES}')
         self.source = source
+        self.target = target
         with torch.no_grad():
             maps = [_map_shape(model.backbone, shape, device) for shape in image_shapes]
         grids = [tuple(m[-2:]) for m in maps]
         if source == 'backbone':
             self.head: nn.Module = ObjectPoseHead(int(maps[0][1]), grids,
-                                                  yaw_readout=yaw_readout)
+                                                  yaw_readout=yaw_readout, target=target)
             self._handle = model.encoder_img_feat_input_proj.register_forward_pre_hook(
                 self._pre_hook)
         else:
@@ -170,10 +229,10 @@ class ObjectPoseAuxiliary:
             # every camera's grid cells.
             tokens = model.encoder_1d_feature_pos_embed.num_embeddings + sum(
                 h * w for h, w in grids)
-            self.head = EncoderPoseHead(tokens, model.config.dim_model)
+            self.head = EncoderPoseHead(tokens, model.config.dim_model, target=target)
             self._handle = model.encoder.register_forward_hook(self._hook)
         self.head.to(device)
-        positions = poses[:, _POSITIONS].double()
+        positions = poses[:, list(target.positions)].double()
         self.mean = positions.mean(0).float().to(device)
         self.std = positions.std(0).clamp_min(1e-4).float().to(device)
         self._captured: list[torch.Tensor] | None = None
@@ -211,7 +270,7 @@ class ObjectPoseAuxiliary:
 
     def targets(self, poses: torch.Tensor) -> torch.Tensor:
         """(B, 8) poses -> (B, TARGET_DIM) standardized positions and yaw harmonics."""
-        return pose_targets(poses, self.mean, self.std)
+        return pose_targets(poses, self.mean, self.std, self.target)
 
     def loss(self, poses: torch.Tensor) -> torch.Tensor:
         """Mean L1 between the head's prediction and the targets of the captured pass."""
@@ -230,7 +289,7 @@ class ObjectPoseAuxiliary:
         if not maps:
             raise RuntimeError('ObjectPoseAuxiliary.errors() needs a forward pass inside '
                                'capture()')
-        return physical_errors(self.head(maps), poses, self.mean, self.std)
+        return physical_errors(self.head(maps), poses, self.mean, self.std, self.target)
 
     def close(self) -> None:
         self._handle.remove()

@@ -19,7 +19,9 @@ from act_ros.core.checkpoint import PRESETS, parse_image_size
 from act_ros.core.paths import config_path
 from act_ros.core.arguments import HelpFormatter
 
-TRAIN_PRESETS = ('synthetic', 'sim')
+TRAIN_PRESETS = ('synthetic', 'sim', 'aloha')
+# Presets that select checkpoints by closed-loop episodes in their task's simulation.
+CLOSED_LOOP_PRESETS = ('sim', 'aloha')
 # Where the auxiliary object-pose head reads (act_ros.training.auxiliary).
 AUX_SOURCES = ('backbone', 'encoder')
 # How its backbone head reads the yaws (act_ros.training.auxiliary.ObjectPoseHead).
@@ -63,6 +65,14 @@ class TrainConfig:
     dataset_root: Path
     output_dir: Path
     preset: str = 'synthetic'
+    # The simulated task the data comes from (act_ros.sim.tasks): its robot's contract (when
+    # contract_path is not given), the closed-loop evaluation and the auxiliary target;
+    # recorded in every checkpoint so that act-ros evaluate runs the right environment.
+    task: str = 'port_pick_align'
+    # Actions per model call (ACT's chunk_size; the checkpoint's n_action_steps too, as in
+    # LeRobot, unless n_action_steps is given). None: the contract's chunk size.
+    chunk_size: int | None = None
+    n_action_steps: int | None = None
     model_preset: str = 'tiny'
     image_size: tuple[int, int] | None = (48, 64)
     steps: int = 500
@@ -167,6 +177,16 @@ class TrainConfig:
                 raise ValueError(f'image_size must be at least 16x16, got {self.image_size}')
         if self.preset not in TRAIN_PRESETS:
             raise ValueError(f"unknown preset '{self.preset}', expected one of {TRAIN_PRESETS}")
+        from act_ros.sim.tasks import sim_task
+
+        sim_task(self.task)  # a clear error for an unknown task
+        for name in ('chunk_size', 'n_action_steps'):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f'{name} must be >= 1, got {value}')
+        if self.chunk_size and self.n_action_steps and self.n_action_steps > self.chunk_size:
+            raise ValueError(f'n_action_steps ({self.n_action_steps}) cannot exceed chunk_size '
+                             f'({self.chunk_size})')
         if self.model_preset not in PRESETS:
             raise ValueError(f"unknown model_preset '{self.model_preset}', expected one of "
                              f'{sorted(PRESETS)}')
@@ -238,12 +258,11 @@ class TrainConfig:
             raise ValueError(f'val_ratio must be in [0, 1), got {self.val_ratio}')
         if not 0.0 <= self.min_lr_ratio <= 1.0:
             raise ValueError(f'min_lr_ratio must be in [0, 1], got {self.min_lr_ratio}')
-        if self.closed_loop_te_episodes and self.preset != 'sim':
-            raise ValueError('closed-loop evaluation needs --preset sim (got preset '
-                             f"'{self.preset}' with closed_loop_te_episodes > 0)")
-        if self.closed_loop_val_episodes and self.preset != 'sim':
-            raise ValueError('closed-loop evaluation needs --preset sim (got preset '
-                             f"'{self.preset}' with closed_loop_val_episodes > 0)")
+        for name in ('closed_loop_te_episodes', 'closed_loop_val_episodes'):
+            if getattr(self, name) and self.preset not in CLOSED_LOOP_PRESETS:
+                raise ValueError(f'closed-loop evaluation needs a simulation preset '
+                                 f'{CLOSED_LOOP_PRESETS} (got preset {self.preset!r} with '
+                                 f'{name} > 0)')
         if self.closed_loop_episode_steps is not None and self.closed_loop_episode_steps < 1:
             raise ValueError('closed_loop_episode_steps must be >= 1, got '
                              f'{self.closed_loop_episode_steps}')
@@ -283,7 +302,7 @@ class TrainConfig:
     @property
     def closed_loop(self) -> bool:
         """Whether checkpoints are selected by closed-loop evaluation in the simulation."""
-        return self.preset == 'sim' and self.closed_loop_val_episodes > 0
+        return self.preset in CLOSED_LOOP_PRESETS and self.closed_loop_val_episodes > 0
 
     @property
     def feature_cache_path(self) -> Path | None:
@@ -365,6 +384,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--preset', choices=TRAIN_PRESETS, default='synthetic')
     p.add_argument('--model-preset', choices=sorted(PRESETS), help='model size (preset default)')
     p.add_argument('--image-size', type=parse_image_size, help='model input HxW (preset default)')
+    p.add_argument('--task', help='the simulated task the dataset comes from: port_pick_align '
+                   '(the default) or aloha_transfer_cube (its robot contract, closed-loop '
+                   'evaluation and auxiliary target; recorded in every checkpoint)')
+    p.add_argument('--chunk-size', type=int, help="actions per model call (ACT's chunk_size; "
+                   "default: the preset's, else the contract's)")
+    p.add_argument('--n-action-steps', type=int, help='actions played from each chunk before '
+                   'the next model call, stored in the checkpoint (default: chunk size, as '
+                   "LeRobot's ACT)")
     p.add_argument('--steps', type=int)
     p.add_argument('--batch-size', type=int)
     p.add_argument('--lr', type=float, help='peak learning rate')

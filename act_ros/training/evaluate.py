@@ -87,18 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 def evaluate(args: argparse.Namespace) -> dict:
     """Run the requested modes; returns the metrics written to ``--output``."""
-    from act_ros.core.contract import load_contract
     from act_ros.core.device import select_device
-    from act_ros.training.rollout import SafetySettings, make_sim_config, run_policy_episodes
+    from act_ros.training.rollout import run_policy_episodes
     from act_ros.training.video import VideoWriter, side_by_side
 
-    contract = load_contract()
     select_device(args.device)  # an explicit missing device fails here, before the sim starts
     args.backend, _ = resolve_backend(args.backend, device=args.device, precision=args.precision)
     modes = ['chunk', 'ensemble'] if args.mode == 'both' else [args.mode]
-    sim_config = make_sim_config(args.checkpoint, args.render_size,
-                                 episode_steps=args.episode_steps)
-    safety = SafetySettings.from_node_config(contract)
+    task, contract, safety, sim_config = _task_setup(args)
     latency_ticks = None
     if args.latency_ms is not None:
         if not args.latency_ms >= 0:
@@ -107,9 +103,12 @@ def evaluate(args: argparse.Namespace) -> dict:
     if args.n_action_steps is not None and 'ensemble' in modes:
         raise ValueError(f'--n-action-steps applies to --mode chunk (ensemble mode queries '
                          f'every tick), got --mode {args.mode}')
-    out = {'checkpoint': str(args.checkpoint), 'episodes': args.episodes, 'seed': args.seed,
-           'render_size': [sim_config.camera_height, sim_config.camera_width],
-           'episode_steps': sim_config.episode_steps,
+    render_size = (task.image_size if sim_config is None
+                   else (sim_config.camera_height, sim_config.camera_width))
+    out = {'checkpoint': str(args.checkpoint), 'task': task.name, 'episodes': args.episodes,
+           'seed': args.seed, 'render_size': list(render_size),
+           'episode_steps': (sim_config.episode_steps if sim_config is not None
+                             else args.episode_steps),
            'execution': 'sync' if latency_ticks is None else 'simulated',
            'latency_ticks': latency_ticks, 'ensemble_coeff': args.ensemble_coeff, 'backend': args.backend,
            'precision': args.precision, 'precision_tolerance': args.precision_tolerance,
@@ -150,7 +149,31 @@ def evaluate(args: argparse.Namespace) -> dict:
     return out
 
 
+def _task_setup(args: argparse.Namespace) -> tuple:
+    """The checkpoint's task, its robot's contract and node limits, and (for the package's
+    own task) its simulation settings; None for a gym-aloha task, configured by gym-aloha."""
+    from act_ros.core.contract import load_contract
+    from act_ros.training.rollout import SafetySettings, _checkpoint_task, make_sim_config
+
+    task = _checkpoint_task(args.checkpoint)
+    contract = load_contract(task.contract_path())
+    safety = SafetySettings.from_node_config(contract, task.node_params_path())
+    if task.is_aloha:
+        if args.render_size is not None:
+            raise ValueError(f'--render-size: {task.name} renders at the size gym-aloha gives '
+                             f'its policies ({task.image_size[0]}x{task.image_size[1]}); the '
+                             "runtime resizes to the checkpoint's input")
+        return task, contract, safety, None
+    return task, contract, safety, make_sim_config(args.checkpoint, args.render_size,
+                                                   episode_steps=args.episode_steps)
+
+
 def _print_mode(mode: str, s: dict, seconds: float, suppressed: int) -> None:
+    if s.get('task', 'port_pick_align') != 'port_pick_align':
+        stages = ', '.join(f'{k} {v}' for k, v in s['max_reward_counts'].items())
+        print(f'{mode:>8}: success_rate {s["success_rate"]:.3f} ({s["successes"]}/{s["count"]} '
+              f'episodes, {seconds:.0f} s); episodes by highest reward stage: {stages}')
+        return
     print(f'{mode:>8}: align_rate {s["align_rate"]:.3f}  mean_position_error '
           f'{s["mean_position_error"] * 100:.2f} cm  mean_yaw_error {s["mean_yaw_error"]:.1f} deg'
           f'  ({s["count"]} episodes, {seconds:.0f} s, suppressed releases {suppressed})')
@@ -192,16 +215,13 @@ def _run_block(args: argparse.Namespace, mode: str, first: int, count: int,
     """One worker's episodes (seeds ``args.seed + first`` ...), in a process of its own."""
     import torch
 
-    from act_ros.core.contract import load_contract
-    from act_ros.training.rollout import SafetySettings, make_sim_config, run_policy_episodes
+    from act_ros.training.rollout import run_policy_episodes
 
     torch.set_num_threads(threads)
-    contract = load_contract()
+    _, contract, safety, sim_config = _task_setup(args)
     return run_policy_episodes(
         args.checkpoint, episodes=count, mode=mode, seed=args.seed + first, device=args.device,
-        sim_config=make_sim_config(args.checkpoint, args.render_size,
-                                   episode_steps=args.episode_steps),
-        contract=contract, safety=SafetySettings.from_node_config(contract),
+        sim_config=sim_config, contract=contract, safety=safety,
         ensemble_coeff=args.ensemble_coeff, backend=args.backend,
         latency_ticks=latency_ticks, precision=args.precision,
         precision_tolerance=args.precision_tolerance,

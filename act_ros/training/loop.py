@@ -46,7 +46,6 @@ from act_ros.training.state import (BatchOrder, capture_rng, copy_checkpoint, lo
 
 logger = logging.getLogger(__name__)
 CANDIDATE_DIR = '.closed_loop_candidate'
-OBJECT_POSES_KEY = 'sim.object_poses'  # act_ros.data.episode.OBJECT_POSES_FEATURE
 PROGRESS_SYNC_EVERY = 10  # steps between .item() syncs for the progress bar and history
 LOG_EVERY = 100  # steps between log lines when the progress bar is off (runs logged to a file)
 
@@ -121,6 +120,13 @@ class Trainer:
         if config.calibrate_backbone_norm:
             self.backbone_calibration = self._calibrate_backbone()
         self.aux = self._make_auxiliary() if config.aux_object_pose_weight > 0 else None
+        # The dataset feature the auxiliary head predicts (popped from every batch).
+        self.aux_key = self.aux.target.feature if self.aux is not None else None
+        from act_ros.sim.tasks import sim_task
+
+        self.task = sim_task(config.task)
+        self.saved_preprocessor = preprocessor_for_saving(self.preprocessor, self.task,
+                                                          inputs.image_size)
         self.optimizer, self.scheduler = build_optimizer(
             config, self.policy, self.aux.head.parameters() if self.aux else ())
         self.weights = dimension_weights(inputs.contract.num_joints,
@@ -155,15 +161,16 @@ class Trainer:
                           world_size=self.dist.world_size)
 
     def _make_auxiliary(self):
-        from act_ros.data.episode import OBJECT_POSES_FEATURE
-        from act_ros.training.auxiliary import ObjectPoseAuxiliary
+        from act_ros.training.auxiliary import ObjectPoseAuxiliary, aux_target
 
+        target = aux_target(self.config.task)
         store = self.inputs.store
-        poses = store.extras[OBJECT_POSES_FEATURE][torch.from_numpy(self.inputs.split.train)]
+        poses = store.extras[target.feature][torch.from_numpy(self.inputs.split.train)]
         shapes = [tuple(self.policy.config.input_features[key].shape) for key in self.features]
         return ObjectPoseAuxiliary(self.policy.model, shapes, poses, self.inputs.device,
                                    source=self.config.aux_object_pose_source,
-                                   yaw_readout=self.config.aux_object_pose_yaw_readout)
+                                   yaw_readout=self.config.aux_object_pose_yaw_readout,
+                                   target=target)
 
     def _calibrate_backbone(self) -> dict[str, float]:
         """Standardize the backbone's frozen norms on ``CALIBRATION_FRAMES`` evenly spread
@@ -192,10 +199,11 @@ class Trainer:
         aux = self.aux if cut != 'layer4' or (
             self.aux is not None and self.aux.trains_with_frozen_backbone) else None
         aux_weight = self.config.aux_object_pose_weight
+        aux_key = self.aux_key
 
         def loss_step(batch: dict[str, torch.Tensor], l1_scale: torch.Tensor | None = None
                       ) -> tuple[torch.Tensor, ...]:
-            poses = batch.pop(OBJECT_POSES_KEY, None)
+            poses = batch.pop(aux_key, None) if aux_key else None
             with autocast_context(device, precision):
                 with aux.capture() if aux is not None else contextlib.nullcontext():
                     out = act_training_loss(model, batch, image_features=features,
@@ -352,6 +360,7 @@ class Trainer:
         sizes = (self.inputs.image_size, self.inputs.stored_image_size)
         image_size, stored = (list(size) if size else None for size in sizes)
         return json.dumps({'step': self.step, 'preset': self.config.preset,
+                           'task': self.config.task,
                            'model_preset': self.config.model_preset,
                            'model': dict(self.config.model), 'image_size': image_size,
                            'dataset_image_size': stored,
@@ -385,7 +394,7 @@ class Trainer:
         state = self.training_state() if with_state else None
         if not self.dist.is_main:
             return
-        save_model(self.out / name, self.policy, self.preprocessor, self.postprocessor,
+        save_model(self.out / name, self.policy, self.saved_preprocessor, self.postprocessor,
                    info_json=self._info_json(), training_state=state)
 
     def resume(self) -> None:
@@ -461,7 +470,7 @@ class Trainer:
         store = self.inputs.store
         for start in range(0, n, b)[self.dist.rank::self.dist.world_size]:
             raw = store.batch(frames[start:start + b])
-            poses = raw.pop(OBJECT_POSES_KEY, None)
+            poses = raw.pop(self.aux_key, None) if self.aux_key else None
             raw = {k: v for k, v in raw.items() if k not in store.extras}
             batch = self.preprocessor(raw)
             inputs = dict(batch)
@@ -502,7 +511,7 @@ class Trainer:
 
         Data-parallel: each process runs its block of the episodes (same seeds as one
         process would) on a simulation of its own and the results are gathered."""
-        from act_ros.training.rollout import make_sim_config, run_policy_episodes
+        from act_ros.training.rollout import run_policy_episodes
 
         candidate = self.out / CANDIDATE_DIR
         if self.dist.is_main:
@@ -512,17 +521,10 @@ class Trainer:
                 self._candidate_tmp = Path(tempfile.mkdtemp(
                     prefix=f'act_ros_candidate_rank{self.dist.rank}_'))
             candidate = self._candidate_tmp / CANDIDATE_DIR
-            save_model(candidate, self.policy, self.preprocessor, self.postprocessor,
+            save_model(candidate, self.policy, self.saved_preprocessor, self.postprocessor,
                        info_json=self._info_json())
         if self._env is None:
-            import dataclasses
-
-            from act_ros.sim import PortPickAlignEnv
-            sim_config = make_sim_config(candidate,
-                                         episode_steps=self.config.closed_loop_episode_steps)
-            if not self.features:  # a policy without cameras: nothing to render
-                sim_config = dataclasses.replace(sim_config, render=False)
-            self._env = PortPickAlignEnv(sim_config, self.inputs.contract)
+            self._env = self._closed_loop_env(candidate)
         results = {}
         for mode, episodes in (('chunk', self.config.closed_loop_val_episodes),
                                ('ensemble', self.config.closed_loop_te_episodes)):
@@ -545,6 +547,36 @@ class Trainer:
                                            env=self._env).to_dict()
             results[mode] = merge_mode_results(mode, self.dist.gather_objects(part))
         return results
+
+    def _closed_loop_env(self, candidate: Path) -> Any:
+        """The task's simulation for the closed-loop evaluations (built once)."""
+        if self.task.is_aloha:
+            from act_ros.sim.aloha.env import AlohaEnv
+
+            return AlohaEnv(self.task.aloha_task, cameras=self.inputs.cameras,
+                            image_size=self.task.image_size,
+                            episode_steps=self.config.closed_loop_episode_steps,
+                            terminate_on_success=True)
+        import dataclasses
+
+        from act_ros.sim import PortPickAlignEnv
+        from act_ros.training.rollout import make_sim_config
+
+        sim_config = make_sim_config(candidate, episode_steps=self.config.closed_loop_episode_steps)
+        if not self.features:  # a policy without cameras: nothing to render
+            sim_config = dataclasses.replace(sim_config, render=False)
+        return PortPickAlignEnv(sim_config, self.inputs.contract)
+
+    def _selection(self, result: dict[str, Any]) -> tuple[tuple, dict[str, Any]]:
+        """How a closed-loop result ranks (higher is better) and what is recorded: the
+        success rate, ties broken by the lower position error (the package's task) or the
+        higher mean reward stage (gym-aloha)."""
+        if self.task.is_aloha:
+            keys = ('success_rate', 'mean_max_reward')
+            return (result['success_rate'], result['mean_max_reward']), {k: result[k] for k in keys}
+        keys = ('success_rate', 'align_rate', 'mean_position_error', 'mean_yaw_error')
+        return ((result['success_rate'], -result['mean_position_error']),
+                {k: result[k] for k in keys})
 
     def _improved(self, key: str, value: tuple, checkpoint: str, record: dict) -> bool:
         old = self.best.get(key)
@@ -571,18 +603,17 @@ class Trainer:
                                              **results})
             for mode, name in (('chunk', 'best'), ('ensemble', 'best_te')):
                 if mode in results:
-                    r = results[mode]
-                    if self._improved(f'closed_loop_{mode}',
-                                      (r['align_rate'], -r['mean_position_error']), name,
-                                      {k: r[k] for k in ('align_rate', 'mean_position_error',
-                                                         'mean_yaw_error')}):
+                    rank, record = self._selection(results[mode])
+                    if self._improved(f'closed_loop_{mode}', rank, name, record):
                         if self.dist.is_main:
                             copy_checkpoint(self.out / CANDIDATE_DIR, self.out / name)
                         improved = True
             if self.dist.is_main:
                 shutil.rmtree(self.out / CANDIDATE_DIR, ignore_errors=True)
             logger.info('step %d closed loop: %s', self.step, {
-                m: f"align {r['align_rate']:.2f}, pos {r['mean_position_error'] * 100:.1f} cm"
+                m: f"success {r['success_rate']:.2f}" + (
+                    f", pos {r['mean_position_error'] * 100:.1f} cm"
+                    if 'mean_position_error' in r else f", mean stage {r['mean_max_reward']:.2f}")
                 for m, r in results.items()})
         if val is not None:
             poses = ''.join(f", {k[len('val_pose_'):]} {v * 100:.2f} cm" if k.endswith('_m')
@@ -777,3 +808,24 @@ class Trainer:
     @property
     def wall_seconds(self) -> float:
         return self.previous_wall_s + (time.perf_counter() - self._start)
+
+
+def preprocessor_for_saving(preprocessor: Any, task: Any, image_size: tuple[int, int] | None
+                            ) -> Any:
+    """The preprocessor a checkpoint is saved with: the training one, and for a gym-aloha
+    task whose model input is smaller than the camera, LeRobot's own
+    ``image_crop_resize_processor`` step before normalization, so that LeRobot's
+    ``lerobot-eval --env.type=aloha``, which hands the policy gym-aloha's 480x640 frames,
+    runs the checkpoint unchanged (act_ros's runtime resizes to the model input itself and
+    the step then has nothing to do)."""
+    if not task.is_aloha or image_size is None or tuple(image_size) == tuple(task.image_size):
+        return preprocessor
+    from lerobot.processor import ImageCropResizeProcessorStep, NormalizerProcessorStep
+
+    steps = list(preprocessor.steps)
+    at = next((i for i, step in enumerate(steps) if isinstance(step, NormalizerProcessorStep)),
+              len(steps))
+    steps.insert(at, ImageCropResizeProcessorStep(resize_size=tuple(int(v) for v in image_size)))
+    return type(preprocessor)(steps=steps, name=preprocessor.name,
+                              to_transition=preprocessor.to_transition,
+                              to_output=preprocessor.to_output)

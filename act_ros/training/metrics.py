@@ -103,13 +103,19 @@ def write_plots(output_dir: Path, history: History) -> list[str]:
         for mode in ('chunk', 'ensemble'):
             rows = [r for r in history.closed_loop if mode in r]
             if rows:
-                ax.plot([r['step'] for r in rows], [r[mode]['align_rate'] for r in rows], 'o-',
-                        label=f'align rate ({mode})')
+                ax.plot([r['step'] for r in rows], [_success(r[mode]) for r in rows], 'o-',
+                        label=f'success rate ({mode})')
         ax.set_ylim(-0.02, 1.02)
-        written.append(_save_plot(plt, fig, ax, 'align rate', output_dir, ALIGN_PLOT))
+        written.append(_save_plot(plt, fig, ax, 'success rate', output_dir, ALIGN_PLOT))
     if history.train and history.closed_loop:
         written.append(_learning_curve(plt, history, output_dir))
     return written
+
+
+def _success(result: dict) -> float:
+    """A closed-loop result's success rate (results from before tasks had one: the
+    package task's align rate, the same figure)."""
+    return result.get('success_rate', result.get('align_rate', 0.0))
 
 
 def _learning_curve(plt, history: History, output_dir: Path) -> str:
@@ -129,10 +135,10 @@ def _learning_curve(plt, history: History, output_dir: Path) -> str:
     for mode in ('chunk', 'ensemble'):
         rows = [r for r in history.closed_loop if mode in r]
         if rows:
-            bottom.plot([r['step'] for r in rows], [r[mode]['align_rate'] for r in rows], 'o-',
-                        label=f'align rate, {mode} ({rows[-1][mode]["count"]} episodes)')
+            bottom.plot([r['step'] for r in rows], [_success(r[mode]) for r in rows], 'o-',
+                        label=f'success rate, {mode} ({rows[-1][mode]["count"]} episodes)')
     bottom.set_ylim(-0.02, 1.02)
-    bottom.set_ylabel('closed-loop align rate')
+    bottom.set_ylabel('closed-loop success rate')
     bottom.set_xlabel('optimizer step')
     timed = [(r['step'], r['wall_s'] / 60.0) for r in history.train if 'wall_s' in r]
     if len(timed) >= 2:

@@ -58,7 +58,7 @@ class RunInputs:
 def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -> RunInputs:
     """Open, check, split and decode the dataset; resolve the device (``device``: the one
     a data-parallel launch gave this process, instead of ``config.device``)."""
-    contract = load_contract(config.contract_path)
+    contract = run_contract(config)
     cameras = select_cameras(contract, config.cameras)
     device = select_device(config.device) if device is None else device
     dataset = open_dataset(config.dataset_root, contract, cameras=cameras,
@@ -77,14 +77,15 @@ def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -
                 len(split.val_episodes))
     extra_keys: tuple[str, ...] = ()
     if config.aux_object_pose_weight > 0:
-        from act_ros.data.episode import OBJECT_POSES_FEATURE
+        from act_ros.training.auxiliary import aux_target
 
-        if OBJECT_POSES_FEATURE not in dataset.meta.features:
+        feature = aux_target(config.task).feature
+        if feature not in dataset.meta.features:
             raise TrainingDataError(
-                f"--aux-object-pose-weight needs the feature '{OBJECT_POSES_FEATURE}' (object "
-                'poses, recorded by act-ros collect in the simulation); this dataset has '
-                f'{sorted(dataset.meta.features)}: set --aux-object-pose-weight 0')
-        extra_keys = (OBJECT_POSES_FEATURE,)
+                f"--aux-object-pose-weight needs the feature '{feature}' (object poses, "
+                f'recorded by act-ros collect --task {config.task} in the simulation); this '
+                f'dataset has {sorted(dataset.meta.features)}: set --aux-object-pose-weight 0')
+        extra_keys = (feature,)
     read = frames_read(config, split, seg_start) if cameras else None
     if read is not None:
         logger.info('the backbone is frozen and cached from the first step on 1 in %d '
@@ -104,6 +105,19 @@ def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -
                      stats=stats, image_size=size, stored_image_size=stored,
                      cameras=tuple(cam.name for cam in cameras),
                      environment_state=config.environment_state)
+
+
+def run_contract(config: TrainConfig) -> Contract:
+    """The run's contract: ``config.contract_path``, else the task robot's; with the run's
+    chunk size (``config.chunk_size``), which the data loading reads from it."""
+    import dataclasses
+
+    from act_ros.sim.tasks import sim_task
+
+    contract = load_contract(config.contract_path or sim_task(config.task).contract_path())
+    if config.chunk_size:
+        contract = dataclasses.replace(contract, chunk_size=config.chunk_size)
+    return contract
 
 
 def frames_read(config: TrainConfig, split: Split, seg_start: np.ndarray) -> np.ndarray | None:
@@ -154,13 +168,21 @@ def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]
                                  environment_state=inputs.environment_state,
                                  kl_weight=config.kl_weight, optimizer_lr=config.lr,
                                  optimizer_lr_backbone=lr_backbone,
-                                 optimizer_weight_decay=config.weight_decay, **config.model)
+                                 optimizer_weight_decay=config.weight_decay,
+                                 **chunk_settings(config, inputs.contract), **config.model)
     torch.manual_seed(config.seed)
     policy = ACTPolicy(act_config).to(inputs.device)
     if config.init_from is not None:
         load_initial_weights(policy, config.init_from)
     pre, post = make_act_pre_post_processors(act_config, inputs.stats)
     return policy, pre, post
+
+
+def chunk_settings(config: TrainConfig, contract: Contract) -> dict[str, int]:
+    """ACT's ``chunk_size`` and ``n_action_steps`` for a run: as configured, else the
+    contract's chunk size; ``n_action_steps`` defaults to the chunk size (LeRobot's ACT)."""
+    chunk = config.chunk_size or contract.chunk_size
+    return {'chunk_size': chunk, 'n_action_steps': config.n_action_steps or chunk}
 
 
 def load_initial_weights(policy: Any, checkpoint: Path) -> dict[str, list[str]]:

@@ -31,7 +31,8 @@ from act_ros.core.safety import SafetyLimits
 
 EVAL_MODES = ('chunk', 'ensemble')
 # n_action_steps per mode: the ACT paper's chunk execution and per-tick ensembling.
-MODE_SETTINGS = {'chunk': {'n_action_steps': 30}, 'ensemble': {'n_action_steps': 1}}
+# (chunk mode: the checkpoint's own n_action_steps, as LeRobot's select_action plays it).
+MODE_SETTINGS = {'chunk': {}, 'ensemble': {'n_action_steps': 1}}
 
 
 @dataclass(frozen=True)
@@ -82,9 +83,10 @@ class ModeResult:
     # The precision the policy ran in, as settled (act_ros.core.precision.PrecisionCheck
     # values: precision, precision.requested, the auto check's figures).
     precision: dict[str, Any] = field(default_factory=dict)
+    task: str = 'port_pick_align'  # act_ros.sim.tasks.SIM_TASKS
 
     def to_dict(self) -> dict[str, Any]:
-        return {'mode': self.mode, **self.summary, 'suppressed_releases': self.suppressed_releases,
+        return {'mode': self.mode, 'task': self.task, **self.summary, 'suppressed_releases': self.suppressed_releases,
                 'rejected_commands': self.rejected_commands, 'seconds': self.seconds,
                 **({'precision': self.precision} if self.precision else {}),
                 'episodes': self.episodes}
@@ -97,13 +99,18 @@ def merge_mode_results(mode: str, parts: list[dict[str, Any] | None], *,
     summary over all episodes, counters summed, ``seconds`` of the slowest process.
     ``with_episodes`` keeps the per-episode records (``episodes``). Used by data-parallel
     training and by ``act-ros evaluate --workers``."""
-    from act_ros.sim import EpisodeResult, summarize_results
+    from act_ros.sim.tasks import DEFAULT_TASK, sim_task
 
     parts = [p for p in parts if p is not None]
     if not parts:
         raise ValueError(f'closed loop ({mode}): no process ran an episode')
-    episodes = [EpisodeResult(**e) for p in parts for e in p['episodes']]
-    return {'mode': mode, **summarize_results(episodes),
+    task = sim_task(parts[0].get('task', DEFAULT_TASK))
+    if task.is_aloha:
+        from act_ros.sim.aloha.env import AlohaEpisodeResult as Result
+    else:
+        from act_ros.sim import EpisodeResult as Result
+    episodes = [Result(**e) for p in parts for e in p['episodes']]
+    return {'mode': mode, 'task': task.name, **summarize_task_results(task, episodes),
             'suppressed_releases': sum(p['suppressed_releases'] for p in parts),
             'rejected_commands': sum(p['rejected_commands'] for p in parts),
             'seconds': max(p['seconds'] for p in parts),
@@ -169,6 +176,8 @@ class SimPolicy:
                 raise ValueError(f'n_action_steps applies to chunk mode (ensemble mode queries '
                                  f'every tick), got mode {mode!r}')
             steps['n_action_steps'] = n_action_steps
+        if 'n_action_steps' not in steps:
+            steps['n_action_steps'] = checkpoint_n_action_steps(checkpoint)
         self.contract = contract or load_contract()
         safety = safety or SafetySettings.from_node_config(self.contract)
         timing = (dict(execution='sync') if latency_ticks is None else
@@ -184,13 +193,17 @@ class SimPolicy:
             poses = (environment_state_from_stream(ENVIRONMENT_STATE)
                      if self.runtime.environment_state_dim else None)
             self.takes_poses = poses is not None
+            # The gate needs the end effector (forward kinematics) and the pad; a task
+            # without a place-on-pad step runs with the gate off and needs neither.
+            self.gated = safety.gate.enabled
             self.loop = ControlLoop(
                 self.runtime, cameras=self.cameras, limits=safety.limits,
                 gate=ReleaseGate(safety.gate), gripper_index=self.contract.gripper_index,
                 ee_position=ee_from_kinematics(self.contract.joint_names,
                                                self.contract.gripper_index,
                                                urdf_path=safety.urdf_path,
-                                               ee_frame=safety.ee_frame),
+                                               ee_frame=safety.ee_frame)
+                if self.gated else (lambda _snap, _state: None),
                 pad_position=position_from_stream(PAD_POSE, safety.max_obs_age_s),
                 environment_state=poses)
         except BaseException:
@@ -200,6 +213,11 @@ class SimPolicy:
         self.period_s = 1.0 / self.contract.fps
         self.command: np.ndarray | None = None
         self.tick = 0
+        # The images handed to the runtime on the last tick that read them (a tick whose
+        # action comes from the queue gets these again: a simulation that renders on
+        # demand then renders only what the model sees).
+        self._images: dict[str, np.ndarray] = {}
+        self.images_read = 0
 
     @property
     def counters(self):
@@ -213,6 +231,7 @@ class SimPolicy:
         self.store.clear()
         self.command = np.asarray(obs.joint_positions, dtype=np.float64).copy()
         self.tick = 0
+        self._images = {}
 
     def act(self, obs: Any) -> np.ndarray:
         """Joint targets to send for ``obs`` (a :class:`~act_ros.sim.env.SimObservation`)."""
@@ -223,9 +242,14 @@ class SimPolicy:
         now = self.tick * self.period_s  # simulated time: every input is fresh
         store = self.store
         store.put(JOINT_STATES, np.asarray(obs.joint_positions, dtype=np.float64), now, now)
+        fresh = self.runtime.will_predict() or not self._images
         for cam in self.cameras:
-            store.put(image_stream(cam), obs.images[cam], now, now)
-        store.put(PAD_POSE, np.asarray(obs.pad_pose, dtype=np.float64)[:3], now, now)
+            if fresh:
+                self._images[cam] = obs.images[cam]
+                self.images_read += 1
+            store.put(image_stream(cam), self._images[cam], now, now)
+        if self.gated:
+            store.put(PAD_POSE, np.asarray(obs.pad_pose, dtype=np.float64)[:3], now, now)
         if self.takes_poses:
             store.put(ENVIRONMENT_STATE, obs.environment_state, now, now)
         result = self.loop.tick(store.snapshot(now))
@@ -261,15 +285,17 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     from each chunk in chunk mode before the next query (``None``: the whole 30-step
     chunk, as ``MODE_SETTINGS``).
     """
-    import dataclasses
     import time
 
     from tqdm import tqdm
 
-    from act_ros.sim import PortPickAlignEnv, summarize_results
-
     if episodes < 1:
         raise ValueError(f'episodes must be >= 1, got {episodes}')
+    task = _checkpoint_task(checkpoint)
+    if contract is None and task.is_aloha:
+        contract = load_contract(task.contract_path())
+    if safety is None and task.is_aloha:
+        safety = SafetySettings.from_node_config(contract, task.node_params_path())
     policy = SimPolicy(checkpoint, mode=mode, device=device, contract=contract, safety=safety,
                        ensemble_coeff=ensemble_coeff, backend=backend,
                        latency_ticks=latency_ticks, precision=precision,
@@ -277,10 +303,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     own_env = env is None
     try:
         if own_env:
-            config = sim_config or make_sim_config(Path(checkpoint))
-            if not policy.cameras and frame_sink is None:  # nothing looks at the images
-                config = dataclasses.replace(config, render=False)
-            env = PortPickAlignEnv(config, policy.contract)
+            env = make_task_env(task, checkpoint, policy, sim_config=sim_config,
+                                render=bool(policy.cameras) or frame_sink is not None)
     except BaseException:
         policy.close()
         raise
@@ -303,9 +327,61 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
             env.close()
     counters = policy.counters
     check = policy.runtime.precision_check
-    return ModeResult(mode=mode, summary=summarize_results(results),
+    return ModeResult(mode=mode, task=task.name, summary=summarize_task_results(task, results),
                       precision=check.as_values() if check is not None else {},
                       episodes=[r.to_dict() for r in results],
                       suppressed_releases=counters.suppressed_releases,
                       rejected_commands=counters.commands_rejected,
                       seconds=time.perf_counter() - start)
+
+
+def _checkpoint_task(checkpoint: str | Path) -> Any:
+    """The :class:`~act_ros.sim.tasks.SimTask` a checkpoint (directory or Hub id) was trained
+    for."""
+    from act_ros.core.hub import resolve_checkpoint
+    from act_ros.sim.tasks import checkpoint_task
+
+    return checkpoint_task(resolve_checkpoint(checkpoint).path)
+
+
+def make_task_env(task: Any, checkpoint: str | Path, policy: SimPolicy, *,
+                  sim_config: Any = None, render: bool = True) -> Any:
+    """The simulation of ``task`` for ``policy``: the package's own (``sim_config`` or the
+    checkpoint's render size; no rendering when nothing looks at the images), or a
+    gym-aloha task at its native camera size, ending at success as LeRobot's evaluation
+    ends it, rendering a camera only when the policy reads it."""
+    import dataclasses
+
+    if task.is_aloha:
+        from act_ros.sim.aloha.env import AlohaEnv
+
+        return AlohaEnv(task.aloha_task, cameras=policy.cameras, image_size=task.image_size,
+                        terminate_on_success=True)
+    from act_ros.sim import PortPickAlignEnv
+
+    config = sim_config or make_sim_config(Path(checkpoint))
+    if not render:
+        config = dataclasses.replace(config, render=False)
+    return PortPickAlignEnv(config, policy.contract)
+
+
+def summarize_task_results(task: Any, results: Sequence[Any]) -> dict[str, Any]:
+    """A mode's summary: the task's own figures and ``success_rate`` (every task has it: the
+    package's task's ``align_rate``, gym-aloha's reward reaching its maximum)."""
+    if task.is_aloha:
+        from act_ros.sim.aloha.env import summarize_aloha_results
+
+        return summarize_aloha_results(results)
+    from act_ros.sim import summarize_results
+
+    summary = summarize_results(results)
+    return {**summary, 'success_rate': summary['align_rate']}
+
+
+def checkpoint_n_action_steps(checkpoint: str | Path) -> int:
+    """The actions a checkpoint plays from each chunk (its ``config.json``
+    ``n_action_steps``, else its ``chunk_size``), as LeRobot's ``select_action`` plays them."""
+    from act_ros.core.hub import resolve_checkpoint
+
+    config = json.loads((resolve_checkpoint(checkpoint).path / 'config.json').read_text())
+    return int(config.get('n_action_steps') or config['chunk_size'])
