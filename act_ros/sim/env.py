@@ -156,6 +156,21 @@ class PortPickAlignEnv:
 
     # ----------------------------------------------------------------- episode control
     @property
+    def fps(self) -> int:
+        """Control steps per second."""
+        return self.config.fps
+
+    @property
+    def episode_steps(self) -> int:
+        """Control steps per episode."""
+        return self.config.episode_steps
+
+    @property
+    def seed(self) -> int | None:
+        """The seed of the episode (None before the first reset)."""
+        return self.layout.seed if self.layout is not None else None
+
+    @property
     def done(self) -> bool:
         """True once ``episode_steps`` control steps have run."""
         return self.layout is not None and self.step_index >= self.config.episode_steps

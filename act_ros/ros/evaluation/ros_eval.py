@@ -47,7 +47,7 @@ from act_ros.core.options import BACKEND_CHOICES
 from act_ros.ros.evaluation.client import EvalClient, EvalError
 from act_ros.ros.evaluation.dds import dds_environment
 from act_ros.core.processes import ChildExitedError, ProcessSet, signals_deferred
-from act_ros.sim.metrics import EpisodeResult, summarize_results
+from act_ros.sim.metrics import EpisodeResult
 from act_ros.core.arguments import HelpFormatter
 
 PREFIX = '[ros-eval]'
@@ -142,12 +142,12 @@ def default_domain_id() -> int:
 
 
 def bridge_command(args: argparse.Namespace, image_size: tuple[int, int], *,
-                   policy_reset: bool = True, policy_inputs: list[str] | None = None
-                   ) -> list[str]:
-    """``sim_bridge`` in lock-step, episodes on ``~/reset`` (resetting ``/act_node`` first);
-    ``policy_inputs``: the topics it waits for a subscriber on before an episode (default:
-    the joints and every camera)."""
-    params = {'mode': 'lockstep', 'autostart': 'false', 'seed': args.seed,
+                   policy_reset: bool = True, policy_inputs: list[str] | None = None,
+                   task: str = 'port_pick_align') -> list[str]:
+    """``sim_bridge`` of ``task`` in lock-step, episodes on ``~/reset`` (resetting
+    ``/act_node`` first); ``policy_inputs``: the topics it waits for a subscriber on before
+    an episode (default: the joints and every camera)."""
+    params = {'task': task, 'mode': 'lockstep', 'autostart': 'false', 'seed': args.seed,
               'image_height': image_size[0], 'image_width': image_size[1],
               'episode_steps': args.episode_steps,
               'lockstep_timeout_s': float(args.lockstep_timeout)}
@@ -159,10 +159,21 @@ def bridge_command(args: argparse.Namespace, image_size: tuple[int, int], *,
     return _ros_command('act_ros.ros.sim_bridge.bridge', params)
 
 
-def node_command(args: argparse.Namespace, mode: str, model_path: str | None = None) -> list[str]:
+def node_command(args: argparse.Namespace, mode: str, model_path: str | None = None,
+                 task: Any = None) -> list[str]:
     """``act_node`` for lock-step evaluation: one synchronous tick per observation.
-    ``model_path``: what the node loads (default: ``--checkpoint`` made absolute)."""
-    params = {'model_path': model_path or str(args.checkpoint.resolve()), 'mode': mode,
+    ``model_path``: what the node loads (default: ``--checkpoint`` made absolute); ``task``
+    (:class:`~act_ros.sim.tasks.SimTask`): another task's robot parameter file and contract
+    (the package's own by default)."""
+    files: list[str] = []
+    params: dict[str, Any] = {}
+    if task is not None and task.is_aloha:
+        from act_ros.training.rollout import checkpoint_n_action_steps
+
+        files = [str(task.node_params_path())]
+        params['contract_path'] = str(task.contract_path())
+        params['n_action_steps'] = checkpoint_n_action_steps(model_path or args.checkpoint)
+    params.update({'model_path': model_path or str(args.checkpoint.resolve()), 'mode': mode,
               'execution': 'sync',
               'trigger': 'observation', 'pad_source': 'topic', 'pad_pose_topic': 'pad_pose',
               # Used by a checkpoint that takes the object poses (one subscription for the
@@ -170,12 +181,15 @@ def node_command(args: argparse.Namespace, mode: str, model_path: str | None = N
               'object_pose_topics.box': 'box_pose', 'object_pose_topics.pad': 'pad_pose',
               'device': args.device, 'torch_threads': args.torch_threads,
               'backend': args.backend,
-              'command_type': args.command_type, 'use_sim_time': 'true', 'autostart': 'true'}
-    return _ros_command('act_ros.ros.node.act_node', params)
+              'command_type': args.command_type, 'use_sim_time': 'true', 'autostart': 'true'})
+    return _ros_command('act_ros.ros.node.act_node', params, files)
 
 
-def _ros_command(module: str, params: dict[str, Any]) -> list[str]:
+def _ros_command(module: str, params: dict[str, Any],
+                 params_files: list[str] | tuple[str, ...] = ()) -> list[str]:
     command = [sys.executable, '-m', module, '--ros-args']
+    for path in params_files:
+        command += ['--params-file', path]
     for name, value in params.items():
         command += ['-p', f'{name}:={value}']
     return command
@@ -199,9 +213,12 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
     checkpoint = source.path
     if not (checkpoint / 'config.json').is_file():
         raise EvalError(f'{args.checkpoint}: not a checkpoint directory (no config.json)')
+    from act_ros.sim.tasks import checkpoint_task
+
     try:
+        task = checkpoint_task(checkpoint)
         image_size = (parse_image_size(args.image_size) if args.image_size
-                      else render_size(checkpoint))
+                      else task.image_size if task.is_aloha else render_size(checkpoint))
     except ValueError as exc:
         raise EvalError(str(exc)) from None
     domain = args.domain_id if args.domain_id is not None else default_domain_id()
@@ -220,17 +237,17 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
     results: dict[str, Any] = {}
     try:
         bridge = procs.start('sim_bridge', bridge_command(
-            args, image_size, policy_inputs=policy_input_topics(checkpoint)))
-        log(f'{PREFIX} started sim_bridge (pid {bridge.pid})')
+            args, image_size, policy_inputs=policy_input_topics(checkpoint), task=task.name))
+        log(f'{PREFIX} started sim_bridge (pid {bridge.pid}, task {task.name})')
         # A Hub id pinned to the commit resolved here: the node (offline) loads the same files.
-        node = procs.start('act_node', node_command(args, modes[0], source.pinned))
+        node = procs.start('act_node', node_command(args, modes[0], source.pinned, task))
         log(f'{PREFIX} started act_node (pid {node.pid}, mode {modes[0]}); waiting for it')
         client.wait_policy_active(args.startup_timeout)
         for mode in modes:
             if mode != modes[0]:
                 log(f'{PREFIX} reconfiguring act_node for mode {mode}')
                 client.switch_policy_mode(mode, args.startup_timeout)
-            results[mode] = _run_mode(client, args, mode, log)
+            results[mode] = _run_mode(client, args, mode, log, task)
     except ChildExitedError as exc:
         raise EvalError(str(exc)) from None
     finally:
@@ -256,24 +273,37 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
 
 
 def _run_mode(client: EvalClient, args: argparse.Namespace, mode: str,
-              log: Callable[[str], None]) -> dict[str, Any]:
+              log: Callable[[str], None], task: Any = None) -> dict[str, Any]:
+    from act_ros.sim.tasks import DEFAULT_TASK, sim_task
+    from act_ros.training.rollout import summarize_task_results
+
+    task = task or sim_task(DEFAULT_TASK)
+    if task.is_aloha:
+        from act_ros.sim.aloha.env import AlohaEpisodeResult as Result
+    else:
+        Result = EpisodeResult
     results, episodes = [], []
     start = time.monotonic()
     steps = 0
     for i in range(args.episodes):
         seed = args.seed + i
         status = client.run_episode(seed, args.lockstep_timeout, args.startup_timeout)
-        result = EpisodeResult(**status['result'])
+        result = Result(**status['result'])
         results.append(result)
         episodes.append({**status['result'], 'commands': status['commands']})
         steps += result.steps
         timeouts = status['commands']['lockstep_timeouts']
-        log(f'{PREFIX} {mode} episode {i + 1}/{args.episodes} seed {seed}: '
-            f"{'aligned' if result.success else 'not aligned'}, position error "
-            f'{result.position_error_m * 1000:.1f} mm, yaw error {result.yaw_error_deg:.1f} deg'
+        if task.is_aloha:
+            outcome = (f"{'success' if result.success else 'no success'}, highest reward "
+                       f'{result.max_reward:g} after {result.steps} steps')
+        else:
+            outcome = (f"{'aligned' if result.success else 'not aligned'}, position error "
+                       f'{result.position_error_m * 1000:.1f} mm, yaw error '
+                       f'{result.yaw_error_deg:.1f} deg')
+        log(f'{PREFIX} {mode} episode {i + 1}/{args.episodes} seed {seed}: {outcome}'
             + (f', {timeouts} lock-step timeouts' if timeouts else ''))
     wall = time.monotonic() - start
-    metrics: dict[str, Any] = dict(summarize_results(results))
+    metrics: dict[str, Any] = {'task': task.name, **summarize_task_results(task, results)}
     metrics.update(
         lockstep_timeouts=sum(e['commands']['lockstep_timeouts'] for e in episodes),
         commands_rejected=sum(e['commands']['rejected'] for e in episodes),
@@ -283,6 +313,10 @@ def _run_mode(client: EvalClient, args: argparse.Namespace, mode: str,
 
 
 def format_metrics(mode: str, m: dict[str, Any]) -> str:
+    if 'align_rate' not in m:
+        return (f"{PREFIX} {mode:8s} success_rate {m['success_rate']:.2f} "
+                f"({m['successes']}/{m['count']}), lock-step timeouts "
+                f"{m['lockstep_timeouts']}, {m['steps_per_s']:.1f} steps/s")
     aligned = round(m['align_rate'] * m['count'])
     return (f"{PREFIX} {mode:8s} align_rate {m['align_rate']:.2f} ({aligned}/{m['count']}), "
             f"mean position error {m['mean_position_error'] * 1000:.1f} mm, mean yaw error "

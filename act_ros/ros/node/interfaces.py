@@ -138,6 +138,9 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
 
 
 def _ee_source(settings: NodeSettings, gripper: int) -> EePosition:
+    if not settings.gate.get('enabled', True):
+        # Only the release gate reads the end effector: without it no robot model is needed.
+        return lambda _snap, _state: None
     if settings.ee_source == 'topic':
         return position_from_stream(EE_POSE, settings.max_obs_age_s)
     return ee_from_kinematics(settings.joint_names, gripper, urdf_path=settings.urdf_path,

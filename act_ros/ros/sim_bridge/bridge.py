@@ -91,22 +91,33 @@ class SimBridge(Node):
         if errors:
             raise ValueError('; '.join(errors))
         self.settings = s = read_bridge_settings(self)
-        topics = ['joint_states', 'ee_pose', 'box_pose', 'pad_pose', *map(camera_topic, CAMERAS)]
+        self.aloha = s.task != 'port_pick_align'
+        if self.aloha:
+            self.env, cameras, poses = self._aloha_env(s), ('top',), ()
+            description = (f'{s.task}, {self.env.image_size[0]}x{self.env.image_size[1]} '
+                           f'images, {self.env.episode_steps} steps per episode at '
+                           f'{self.env.fps} Hz (ends at success)')
+        else:
+            config = SimConfig.from_yaml(s.sim_config_path or None, **s.sim_overrides())
+            self.env, cameras = PortPickAlignEnv(config), CAMERAS
+            poses = ('ee_pose', 'box_pose', 'pad_pose')
+            self._ee_site = self.env.model.site(EE_SITE).id
+            self._box_body = self.env.model.body(BOX_BODY).id
+            description = (f'{config.camera_height}x{config.camera_width} images, '
+                           f'{config.episode_steps} steps per episode at {config.fps} Hz')
+        topics = ['joint_states', *poses, *map(camera_topic, cameras)]
         unknown = [t for t in s.policy_input_topics if t not in topics]
         if unknown:
+            self.env.close()
             raise ValueError(f'policy_inputs: {unknown} are not topics of the bridge ({topics})')
-        config = SimConfig.from_yaml(s.sim_config_path or None, **s.sim_overrides())
-        self.env = PortPickAlignEnv(config)
         self.joint_names = list(self.env.contract.joint_names)
-        self._ee_site = self.env.model.site(EE_SITE).id
-        self._box_body = self.env.model.body(BOX_BODY).id
 
         sensor = qos_profile_sensor_data
         self.image_pubs = {cam: self.create_publisher(Image, camera_topic(cam), sensor)
-                           for cam in CAMERAS}
+                           for cam in cameras}
         self.joint_pub = self.create_publisher(JointState, 'joint_states', sensor)
         self.pose_pubs = {name: self.create_publisher(PoseStamped, name, sensor)
-                          for name in ('ee_pose', 'box_pose', 'pad_pose')}
+                          for name in poses}
         # What the policy reads (lockstep waits for a subscriber on each): by default the
         # joints and every camera; policy_inputs names others (the object poses, a subset
         # of the cameras).
@@ -146,9 +157,29 @@ class SimBridge(Node):
         self._thread = threading.Thread(target=self._run_loop, name='sim-bridge-loop',
                                         daemon=True)
         self.get_logger().info(
-            f'{s.mode} mode, {config.camera_height}x{config.camera_width} images, '
-            f'{config.episode_steps} steps per episode at {config.fps} Hz, next seed '
-            f'{s.seed}, {"autostart" if s.autostart else "episodes start on ~/reset"}')
+            f'{s.mode} mode, {description}, next seed {s.seed}, '
+            f'{"autostart" if s.autostart else "episodes start on ~/reset"}')
+
+    @staticmethod
+    def _aloha_env(s: Any) -> Any:
+        """gym-aloha's task at the parameters' image size (default its own 480x640), ending
+        at success; the joints named as config/robots/aloha/contract.yaml names them."""
+        from act_ros.core.contract import load_contract
+        from act_ros.sim.aloha.env import ALOHA_IMAGE_SIZE, ALOHA_JOINTS, AlohaEnv
+        from act_ros.sim.tasks import sim_task
+
+        if s.sim_config_path or s.contract_path:
+            raise ValueError(f'task {s.task}: sim_config_path and contract_path do not apply '
+                             '(gym-aloha defines the scene and the joints)')
+        task = sim_task(s.task)
+        size = (s.image_height, s.image_width) if s.image_height else ALOHA_IMAGE_SIZE
+        env = AlohaEnv(task.aloha_task, cameras=('top',), image_size=size,
+                       episode_steps=s.episode_steps or None, terminate_on_success=True)
+        env.contract = load_contract(task.contract_path())
+        if tuple(env.contract.joint_names) != ALOHA_JOINTS:
+            raise ValueError(f'{env.contract.source}: joint_names must be gym-aloha\'s '
+                             f'{list(ALOHA_JOINTS)}')
+        return env
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -178,8 +209,12 @@ class SimBridge(Node):
     def _publish_observation(self, obs: SimObservation, sensors: bool) -> None:
         stamp = msgs.time_msg(self.loop.sim_time_ns)
         frame = self.settings.frame_id
-        data = self.env.data
         self.clock_pub.publish(msgs.clock_msg(stamp))
+        if self.aloha:  # joints and camera only (the policy sees what LeRobot's env gives)
+            if sensors:
+                self._publish_sensors(obs, stamp)
+            return
+        data = self.env.data
         ee_quat = np.empty(4)
         mujoco.mju_mat2Quat(ee_quat, data.site_xmat[self._ee_site])
         self.pose_pubs['ee_pose'].publish(msgs.pose_stamped(obs.ee_position, ee_quat, stamp, frame))
@@ -187,11 +222,14 @@ class SimBridge(Node):
             obs.box_pose[:3], data.xquat[self._box_body], stamp, frame))
         self.pose_pubs['pad_pose'].publish(msgs.pose_stamped(
             obs.pad_pose[:3], msgs.yaw_quaternion(obs.pad_pose[3]), stamp, frame))
-        if not sensors:
-            return
+        if sensors:
+            self._publish_sensors(obs, stamp)
+
+    def _publish_sensors(self, obs: Any, stamp: Any) -> None:
         self.joint_pub.publish(msgs.joint_state(obs.joint_positions, self.joint_names, stamp))
-        for cam, rgb in obs.images.items():
-            self.image_pubs[cam].publish(msgs.camera_image(rgb, stamp, f'{cam}_camera'))
+        for cam in self.image_pubs:
+            self.image_pubs[cam].publish(msgs.camera_image(obs.images[cam], stamp,
+                                                           f'{cam}_camera'))
 
     def peers(self) -> dict[str, int]:
         """Matched command publishers, and subscribers of every observation topic the policy

@@ -95,8 +95,8 @@ class BridgeLoop:
         self.env = env
         self.mode = mode
         self.lockstep_timeout_s = float(lockstep_timeout_s)
-        self.period_s = env.config.control_period_s
-        self.period_ns = round(1e9 / env.config.fps)
+        self.period_s = 1.0 / env.fps
+        self.period_ns = round(1e9 / env.fps)
         self._publish = publish
         self._publish_status = publish_status
         self._prepare_episode = prepare_episode
@@ -176,7 +176,7 @@ class BridgeLoop:
             status = {
                 'state': state, 'mode': self.mode, 'episode': self.episode, 'seed': self.seed,
                 'step': self._episode_step if self.episode >= 0 else 0,
-                'episode_steps': env.config.episode_steps, 'done': done,
+                'episode_steps': env.episode_steps, 'done': done,
                 'sim_time_s': self.sim_time_ns * 1e-9, 'commands': self.counters.as_dict(),
             }
             if done:
@@ -262,7 +262,7 @@ class BridgeLoop:
             self._prepare_episode()
         seed = ticket.seed if ticket.seed is not None else self.next_seed
         obs = self.env.reset(seed if seed >= 0 else None)
-        used = self.env.layout.seed
+        used = self.env.seed
         with self._cond:
             self.episode += 1
             self.episodes_started += 1

@@ -16,6 +16,12 @@ from act_ros.ros.sim_bridge.loop import MODES
 
 P = ParamSpec
 BRIDGE_PARAMETERS: list[ParamSpec] = [
+    P('task', 'port_pick_align', "The simulated task: the package's own arm "
+      '(port_pick_align) or gym-aloha\'s bimanual transfer cube (aloha_transfer_cube: 14 '
+      'joints, a top camera at 480x640 unless image_height/width say otherwise, 50 Hz, no '
+      'poses published, an episode ends at success as LeRobot\'s evaluation ends it; '
+      'sim_config_path and contract_path do not apply).',
+      choices=('port_pick_align', 'aloha_transfer_cube'), read_only=True),
     P('mode', 'realtime', 'realtime: one control step per 1/fps s of wall clock, holding the '
       'last command; lockstep: one step per command received (reproducible evaluation).',
       choices=MODES, read_only=True),
@@ -62,6 +68,7 @@ BRIDGE_PARAMETERS: list[ParamSpec] = [
 class BridgeSettings:
     """Validated parameters of ``sim_bridge``."""
 
+    task: str
     mode: str
     sim_config_path: str
     contract_path: str

@@ -277,12 +277,14 @@ class AlohaEnv:
             self.step_index >= self.episode_steps
             or (self.terminate_on_success and self.succeeded))
 
-    def reset(self, seed: int) -> AlohaObservation:
+    def reset(self, seed: int | None = None) -> AlohaObservation:
         """Start episode ``seed``: gym-aloha's start pose and the object poses it draws for
-        that seed."""
+        that seed (``None``: a fresh random seed)."""
         import_gym_aloha()
         import gym_aloha.tasks.sim as joint_tasks
 
+        if seed is None:
+            seed = int(np.random.default_rng().integers(0, 2**31 - 1))
         self.seed = int(seed)
         # gym-aloha's joint-space tasks read the object poses from this module-level slot
         # in their initialize_episode (as gym-aloha's own AlohaEnv.reset sets it).
