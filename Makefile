@@ -5,7 +5,10 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.act_ros-installed
-EXTRAS ?= ros,sim,dataset,dev,openvino,onnxruntime,bench,bag,distributed
+EXTRAS ?= ros,sim,dataset,dev,openvino,onnxruntime,bench,bag,distributed,aloha
+# gym-aloha declares mujoco<3.9 but runs on this package's MuJoCo (3.17, with dm-control
+# 1.0.50 from the aloha extra): installed without its pins (docs/aloha.md).
+GYM_ALOHA ?= gym-aloha==0.1.5
 
 # Keep every ROS process that these targets start on loopback, in a domain of its own.
 ROS_DOMAIN_ID ?= $(shell echo $$(( ($$$$ % 90) + 10 )))
@@ -45,6 +48,9 @@ $(STAMP): setup.py package.xml
 	"$(PY)" -m pip install --quiet --upgrade pip; \
 	echo "[setup] installing act_ros[$(EXTRAS)] (first run downloads PyTorch, several GB)"; \
 	"$(PY)" -m pip install --progress-bar off -e ".[$(EXTRAS)]"; \
+	case ",$(EXTRAS)," in *,aloha,*) \
+	  echo "[setup] installing $(GYM_ALOHA) without its pins (mujoco<3.9)"; \
+	  "$(PY)" -m pip install --quiet --progress-bar off --no-deps "$(GYM_ALOHA)";; esac; \
 	touch "$(STAMP)"; echo "[setup] ready: $(VENV)"
 
 PYTEST_ARGS ?=

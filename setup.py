@@ -77,6 +77,11 @@ setup(
     extras_require={
         'ros': ROS_WHEELS,
         'sim': ['mujoco>=3.2,<4'],
+        # gym-aloha's tasks (act_ros.sim.aloha): dm-control 1.0.50 is the release for MuJoCo
+        # 3.17 (1.0.52 needs MuJoCo 4). gym-aloha itself pins mujoco<3.9 though it runs on
+        # 3.17: install it without its pins, `pip install --no-deps gym-aloha==0.1.5`
+        # (make setup does; docs/aloha.md).
+        'aloha': ['dm-control>=1.0.50,<1.0.52', 'gymnasium>=0.29,<2', 'imageio>=2.34,<3'],
         'dataset': ['lerobot[dataset]>=0.6,<0.7'],
         'dev': ['pytest>=8,<10', 'pytest-timeout>=2.3,<3', 'ruff>=0.6,<1',
                 # colcon from PyPI: the colcon build test (a ROS machine has its own)

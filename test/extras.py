@@ -40,3 +40,7 @@ needs_onnx = needs(BACKENDS != ['torch'], 'an ONNX backend (openvino or onnxrunt
 # NNCF quantizes for precision int8 (act-ros export --int8); it comes with the openvino extra.
 HAS_NNCF = importlib.util.find_spec('nncf') is not None
 needs_nncf = needs(HAS_NNCF and 'openvino' in BACKENDS, 'nncf (with openvino)', 'openvino')
+# gym-aloha (installed without its pins, see docs/aloha.md) and dm-control: the aloha extra.
+HAS_GYM_ALOHA = (importlib.util.find_spec('gym_aloha') is not None
+                 and importlib.util.find_spec('dm_control') is not None)
+needs_gym_aloha = needs(HAS_GYM_ALOHA, 'gym-aloha with dm-control', 'aloha')

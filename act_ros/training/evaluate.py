@@ -138,7 +138,8 @@ def evaluate(args: argparse.Namespace) -> dict:
                 sink_episodes=args.video_episodes, progress=args.progress, backend=args.backend,
                 latency_ticks=latency_ticks, precision=args.precision,
                 precision_tolerance=args.precision_tolerance,
-                n_action_steps=args.n_action_steps)
+                n_action_steps=args.n_action_steps,
+                episode_steps=args.episode_steps if sim_config is None else None)
         finally:
             if writer is not None:
                 writer.close()
@@ -225,7 +226,8 @@ def _run_block(args: argparse.Namespace, mode: str, first: int, count: int,
         ensemble_coeff=args.ensemble_coeff, backend=args.backend,
         latency_ticks=latency_ticks, precision=args.precision,
         precision_tolerance=args.precision_tolerance,
-        n_action_steps=args.n_action_steps).to_dict()
+        n_action_steps=args.n_action_steps,
+        episode_steps=args.episode_steps if sim_config is None else None).to_dict()
 
 
 def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | None) -> dict:

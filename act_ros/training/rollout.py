@@ -272,7 +272,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
                         progress: bool = False, backend: str = 'torch',
                         latency_ticks: int | None = None, precision: str = 'fp32',
                         precision_tolerance: float | None = None,
-                        n_action_steps: int | None = None) -> ModeResult:
+                        n_action_steps: int | None = None,
+                        episode_steps: int | None = None) -> ModeResult:
     """Run ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) of one mode and score them.
 
     ``frame_sink(episode, images)`` receives the camera images of every tick of the
@@ -304,7 +305,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     try:
         if own_env:
             env = make_task_env(task, checkpoint, policy, sim_config=sim_config,
-                                render=bool(policy.cameras) or frame_sink is not None)
+                                render=bool(policy.cameras) or frame_sink is not None,
+                                episode_steps=episode_steps)
     except BaseException:
         policy.close()
         raise
@@ -345,18 +347,20 @@ def _checkpoint_task(checkpoint: str | Path) -> Any:
 
 
 def make_task_env(task: Any, checkpoint: str | Path, policy: SimPolicy, *,
-                  sim_config: Any = None, render: bool = True) -> Any:
+                  sim_config: Any = None, render: bool = True,
+                  episode_steps: int | None = None) -> Any:
     """The simulation of ``task`` for ``policy``: the package's own (``sim_config`` or the
     checkpoint's render size; no rendering when nothing looks at the images), or a
     gym-aloha task at its native camera size, ending at success as LeRobot's evaluation
-    ends it, rendering a camera only when the policy reads it."""
+    ends it, rendering a camera only when the policy reads it (``episode_steps``: shorter
+    episodes of it, for checks; the package's task takes them from ``sim_config``)."""
     import dataclasses
 
     if task.is_aloha:
         from act_ros.sim.aloha.env import AlohaEnv
 
         return AlohaEnv(task.aloha_task, cameras=policy.cameras, image_size=task.image_size,
-                        terminate_on_success=True)
+                        episode_steps=episode_steps, terminate_on_success=True)
     from act_ros.sim import PortPickAlignEnv
 
     config = sim_config or make_sim_config(Path(checkpoint))
