@@ -157,9 +157,10 @@ def init_worker(sim_config, camera_names: tuple[str, ...], noise_rad: float = 0.
     """Pool initializer: build one simulation per worker process, reused across episodes.
 
     Workers ignore SIGINT (``handle_sigint``; off when the collection runs in the main
-    process): Ctrl-C is handled once, in the main process, which then terminates the pool. A simulation that cannot be built is remembered and reported by
-    the first task (an initializer that raises would make the pool respawn the worker
-    forever, and the main process would wait forever).
+    process): Ctrl-C is handled once, in the main process, which then terminates the pool.
+    A simulation that cannot be built is remembered and reported by the first task (an
+    initializer that raises would make the pool respawn the worker forever, and the main
+    process would wait forever).
     """
     global _worker_env, _worker_cameras, _worker_error, _worker_noise_rad
     if handle_sigint:

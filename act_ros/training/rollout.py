@@ -86,7 +86,8 @@ class ModeResult:
     task: str = 'port_pick_align'  # act_ros.sim.tasks.SIM_TASKS
 
     def to_dict(self) -> dict[str, Any]:
-        return {'mode': self.mode, 'task': self.task, **self.summary, 'suppressed_releases': self.suppressed_releases,
+        return {'mode': self.mode, 'task': self.task, **self.summary,
+                'suppressed_releases': self.suppressed_releases,
                 'rejected_commands': self.rejected_commands, 'seconds': self.seconds,
                 **({'precision': self.precision} if self.precision else {}),
                 'episodes': self.episodes}
