@@ -107,6 +107,43 @@ class OutputError(Exception):
     """``--output FILE --run NAME`` cannot merge into FILE as it is (nothing is written)."""
 
 
+def evaluate_aloha(task: str, seeds: range, *, verbose: bool = False) -> dict:
+
+    """Summary of the gym-aloha expert's episodes (:mod:`act_ros.sim.aloha.expert`): each
+    planned in the end-effector task, then replayed in the joint-space task, which scores
+    it (gym-aloha's reward 4), without rendering. ``success_rate`` is the replay's; the
+    plan's own success in the end-effector task is beside it, and the highest reward stage
+    each failed replay reached."""
+    from act_ros.sim.aloha.env import AlohaEnv, summarize_aloha_results
+    from act_ros.sim.aloha.expert import JointTrajectoryExpert, end_effector_rollout
+    from act_ros.sim.tasks import sim_task
+
+    name, task = task, sim_task(task).aloha_task
+    results, planned, failed = [], 0, []
+    start = time.perf_counter()
+    with AlohaEnv(task, cameras=(), terminate_on_success=False) as env:
+        for seed in seeds:
+            trajectory = end_effector_rollout(task, seed, env.episode_steps)
+            planned += trajectory.ee_max_reward >= env.max_reward
+            expert = JointTrajectoryExpert(trajectory)
+            env.reset(seed)
+            while not env.done:
+                env.step(expert.act(env.step_index))
+            result = env.evaluate()
+            results.append(result)
+            if not result.success:
+                failed.append({'seed': seed, 'max_reward': result.max_reward,
+                               'plan_max_reward': trajectory.ee_max_reward})
+            if verbose:
+                print(f'seed {seed}: success={result.success} reward {result.max_reward:g} '
+                      f'(plan {trajectory.ee_max_reward:g})')
+    seconds = time.perf_counter() - start
+    return {'task': name, **summarize_aloha_results(results),
+            'plan_success_rate': planned / len(results), 'failed': failed,
+            'failed_seeds': [f['seed'] for f in failed], 'seconds': seconds,
+            'steps_per_s_with_expert': sum(r.steps for r in results) / seconds}
+
+
 def run_provenance(argv: Sequence[str], output: Path) -> dict:
     """The provenance of one run: ``result_provenance`` (the command without ``--output``
     and ``--run``) and the versions of the libraries the simulation depends on."""
@@ -200,7 +237,15 @@ def main(argv: list[str] | None = None) -> int:
                         help='with --output: write the summary as runs[RUN] of the file, '
                              'keeping its other runs (e.g. plain, perturbed)')
     parser.add_argument('--verbose', action='store_true', help='one line per episode')
+    parser.add_argument('--task', default='port_pick_align',
+                        choices=('port_pick_align', 'aloha_transfer_cube'),
+                        help="the package's task (default) or gym-aloha's transfer cube, "
+                             'whose expert is planned in the end-effector task and replayed '
+                             'in joint space')
     args = parser.parse_args(argv)
+    if args.task != 'port_pick_align' and (args.perturb or args.render or args.config):
+        parser.error(f'--perturb, --render and --config apply to port_pick_align, not '
+                     f'{args.task}')
     if args.episodes < 1:
         parser.error(f'--episodes must be >= 1, got {args.episodes}')
     if args.run is not None and (args.output is None or not args.run.strip()):
@@ -216,8 +261,11 @@ def main(argv: list[str] | None = None) -> int:
         except OutputError as exc:
             print(f'expert_eval: {exc}', file=sys.stderr)
             return 2
-    config = SimConfig.from_yaml(args.config, render=args.render)
     seeds = range(args.seed, args.seed + args.episodes)
+    if args.task != 'port_pick_align':
+        summary = evaluate_aloha(args.task, seeds, verbose=args.verbose)
+        return _finish(args, provenance, summary)
+    config = SimConfig.from_yaml(args.config, render=args.render)
     with PortPickAlignEnv(config) as env:
         expert = ScriptedExpert(env)
         if args.perturb:
@@ -226,6 +274,11 @@ def main(argv: list[str] | None = None) -> int:
                                          verbose=args.verbose)
         else:
             summary = evaluate_nominal(env, expert, seeds, verbose=args.verbose)
+    return _finish(args, provenance, summary)
+
+
+def _finish(args: argparse.Namespace, provenance: dict | None, summary: dict) -> int:
+    """Write the result file (with ``--output``) and print the summary."""
     if provenance is not None:
         record = {'args': provenance['command'].removeprefix(COMMAND).strip(), **summary}
         try:
@@ -237,6 +290,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f'wrote {args.output}{where}', file=sys.stderr)
     if args.json:
         print(json.dumps(summary))
+    elif 'success_rate' in summary:
+        print(f"task:                {summary['task']}")
+        print(f"episodes:            {summary['count']}")
+        print(f"success_rate:        {summary['success_rate']:.3f} (the joint-space replay; "
+              f"the end-effector plan alone {summary['plan_success_rate']:.3f})")
+        print(f"highest reward:      {summary['max_reward_counts']} (episodes per stage)")
+        print(f"failed seeds:        {summary['failed_seeds']}")
+        print(f"speed:               {summary['steps_per_s_with_expert']:.0f} control steps/s "
+              '(plan, replay and physics)')
     elif args.perturb:
         print(f"{'perturbation':<14} {'cases':>5} {'aligned':>7}  failed seeds")
         for kind, row in summary['by_perturbation'].items():
