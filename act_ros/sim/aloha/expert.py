@@ -34,6 +34,8 @@ from act_ros.sim.aloha.env import (ALOHA_JOINTS, AlohaEnv, AlohaTaskSpec, build_
 # arm's grasp is planned again from where the cube is then (the arms follow their mocap
 # targets only to within centimetres, the cube's hold in the right gripper varies).
 RECEIVE_REPLAN_STEP = 220
+# Where the right arm's shoulder stands on the table (gym-aloha's vx300s_right body).
+RIGHT_BASE_XY = (0.469, 0.5)
 # Half the cube's edge (gym-aloha's red_box: a 4 cm cube); it rests with its centre there.
 CUBE_HALF_M = 0.02
 
@@ -173,9 +175,12 @@ class TransferCubeSettings:
     approach_height_m: float = 0.08   # above the cube before going down
     grasp_height_m: float = 0.01      # grasp centre relative to the cube's centre
     meet_xyz: tuple[float, float, float] = (0.0, 0.5, 0.25)  # where the cube is handed over
-    receive_offset_x_m: float = -0.01  # left grasp centre beside the cube's centre
+    receive_offset_x_m: float = -0.02  # left grasp centre beside the cube's centre
     receive_standoff_m: float = 0.1    # the left gripper waits this far left of the cube
     pick_tilt_deg: float = -60.0       # right gripper pitched towards the cube
+    # Right gripper turned about the vertical to point from the arm's base at the cube
+    # (0: along the table's x axis whatever the cube's place; 1: straight at it).
+    pick_yaw_gain: float = 1.0
     receive_roll_deg: float = 90.0     # left gripper turned to close across the right's fingers
     # The steps at which each arm's mocap target is corrected for the weld's sag
     # (MocapTracker): the left arm until it closes on the cube, the right once it holds it
@@ -202,7 +207,12 @@ def plan_transfer_cube(cube_xyz: np.ndarray, left_start: np.ndarray, right_start
     cube = np.asarray(cube_xyz, dtype=np.float64)
     meet = np.asarray(s.meet_xyz, dtype=np.float64)
     right_q0, left_q0 = right_start[3:7], left_start[3:7]
-    pick_q = quat_multiply(right_q0, axis_angle_quat([0, 1, 0], s.pick_tilt_deg))
+    # Pointed from the right arm's base at the cube: a cube off the arm's axis is reached
+    # with the wrist straight (a fixed heading misses cubes near the base's corners).
+    dx, dy = cube[0] - RIGHT_BASE_XY[0], cube[1] - RIGHT_BASE_XY[1]
+    heading = math.degrees(math.atan2(-dy, -dx)) * s.pick_yaw_gain  # 0: along -x
+    pick_q = quat_multiply(axis_angle_quat([0, 0, 1], heading),
+                           quat_multiply(right_q0, axis_angle_quat([0, 1, 0], s.pick_tilt_deg)))
     receive_q = axis_angle_quat([1, 0, 0], s.receive_roll_deg)
     # Where the cube hangs once lifted: the right grasp centre carries it at the same
     # offset as at the grasp (the right gripper keeps its orientation), until measured.
