@@ -320,18 +320,31 @@ def part_demo_result(src: Sources) -> str:
                 f'`{DEMO_SUMMARY}`, `act-ros report` writes its table here. The 100-seed '
                 'evaluations above are what each policy reaches.\n')
     summary = src.json(DEMO_SUMMARY)
-    rows = []
-    for label, m in summary['ros_eval'].items():
-        rows.append([label, rate(m['align_rate'], m['count']),
-                     f"{1000 * m['mean_position_error']:.1f}", f"{m['mean_yaw_error']:.1f}",
-                     failures_text(m.get('failures', {}))])
-    e = summary['expert']
-    rows.append(['scripted expert (ceiling)', rate(e['align_rate'], e['count']),
-                 f"{1000 * e['mean_position_error']:.1f}", f"{e['mean_yaw_error']:.1f}", ''])
+    rows = [_demo_row(label, m) for label, m in summary['ros_eval'].items()]
+    # Summaries of demos before gym-aloha have one expert, the package task's.
+    experts = summary.get('experts') or {'port_pick_align': summary['expert']}
+    for task, e in experts.items():
+        label = ('scripted expert (ceiling)' if len(experts) == 1
+                 else f'scripted expert, {task} (ceiling)')
+        rows.append(_demo_row(label, e, failures=False))
     stages = ', '.join(f'{k} {v / 60:.1f} min' for k, v in summary['stage_seconds'].items())
-    return (table(['policy, mode, over ROS 2', 'align rate', 'position error (mm)',
+    return (table(['policy, mode, over ROS 2', 'success rate', 'position error (mm)',
                    'yaw error (deg)', 'failures by stage'], rows)
             + f"\n{summary['wall_seconds'] / 60:.1f} min in all ({stages}).\n")
+
+
+def _demo_row(label: str, m: dict, *, failures: bool = True) -> list[str]:
+    """A row of the demo's table: the success rate (the package's task: its align rate)
+    and, for the package's task, its errors and failures by stage; for gym-aloha the
+    episodes by the highest reward stage they reached."""
+    success = m.get('success_rate', m.get('align_rate'))
+    if 'mean_position_error' not in m:
+        stages = m.get('max_reward_counts', {})
+        reached = ', '.join(f'reward {k}: {v}' for k, v in stages.items() if v and k != '4')
+        return [label, rate(success, m['count']), '-', '-',
+                f'highest {reached}' if failures and reached else '']
+    return [label, rate(success, m['count']), f"{1000 * m['mean_position_error']:.1f}",
+            f"{m['mean_yaw_error']:.1f}", failures_text(m.get('failures', {})) if failures else '']
 
 
 def part_vision_policy(src: Sources) -> str:
