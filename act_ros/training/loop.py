@@ -140,6 +140,8 @@ class Trainer:
         self.stop_reason: str | None = None
         self.resumed_from: int | None = None
         self.previous_wall_s = 0.0
+        self.previous_cpu_s = 0.0  # CPU time of the run's earlier sessions (--resume)
+        self._cpu_start = time.process_time()
         self.train_seconds = 0.0
         self.first_step_s: float | None = None
         self.session_steps = 0
@@ -376,6 +378,7 @@ class Trainer:
                  'history': self.history.to_dict(), 'best': self.best,
                  'evals_without_improvement': self.evals_without_improvement,
                  'wall_s': self.previous_wall_s + (time.perf_counter() - self._start),
+                 'cpu_s': self.cpu_seconds,
                  'config': self.config.to_dict(),
                  'dataset_frames': len(self.inputs.store),
                  'aux_head': self.aux.head.state_dict() if self.aux is not None else None,
@@ -444,6 +447,7 @@ class Trainer:
         self.best = state['best']
         self.evals_without_improvement = state['evals_without_improvement']
         self.previous_wall_s = float(state['wall_s'])
+        self.previous_cpu_s = float(state.get('cpu_s', 0.0))  # runs from before it: 0
         restore_rng(state['rng_ranks'][self.dist.rank] if 'rng_ranks' in state
                     else state['rng'])
         logger.info('resumed from %s at step %d', last, self.step)
@@ -588,7 +592,8 @@ class Trainer:
     def evaluate_and_select(self) -> None:
         rng = capture_rng()  # evaluation must not change the training's random stream
         val = self.validate()
-        entry: dict[str, Any] = {'step': self.step, 'wall_s': self.wall_seconds}
+        entry: dict[str, Any] = {'step': self.step, 'wall_s': self.wall_seconds,
+                                 'cpu_s': self.cpu_seconds}
         improved = False
         if val is not None:
             entry.update(val)
@@ -600,6 +605,7 @@ class Trainer:
         if self.config.closed_loop:
             results = self.closed_loop()
             self.history.closed_loop.append({'step': self.step, 'wall_s': entry['wall_s'],
+                                             'cpu_s': entry['cpu_s'],
                                              **results})
             for mode, name in (('chunk', 'best'), ('ensemble', 'best_te')):
                 if mode in results:
@@ -808,6 +814,12 @@ class Trainer:
     @property
     def wall_seconds(self) -> float:
         return self.previous_wall_s + (time.perf_counter() - self._start)
+
+    @property
+    def cpu_seconds(self) -> float:
+        """CPU time this run has used (every thread of this process, all its sessions):
+        what a curve against CPU hours plots; on a busy machine wall time says less."""
+        return self.previous_cpu_s + (time.process_time() - self._cpu_start)
 
 
 def preprocessor_for_saving(preprocessor: Any, task: Any, image_size: tuple[int, int] | None

@@ -82,6 +82,7 @@ def build_metrics(trainer: Any, status: str, wall_s: float) -> dict[str, Any]:
         'best': trainer.best,
         'history': history.to_dict(),
         'wall_time_s': wall_s,
+        'cpu_time_s': trainer.cpu_seconds,
         'session_train_steps': trainer.session_steps + (trainer.first_step_s is not None),
         'first_step_s': trainer.first_step_s,
         'steps_per_s': steps_per_s,
