@@ -344,7 +344,7 @@ def test_bad_inputs_fail_before_training(case, expected, dataset, tmp_path, caps
 def test_config_rejects_inconsistent_values(tmp_path):
     with pytest.raises(ValueError, match='val_ratio'):
         _config(tmp_path, tmp_path, val_ratio=1.0)
-    with pytest.raises(ValueError, match='needs --preset sim'):
+    with pytest.raises(ValueError, match='needs a simulation preset'):
         _config(tmp_path, tmp_path, closed_loop_val_episodes=2)
     with pytest.raises(ValueError, match="unknown model_preset"):
         _config(tmp_path, tmp_path, model_preset='huge')
