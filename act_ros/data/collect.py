@@ -314,11 +314,12 @@ def dataset_card(layout: DatasetLayout, config: CollectConfig, stats: CollectSta
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``act-ros collect``."""
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
+    parser = argparse.ArgumentParser(
         prog='act-ros collect',
         description='Record scripted-expert demonstrations of the port pick-align task in '
                     'the MuJoCo simulation into a LeRobot v3 dataset. Only successful '
-                    'episodes are written; the dataset appears at --output only when complete.')
+                    'episodes are written; the dataset appears at --output only when complete.',
+        formatter_class=HelpFormatter)
     parser.add_argument('--output', required=True, type=Path,
                         help='dataset directory to create (must not exist or be empty)')
     parser.add_argument('--episodes', type=int, required=True,
