@@ -27,12 +27,13 @@ export PYOPENGL_PLATFORM ?= egl
 # Full-size camera images between processes (see config/fastdds_large_images.xml).
 export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_large_images.xml
 
-.PHONY: help ros-distro setup test test-slow test-all demo bench bench-check lint clean-venv
+.PHONY: help ros-distro setup test test-slow test-ros test-all demo bench bench-check lint clean-venv
 
 help:
 	@echo "make demo   - set up if needed, then run the simulated task end to end over ROS 2"
 	@echo "make test   - set up if needed, then run the test suite (without the slow checks)"
 	@echo "make test-slow - the slow end-to-end checks (CI runs both); make test-all - everything"
+	@echo "make test-ros - the tests that use ROS 2, fast and slow (ROS_DISTRO=jazzy: on Jazzy)"
 	@echo "make setup  - create/refresh the virtualenv ($(VENV)) with Python 3.12"
 	@echo "ROS_DISTRO=jazzy - any of these with ROS 2 Jazzy's wheels in .venv-jazzy (default kilted, .venv)"
 	@echo "make bench  - run the benchmarks and write a report"
@@ -74,6 +75,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	ACT_ROS_REQUIRE_EXTRAS=$(REQUIRE_EXTRAS) $(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# The tests that use ROS 2 (marker ros, which test/conftest.py sets), fast and slow: what can
+# differ between distributions.
+test-ros: $(STAMP)
+	ACT_ROS_REQUIRE_EXTRAS=$(REQUIRE_EXTRAS) $(PY) -m pytest -m ros $(PYTEST_ARGS)
 
 # Everything in one pytest run.
 test-all: $(STAMP)
