@@ -2,10 +2,19 @@
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
-VENV ?= .venv
+# The ROS 2 distribution whose rclpy and message wheels the environment gets from the
+# Python package index: kilted (the `ros` extra, in .venv) or jazzy, the LTS (the
+# `ros-jazzy` extra, in .venv-jazzy). A shell that sourced a ROS install sets it too.
+ROS_DISTRO ?= kilted
+ROS_DISTROS := kilted jazzy
+ROS_EXTRA_kilted := ros
+ROS_EXTRA_jazzy := ros-jazzy
+VENV_kilted := .venv
+VENV_jazzy := .venv-jazzy
+VENV ?= $(or $(VENV_$(ROS_DISTRO)),.venv)
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.act_ros-installed
-EXTRAS ?= ros,sim,dataset,dev,openvino,onnxruntime,bench,bag,distributed,aloha
+EXTRAS ?= $(ROS_EXTRA_$(ROS_DISTRO)),sim,dataset,dev,openvino,onnxruntime,bench,bag,distributed,aloha
 # gym-aloha declares mujoco<3.9 but runs on this package's MuJoCo (3.17, with dm-control
 # 1.0.50 from the aloha extra): installed without its pins (docs/aloha.md).
 GYM_ALOHA ?= gym-aloha==0.1.5
@@ -21,22 +30,30 @@ export PYOPENGL_PLATFORM ?= egl
 # Full-size camera images between processes (see config/fastdds_large_images.xml).
 export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_large_images.xml
 
-.PHONY: help setup test test-slow test-all demo bench bench-check lint clean-venv
+.PHONY: help ros-distro setup test test-slow test-ros test-all demo bench bench-check lint clean-venv
 
 help:
 	@echo "make demo   - set up if needed, then run the simulated task end to end over ROS 2"
 	@echo "make test   - set up if needed, then run the test suite (without the slow checks)"
 	@echo "make test-slow - the slow end-to-end checks (CI runs both); make test-all - everything"
+	@echo "make test-ros - the tests that use ROS 2, fast and slow (ROS_DISTRO=jazzy: on Jazzy)"
 	@echo "make setup  - create/refresh the virtualenv ($(VENV)) with Python 3.12"
+	@echo "ROS_DISTRO=jazzy - any of these with ROS 2 Jazzy's wheels in .venv-jazzy (default kilted, .venv)"
 	@echo "make bench  - run the benchmarks and write a report"
 	@echo "make bench-check - fast benchmarks against the committed baseline (fails on a regression)"
 	@echo "make lint   - ruff over the package and tests"
 
 setup: $(STAMP)
 
+# Every target that builds or uses the environment checks the distribution first.
+ros-distro:
+	@if [ -z "$(filter $(ROS_DISTRO),$(ROS_DISTROS))" ]; then \
+	  echo "error: ROS_DISTRO=$(ROS_DISTRO): the environment is built from the ROS 2 wheels on the Python package index, which exist for $(ROS_DISTROS) (make test ROS_DISTRO=jazzy)" >&2; \
+	  exit 2; fi
+
 # The venv is rebuilt when it is missing, when its Python is broken, or when the
 # package's dependencies (setup.py) changed since it was installed.
-$(STAMP): setup.py package.xml
+$(STAMP): setup.py package.xml | ros-distro
 	@set -e; \
 	if [ -x "$(PY)" ] && ! "$(PY)" -c 'import sys' >/dev/null 2>&1; then \
 	  echo "[setup] $(VENV) is broken: recreating"; rm -rf "$(VENV)"; fi; \
@@ -64,6 +81,11 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	ACT_ROS_REQUIRE_EXTRAS=$(REQUIRE_EXTRAS) $(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# The tests that use ROS 2 (marker ros, which test/conftest.py sets), fast and slow: what can
+# differ between distributions.
+test-ros: $(STAMP)
+	ACT_ROS_REQUIRE_EXTRAS=$(REQUIRE_EXTRAS) $(PY) -m pytest -m ros $(PYTEST_ARGS)
 
 # Everything in one pytest run.
 test-all: $(STAMP)

@@ -28,7 +28,8 @@ def _models() -> list[tuple[str, list[str]]]:
 
 
 ROS_WHEELS = [
-    # ROS 2 Kilted from the Python package index, for machines without a ROS install.
+    # ROS 2 Kilted from the Python package index, for machines without a ROS install
+    # (the default of make setup / make test).
     'ros-rclpy>=9,<11',
     'ros-sensor-msgs>=5,<6',
     'ros-std-msgs>=5,<6',
@@ -42,6 +43,25 @@ ROS_WHEELS = [
     'ros-rosgraph-msgs>=2,<3',
     'ros-rcl-interfaces>=2,<3',
     'ros-rmw-fastrtps-cpp>=9,<11',
+]
+
+# The same packages from ROS 2 Jazzy (the LTS): each `ros-jazzy-<name>` wheel pins Jazzy's
+# `ros-<name>` build (rclpy 7.1, Fast DDS RMW 8.4). Exclusive with the `ros` extra;
+# `make test ROS_DISTRO=jazzy` builds its environment with this one.
+ROS_WHEELS_JAZZY = [
+    'ros-jazzy-rclpy>=7.1,<8',
+    'ros-jazzy-sensor-msgs>=5.3,<6',
+    'ros-jazzy-std-msgs>=5.3,<6',
+    'ros-jazzy-std-srvs>=5.3,<6',
+    'ros-jazzy-trajectory-msgs>=5.3,<6',
+    'ros-jazzy-geometry-msgs>=5.3,<6',
+    'ros-jazzy-diagnostic-msgs>=5.3,<6',
+    'ros-jazzy-nav-msgs>=5.3,<6',
+    'ros-jazzy-visualization-msgs>=5.3,<6',
+    'ros-jazzy-lifecycle-msgs>=2,<3',
+    'ros-jazzy-rosgraph-msgs>=2,<3',
+    'ros-jazzy-rcl-interfaces>=2,<3',
+    'ros-jazzy-rmw-fastrtps-cpp>=8.4,<9',
 ]
 
 # The ONNX exporter (torch.onnx, dynamo) and the optional CPU inference backends.
@@ -76,6 +96,7 @@ setup(
     ],
     extras_require={
         'ros': ROS_WHEELS,
+        'ros-jazzy': ROS_WHEELS_JAZZY,
         'sim': ['mujoco>=3.2,<4'],
         # gym-aloha's tasks (act_ros.sim.aloha): dm-control 1.0.50 is the release for MuJoCo
         # 3.17 (1.0.52 needs MuJoCo 4). gym-aloha itself pins mujoco<3.9 though it runs on

@@ -1,7 +1,11 @@
 """Test environment: offline model hub, headless MuJoCo, ROS 2 on loopback in its own domain."""
 
+import ast
+import functools
 import itertools
 import os
+from pathlib import Path
+import re
 import shutil
 
 # Set before anything imports huggingface_hub, mujoco or rclpy.
@@ -24,6 +28,59 @@ if 'HF_DATASETS_CACHE' not in os.environ:
 import pytest  # noqa: E402
 
 _domain_offsets = itertools.count()
+
+# What makes a test module a ROS test module (marker ``ros``, ``make test-ros``): it imports
+# rclpy, launch, a message or service package or the package's ROS layer (anywhere in the
+# module, a function's own imports too), or names rclpy, one of the package's ROS
+# executables or its ROS layer in a string (``importorskip('rclpy')``, a child process it
+# starts: ``act_node``, ``sim_bridge``, ``record_node``, ``--over-ros``, a colcon build).
+# A module may also mark itself (``pytestmark = pytest.mark.ros``).
+ROS_IMPORTS = ('rclpy', 'launch', 'launch_ros', 'rcl_interfaces', 'builtin_interfaces',
+               'ament_index_python')
+ROS_STRING = re.compile(r'act_ros\.ros\b|\b(rclpy|launch_ros|act_node|sim_bridge|record_node|colcon)\b'
+                        r'|over[-_]ros')
+
+
+def _is_ros_import(module: str) -> bool:
+    top = module.split('.')[0]
+    return (top in ROS_IMPORTS or top.endswith(('_msgs', '_srvs'))
+            or module == 'act_ros.ros' or module.startswith('act_ros.ros.'))
+
+
+@functools.cache
+def is_ros_test_module(path: Path) -> bool:
+    """Whether the test module at ``path`` uses ROS 2 (see ``ROS_IMPORTS``, ``ROS_STRING``)."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import) and any(_is_ros_import(a.name) for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and _is_ros_import(node.module):
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and ROS_STRING.search(node.value):
+            return True
+    return False
+
+
+def pytest_report_header(config):
+    """Which rclpy the session runs against (Jazzy's is 7.x, Kilted's 9.x): ``make test``
+    and ``make test ROS_DISTRO=jazzy`` differ only there."""
+    from importlib import metadata
+    rmw = os.environ['RMW_IMPLEMENTATION']
+    for dist in ('ros-rclpy', 'rclpy'):
+        try:
+            return f'ROS 2: rclpy {metadata.version(dist)} ({dist}), {rmw}'
+        except metadata.PackageNotFoundError:
+            continue
+    return f"ROS 2: rclpy of a ROS install (ROS_DISTRO={os.environ.get('ROS_DISTRO')}), {rmw}"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test of a ROS test module is marked ``ros``: ``make test-ros`` (CI: on each
+    ROS 2 distribution) runs them, whatever marks the module sets itself."""
+    for item in items:
+        if item.path.suffix == '.py' and is_ros_test_module(item.path):
+            item.add_marker(pytest.mark.ros)
 
 
 def unique_domain_id() -> int:

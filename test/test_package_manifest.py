@@ -150,3 +150,30 @@ def test_test_dependencies_are_what_the_tests_use():
         used = any(linter in text for text in sources.values())
         assert (linter in declared) == used, (
             f'{linter}: declared as test_depend {linter in declared}, run by a test {used}')
+
+
+def _ros_extras() -> dict[str, set[str]]:
+    """setup.py's ROS 2 wheel lists per distribution: extra -> ROS package names."""
+    tree = ast.parse((ROOT / 'setup.py').read_text())
+    lists = {node.targets[0].id: ast.literal_eval(node.value) for node in tree.body
+             if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+             and node.targets[0].id.startswith('ROS_WHEELS')}
+    prefixes = {'ROS_WHEELS': ('ros', 'ros-'), 'ROS_WHEELS_JAZZY': ('ros-jazzy', 'ros-jazzy-')}
+    assert set(lists) == set(prefixes), f'setup.py ROS wheel lists: {sorted(lists)}'
+    extras = {}
+    for name, (extra, prefix) in prefixes.items():
+        packages = {re.split(r'[<>=!\[;]', item)[0].strip() for item in lists[name]}
+        assert all(p.startswith(prefix) for p in packages), (name, sorted(packages))
+        extras[extra] = {p[len(prefix):].replace('-', '_') for p in packages}
+    return extras
+
+
+def test_every_ros_distribution_extra_brings_the_same_packages():
+    """The `ros` (Kilted) and `ros-jazzy` extras name the same ROS packages, every one a
+    dependency package.xml declares (or the RMW the environment selects)."""
+    extras = _ros_extras()
+    assert extras['ros'] == extras['ros-jazzy'], (
+        f"only in ros: {sorted(extras['ros'] - extras['ros-jazzy'])}; "
+        f"only in ros-jazzy: {sorted(extras['ros-jazzy'] - extras['ros'])}")
+    declared = _declared()['exec_depend'] | _declared()['depend']
+    assert extras['ros'] - declared == {'rmw_fastrtps_cpp'}, sorted(extras['ros'] - declared)

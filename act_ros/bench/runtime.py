@@ -31,7 +31,8 @@ import torch
 from act_ros.core.atomic import write_text_atomic
 from act_ros.bench.report import latency_summary, machine_description, markdown_table
 from act_ros.core.backends import BACKENDS, installed_backends
-from act_ros.core.checkpoint import create_checkpoint, load_checkpoint, parse_image_size
+from act_ros.core.checkpoint import (create_checkpoint, load_checkpoint, parse_image_size,
+                                     read_policy_config)
 from act_ros.core.contract import load_contract
 from act_ros.core.errors import DeviceUnavailableError
 from act_ros.core.hub import resolve_checkpoint
@@ -80,12 +81,11 @@ def _control_loop(step, observations, duration_s, fps):
 
 
 def run_control_loops(path, contract, observations, duration_s, device, compile_model):
-    from lerobot.configs.policies import PreTrainedConfig
     from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.policies.factory import make_pre_post_processors
 
     rows = []
-    config = PreTrainedConfig.from_pretrained(path)
+    config = read_policy_config(path)
     config.pretrained_backbone_weights = None
     config.device = str(device)
     policy = ACTPolicy.from_pretrained(path, config=config)

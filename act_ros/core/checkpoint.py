@@ -200,12 +200,35 @@ def create_checkpoint(path: str | Path, *, contract: Contract | None = None,
     return save_checkpoint(path, policy, pre, post)
 
 
-def _load_config(path: Path, device: str) -> Any:
+def read_policy_config(path: str | Path) -> Any:
+    """The policy config of the checkpoint directory ``path``, parsed as LeRobot's
+    ``PreTrainedConfig.from_pretrained`` parses a local one (draccus, the class registered
+    for its ``type``), without its litter: LeRobot 0.6 hands the JSON to draccus through a
+    ``NamedTemporaryFile(delete=False)`` that nobody removes, one ``tmpXXXX.json`` in the
+    temporary folder per load. Here the file lives in a directory removed at once."""
+    import draccus
     from lerobot.configs.policies import PreTrainedConfig
+    import lerobot.policies.act.configuration_act  # noqa: F401  (registers LeRobot's configs)
 
+    path = Path(path)
+    raw = read_json(path / CONFIG_FILE)
+    policy_type = raw.pop('type', None)
+    try:
+        config_cls = PreTrainedConfig.get_choice_class(policy_type)
+    except KeyError:
+        raise CheckpointError(f'{path / CONFIG_FILE}: policy type {policy_type!r} is not one '
+                              f'LeRobot knows') from None
+    with tempfile.TemporaryDirectory(prefix='act_ros_config_') as tmp:
+        file = Path(tmp) / CONFIG_FILE
+        file.write_text(json.dumps(raw))
+        with draccus.config_type('json'):
+            return draccus.parse(config_cls, file, args=[])
+
+
+def _load_config(path: Path, device: str) -> Any:
     check_policy_type(read_json(path / CONFIG_FILE), path)
     try:
-        config = PreTrainedConfig.from_pretrained(path)
+        config = read_policy_config(path)
     except Exception as exc:  # draccus raises many types on a malformed config
         raise CheckpointError(f'{path / CONFIG_FILE}: cannot be parsed as an ACT config '
                               f'({type(exc).__name__}: {exc})') from exc

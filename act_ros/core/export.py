@@ -46,12 +46,14 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 import uuid
+import warnings
 
 from act_ros.core.checkpoint_info import CheckpointInfo, checkpoint_hash
 from act_ros.core.hub import in_hub_cache
 from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import ActRosError, DeviceUnavailableError
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.logs import setup_logging
 from act_ros.core.paths import share_dir
 
 if TYPE_CHECKING:  # torch is imported by the export itself only: a lookup needs none
@@ -293,7 +295,11 @@ def write_onnx_export(model: nn.Module, path: Path, *, ckpt_hash: str, inputs: l
     passes_level = passes_log.level
     passes_log.setLevel(logging.WARNING)
     try:
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch's exporter deep-copies its own tree specs, which trips torch's own
+            # deprecation of LeafSpec (torch 2.10): nothing this call can change.
+            warnings.filterwarnings('ignore', message=r'`isinstance\(treespec, LeafSpec\)`',
+                                    category=FutureWarning)
             program = torch.onnx.export(
                 model, example, dynamo=True, optimize=False, external_data=False,
                 opset_version=OPSET, input_names=[spec.name for spec in inputs],
@@ -397,7 +403,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """``act-ros export``: export a checkpoint's inference model (normalized tensors in and out)."""
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    setup_logging()
     return run(build_parser().parse_args(argv))
 
 

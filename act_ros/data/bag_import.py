@@ -41,6 +41,7 @@ from act_ros.core.inputs import Sample, Snapshot
 from act_ros.data.episode import DatasetLayout
 from act_ros.data.recording import EpisodeBuffer, FrameSink, RecordingSpec, load_spec
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.logs import setup_logging
 
 logger = logging.getLogger(__name__)
 SPLITS = ('bag', 'marker', 'gap')
@@ -480,7 +481,7 @@ def spec_from_args(args: argparse.Namespace, contract: Contract) -> RecordingSpe
 def main(argv: list[str] | None = None) -> int:
     from act_ros.data.writer import quiet_library_output
 
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    setup_logging()
     args = build_parser().parse_args(argv)
     try:
         contract = load_contract(args.contract)

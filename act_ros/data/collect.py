@@ -340,14 +340,15 @@ def dataset_card(layout: DatasetLayout, config: CollectConfig, stats: CollectSta
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``act-ros collect``."""
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
+    parser = argparse.ArgumentParser(
         prog='act-ros collect',
         description='Record scripted-expert demonstrations of the port pick-align task in '
                     'the MuJoCo simulation into a LeRobot v3 dataset. Only successful '
-                    'episodes are written; the dataset appears at --output only when complete.')
+                    'episodes are written; the dataset appears at --output only when complete.',
+        formatter_class=HelpFormatter)
     parser.add_argument('--task', default='port_pick_align',
                         choices=('port_pick_align', 'aloha_transfer_cube'),
-                        help='port_pick_align: the package\'s own arm and task (default); '
+                        help='port_pick_align: the package\'s own arm and task; '
                              'aloha_transfer_cube: gym-aloha\'s bimanual transfer cube, its '
                              'scripted expert planned in the end-effector task and replayed in '
                              'joint space (docs/aloha.md)')

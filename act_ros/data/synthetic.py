@@ -169,10 +169,11 @@ def write_synthetic_dataset(root: str | Path, *, episodes: int, frames: int,
 
 def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``act-ros generate-synthetic``."""
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
+    parser = argparse.ArgumentParser(
         prog='act-ros generate-synthetic',
         description='Write a small structured random LeRobot v3 dataset with the features of '
-                    'the I/O contract (cameras, observation.state, action), for smoke tests.')
+                    'the I/O contract (cameras, observation.state, action), for smoke tests.',
+        formatter_class=HelpFormatter)
     parser.add_argument('--output', required=True, type=Path,
                         help='dataset directory to create (must not exist or be empty)')
     parser.add_argument('--episodes', type=int, default=4, help='number of episodes (default 4)')

@@ -50,15 +50,20 @@ def local_repo_id(output: Path) -> str:
 
 
 def quiet_library_output() -> None:
-    """Silence the per-episode chatter of the encoder and of ``datasets`` (for CLIs).
+    """Silence the per-episode chatter of the encoder, the muxer and ``datasets`` (for CLIs).
 
-    SVT-AV1 prints its configuration for every video it encodes and ``datasets`` shows a
-    progress bar for every saved episode; both drown a command's own progress bar. A
-    ``SVT_LOG`` already set by the user wins.
+    SVT-AV1 prints its configuration for every video it encodes, FFmpeg's MP4 muxer a line
+    per file, and ``datasets`` shows a progress bar for every saved episode; they drown a
+    command's own progress bar. A ``SVT_LOG`` already set by the user wins.
     """
     os.environ.setdefault('SVT_LOG', '1')  # errors only
+    import av.logging
     import datasets
     datasets.disable_progress_bars()
+    # LeRobot hands FFmpeg's log back to FFmpeg's own callback after each video
+    # (av.logging.restore_default_callback), which prints at FFmpeg's level, INFO:
+    # "Starting second pass: moving the moov atom ..." for every file. Warnings stay.
+    av.logging.set_libav_level(av.logging.WARNING)
 
 
 def check_output(output: Path, overwrite: bool) -> None:

@@ -21,7 +21,6 @@ import numpy as np
 from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
-from rclpy.subscription import MessageInfo
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
@@ -29,6 +28,11 @@ from trajectory_msgs.msg import JointTrajectory
 from act_ros.ros import conversions as conv
 from act_ros.ros.spin import PoolExecutor, spin_executor
 from act_ros.ros.diagnostics import status_values
+
+# What rclpy passes a two-argument subscription callback beside the message: a dict with
+# 'received_timestamp', 'publication_sequence_number', ... (Kilted types it as
+# rclpy.subscription.MessageInfo, which Jazzy's rclpy does not have).
+MessageInfo = dict[str, Any]
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=HelpFormatter)
     p.add_argument('--node', default='/act_node', help='the act_node (default /act_node)')
     p.add_argument('--duration', type=float, default=10.0, help='seconds to listen')
-    p.add_argument('--output', default='plan.png', help='the picture (PNG)')
+    p.add_argument('--output', type=Path, required=True, help='the picture to write (PNG)')
     args = p.parse_args(argv)
     record = record_topics(args.node, args.duration)
     if not record.paths and record.region is None:

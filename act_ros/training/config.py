@@ -373,11 +373,12 @@ def load_preset(name: str, path: str | Path | None = None) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     """Parser of ``act-ros train``; options left unset take the preset's value."""
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter,
+    p = argparse.ArgumentParser(
         prog='act-ros train', description='Train an ACT policy (LeRobot) on a LeRobot v3 dataset.',
         epilog='Several GPUs or machines: accelerate launch --multi_gpu --num_processes N -m '
                'act_ros.training.train OPTIONS (docs/training.md, "Several GPUs or machines"). '
-               'Presets: config/train_<preset>.yaml.')
+               'Presets: config/train_<preset>.yaml.',
+        formatter_class=HelpFormatter)
     p.add_argument('--dataset-root', type=Path, help='LeRobot v3 dataset directory')
     p.add_argument('--output-dir', type=Path, required=True, help='run directory (checkpoints, '
                    'training_metrics.json, plots)')

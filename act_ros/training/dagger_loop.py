@@ -256,10 +256,11 @@ def _row_text(row: dict[str, Any]) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter,
+    p = argparse.ArgumentParser(
         prog='act-ros dagger', description=__doc__.splitlines()[0],
         epilog='Trainer options go after "--", e.g. -- --preset sim --environment-state '
-               '--model use_vae=false (the same as the run that made --checkpoint).')
+               '--model use_vae=false (the same as the run that made --checkpoint).',
+        formatter_class=HelpFormatter)
     p.add_argument('--dataset-root', type=Path, required=True,
                    help='the dataset the initial policy was trained on (never modified)')
     p.add_argument('--checkpoint', type=Path, required=True, help='the initial policy')

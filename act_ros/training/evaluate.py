@@ -21,6 +21,7 @@ from act_ros.core.precision import AUTO, DEFAULT_TOLERANCE
 from act_ros.core.checkpoint import parse_image_size
 from act_ros.core.errors import ActRosError
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.logs import setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,9 @@ def _episode_list(text: str) -> list[int]:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog='act-ros evaluate', description=__doc__.splitlines()[0],
                                 formatter_class=HelpFormatter)
-    p.add_argument('--checkpoint', type=Path, required=True, help='LeRobot pretrained_model dir')
+    p.add_argument('--checkpoint', type=Path, required=True,
+                   help='LeRobot pretrained_model directory, or a Hugging Face Hub id '
+                   'org/name[@revision][/subfolder] (docs/hub_ids.md)')
     p.add_argument('--episodes', type=int, default=10)
     p.add_argument('--mode', choices=('chunk', 'ensemble', 'both'), default='both',
                    help='chunk: n_action_steps 30; ensemble: every tick, k = --ensemble-coeff')
@@ -70,8 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help='camera HxW (default: the size the training data was recorded at)')
     p.add_argument('--episode-steps', type=int, default=None,
                    help='ticks per episode (default: config/sim.yaml; shorter only for checks)')
-    p.add_argument('--video', type=Path, default=None, help='write chosen episodes to .mp4/.gif '
-                   '(with --mode both, one file per mode: NAME_chunk.mp4, NAME_ensemble.mp4)')
+    p.add_argument('--video', type=Path, default=None, help='write the --video-episodes to this '
+                   '.mp4/.gif file (with --mode both, one file per mode beside it: '
+                   'NAME_chunk.mp4, NAME_ensemble.mp4); each path is printed')
     p.add_argument('--video-episodes', type=_episode_list, default=[0], help="e.g. '0,1'")
     p.add_argument('--latency-ms', type=float, default=None,
                    help='evaluate against simulated time as a model this slow would run on the '
@@ -147,6 +151,9 @@ def evaluate(args: argparse.Namespace) -> dict:
         if writer is not None:
             out['modes'][mode]['video'] = str(writer.path)
         _print_mode(mode, out['modes'][mode], result.seconds, result.suppressed_releases)
+        if writer is not None:
+            print(f'{"":>8}  video: {writer.path} (episodes '
+                  f'{", ".join(map(str, args.video_episodes))})')
     return out
 
 
@@ -254,7 +261,7 @@ def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | Non
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``act-ros evaluate``."""
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    setup_logging()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.episodes < 1:

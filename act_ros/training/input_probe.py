@@ -34,6 +34,7 @@ import numpy as np
 
 from act_ros.training.pose_probe import add_simulation_arguments, frame_kinds, write_result
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.logs import setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -131,12 +132,13 @@ def summarize(rows: list[dict], groups: list[str]) -> list[dict]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
+    parser = argparse.ArgumentParser(
         prog='act-ros input-probe',
         description="What a policy's action chunk depends on: while the scripted expert "
                     'drives, the chunk from the true observation against the chunk with the '
                     "cameras, the joints (or the object poses) taken from another seed's "
-                    'frame at the same tick.')
+                    'frame at the same tick.',
+        formatter_class=HelpFormatter)
     parser.add_argument('--checkpoint', type=Path, required=True, help='policy checkpoint')
     parser.add_argument('--episodes', type=int, default=10, help='seeds the expert drives (>= 2)')
     parser.add_argument('--every', type=int, default=30, help='probe every Nth tick')
@@ -149,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     os.environ.setdefault('MUJOCO_GL', 'egl')
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    setup_logging()
     start = time.perf_counter()
     try:
         out = probe_inputs(args.checkpoint, episodes=args.episodes, seed=args.seed,

@@ -45,6 +45,7 @@ from typing import Any
 import numpy as np
 
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.logs import setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -57,11 +58,12 @@ BATCH_NORM_CHOICES = ('frozen', 'train')
 def build_parser() -> argparse.ArgumentParser:
     from act_ros.training.config import TRAIN_PRECISIONS, YAW_READOUTS
 
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
+    parser = argparse.ArgumentParser(
         prog='act-ros pose-pretrain',
         description='Train a policy\'s vision backbone on the box and pad poses of random '
                     'rendered scenes (no expert); RUN/last is the checkpoint with that '
-                    'backbone, for act-ros train --init-from.')
+                    'backbone, for act-ros train --init-from.',
+        formatter_class=HelpFormatter)
     parser.add_argument('--checkpoint', type=Path, required=True,
                         help='policy checkpoint whose backbone trains (a LeRobot '
                              'pretrained_model dir with cameras)')
@@ -454,7 +456,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _check_args(parser, args)
     os.environ.setdefault('MUJOCO_GL', 'egl')
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    setup_logging()
     try:
         out = pretrain(args, argv)
     except (FileNotFoundError, ValueError) as exc:

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.logs import setup_logging
 
 logger = logging.getLogger(__name__)
 
@@ -287,12 +288,13 @@ class _Targets:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter,
+    parser = argparse.ArgumentParser(
         prog='act-ros pose-probe',
         description='What a vision policy\'s features tell of the box and pad poses: the '
                     'run\'s pose head on the policy\'s own states against the expert\'s '
                     '(rollouts), or a head fit on the frozen backbone maps of random '
-                    'first frames (layouts).')
+                    'first frames (layouts).',
+        formatter_class=HelpFormatter)
     parser.add_argument('probe', choices=('rollouts', 'layouts'))
     parser.add_argument('--checkpoint', type=Path, required=True,
                         help='policy checkpoint (rollouts: the run\'s last/, which holds the '
@@ -347,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, name) < 1:
             parser.error(f'--{name} must be >= 1, got {getattr(args, name)}')
     os.environ.setdefault('MUJOCO_GL', 'egl')
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    setup_logging()
     start = time.perf_counter()
     try:
         if args.probe == 'rollouts':

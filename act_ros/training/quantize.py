@@ -37,6 +37,7 @@ import numpy as np
 
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.errors import ActRosError
+from act_ros.core.logs import setup_logging
 from act_ros.core.export import build_parser as export_parser
 from act_ros.core.export import ensure_onnx_export, metadata_path
 from act_ros.core.export import run as export_run
@@ -180,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """``act-ros export``: export a checkpoint's inference model (normalized tensors in and
     out); with ``--int8``, also its INT8 quantization (precision int8)."""
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    setup_logging()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not args.int8:

@@ -27,6 +27,7 @@ import time
 from typing import Any
 
 from act_ros.core.errors import ActRosError
+from act_ros.core.logs import setup_logging
 from act_ros.core.processes import signals_deferred
 from act_ros.training.config import TrainConfig, build_parser, config_from_args
 from act_ros.training.distributed import LocalProcess, check_launch_env, from_environment
@@ -207,7 +208,7 @@ def _run(config: TrainConfig, on_step: Any, start: float,
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``act-ros train``."""
-    logging.basicConfig(level=logging.INFO, format='%(levelname)s %(name)s: %(message)s')
+    setup_logging()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

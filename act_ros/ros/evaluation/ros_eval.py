@@ -20,7 +20,8 @@ What it does, per policy mode (``chunk``, ``ensemble``):
 
 The same seeds are used for every mode. Everything started is stopped at the end, on an
 error, on Ctrl-C and on SIGTERM (:mod:`act_ros.core.processes`). Child logs go to
-``--log-dir`` (a temporary directory by default, named in the output). With Fast DDS the
+``--log-dir`` (by default a temporary directory, named in the output, removed when the
+evaluation succeeds and kept when it fails). With Fast DDS the
 children get a profile that passes full-size images through shared memory
 (:mod:`act_ros.ros.evaluation.dds`).
 """
@@ -32,6 +33,7 @@ from collections.abc import Callable
 import json
 import os
 from pathlib import Path
+import shutil
 import signal
 import sys
 import tempfile
@@ -56,10 +58,11 @@ DEFAULT_IMAGE_SIZE = (96, 128)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(formatter_class=HelpFormatter,
+    p = argparse.ArgumentParser(
         prog='python -m act_ros.ros.evaluation.ros_eval',
         description='Run lock-step evaluation episodes of a checkpoint with sim_bridge and '
-                    'act_node as separate ROS 2 processes.')
+                    'act_node as separate ROS 2 processes.',
+        formatter_class=HelpFormatter)
     p.add_argument('--checkpoint', required=True, type=Path,
                    help='LeRobot pretrained_model directory, or Hub id '
                         'org/name[@revision][/subfolder] (docs/hub_ids.md)')
@@ -222,6 +225,7 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
     except ValueError as exc:
         raise EvalError(str(exc)) from None
     domain = args.domain_id if args.domain_id is not None else default_domain_id()
+    own_log_dir = args.log_dir is None  # a temporary one: removed unless something failed
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix='act_ros_ros_eval_'))
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
     env = dict(os.environ, ROS_DOMAIN_ID=str(domain), ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
@@ -249,11 +253,13 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
                 client.switch_policy_mode(mode, args.startup_timeout)
             results[mode] = _run_mode(client, args, mode, log, task)
     except ChildExitedError as exc:
-        raise EvalError(str(exc)) from None
+        raise EvalError(str(exc)) from None  # names the log file, which is kept
     finally:
         with signals_deferred():
             procs.stop_all()
             client.close()
+    if own_log_dir:
+        shutil.rmtree(log_dir, ignore_errors=True)
     for mode, metrics in results.items():
         log(format_metrics(mode, metrics))
     if args.output:
