@@ -342,8 +342,9 @@ def build_parser() -> argparse.ArgumentParser:
     """Argument parser of ``act-ros collect``."""
     parser = argparse.ArgumentParser(
         prog='act-ros collect',
-        description='Record scripted-expert demonstrations of the port pick-align task in '
-                    'the MuJoCo simulation into a LeRobot v3 dataset. Only successful '
+        description='Record scripted-expert demonstrations of a simulated task (the '
+                    "package's port pick-align, or gym-aloha's transfer cube: --task) into a "
+                    'LeRobot v3 dataset. Only successful '
                     'episodes are written; the dataset appears at --output only when complete.',
         formatter_class=HelpFormatter)
     parser.add_argument('--task', default='port_pick_align',
