@@ -499,7 +499,8 @@ def test_gathered_closed_loop_parts_summarize_all_episodes():
              {'episodes': [episodes[2].to_dict()], 'suppressed_releases': 2,
               'rejected_commands': 3, 'seconds': 1.5}, None]
     merged = merge_mode_results('chunk', parts)
-    assert merged == {'mode': 'chunk', **summarize_results(episodes), 'suppressed_releases': 3,
+    assert merged == {'mode': 'chunk', 'task': 'port_pick_align', **summarize_results(episodes),
+                      'success_rate': 1 / 3, 'suppressed_releases': 3,
                       'rejected_commands': 3, 'seconds': 2.0}
     with pytest.raises(ValueError, match='no process ran an episode'):
         merge_mode_results('chunk', [None, None])

@@ -198,7 +198,7 @@ def test_bad_arguments_fail_fast_with_one_line(tmp_path, capsys):
         ros_eval.main(['--checkpoint', str(tmp_path / 'missing'), '--episodes', '1'])
     assert exit_info.value.code == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and 'not a checkpoint directory' in err[0]
+    assert len(err) == 1 and 'missing: checkpoint directory does not exist' in err[0]
 
 
 def _reader(stream, lines: queue.Queue) -> None:

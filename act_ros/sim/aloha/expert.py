@@ -345,6 +345,10 @@ def end_effector_rollout(task: str, seed: int, episode_steps: int | None = None,
         plan = plan_transfer_cube(cube, left_start, right_start, frames, steps, settings)
         actions = np.empty((steps, len(ALOHA_JOINTS)))
         max_reward = 0.0
+        # MuJoCo's joint limits are soft: a joint can pass its range by a few mrad (a wrist
+        # at 3.1566 against 3.14158); the targets replayed stay inside the servo ranges.
+        arm_qpos = np.r_[0:6, 8:14]
+        low, high = _qpos_ranges(physics, arm_qpos)
         tracker = MocapTracker(physics)
         cube_qpos = 16  # the cube's free joint follows the 16 arm dofs
         for step in range(steps):
@@ -359,9 +363,10 @@ def end_effector_rollout(task: str, seed: int, episode_steps: int | None = None,
             max_reward = max(max_reward, float(timestep.reward or 0.0))
             qpos = physics.data.qpos
             left_grip, right_grip = plan.grippers(step)
-            actions[step, 0:6] = qpos[0:6]
+            arm = np.clip(qpos[arm_qpos], low, high)
+            actions[step, 0:6] = arm[:6]
             actions[step, 6] = left_grip
-            actions[step, 7:13] = qpos[8:14]
+            actions[step, 7:13] = arm[6:]
             actions[step, 13] = right_grip
     finally:
         env.physics.free()
@@ -371,6 +376,19 @@ def end_effector_rollout(task: str, seed: int, episode_steps: int | None = None,
         ahead = np.concatenate([actions[lead:], np.repeat(actions[-1:], lead, axis=0)])
         actions[:, arm] = ahead[:, arm]
     return JointTrajectory(seed=int(seed), actions=actions, ee_max_reward=max_reward)
+
+
+def _qpos_ranges(physics, qpos_indices) -> tuple[np.ndarray, np.ndarray]:
+    """The range of the hinge joints at ``qpos_indices`` (from the model; unbounded where a
+    joint has none)."""
+    model = physics.model
+    low = np.full(len(qpos_indices), -np.inf)
+    high = np.full(len(qpos_indices), np.inf)
+    for joint in range(model.njnt):
+        where = np.flatnonzero(np.asarray(qpos_indices) == model.jnt_qposadr[joint])
+        if where.size and model.jnt_limited[joint]:
+            low[where], high[where] = model.jnt_range[joint]
+    return low, high
 
 
 class JointTrajectoryExpert:
