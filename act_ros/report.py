@@ -939,6 +939,31 @@ def part_training_step(src: Sources) -> str:
                  rows)
 
 
+# -- gym-aloha's transfer cube (docs/aloha.md) -----------------------------------------------
+
+ALOHA_EXPERT = 'docs/results/aloha/expert_eval.json'
+ALOHA_STAGES = {'0': 'never touched', '1': 'touched', '2': 'lifted, not handed over',
+                '3': 'both grippers on it, still on the table'}
+
+
+def part_aloha_expert(src: Sources) -> str:
+    """The gym-aloha expert's success on the evaluation seeds: its joint-space replay (the
+    demonstrations) and the end-effector plan it replays."""
+    e = src.json(ALOHA_EXPERT)
+    failed = ', '.join(f'{ALOHA_STAGES[k]} {v}' for k, v in e['max_reward_counts'].items()
+                       if v and k in ALOHA_STAGES) or 'none'
+    seeds = e['failed_seeds']
+    first = e['provenance']['command'].split('--seed ')[1].split()[0]
+    return table(['scripted expert, transfer cube', 'seeds', 'success rate',
+                  'failed episodes by the stage they reached'],
+                 [['joint-space replay (what the dataset records)',
+                   f"{first}..{int(first) + e['count'] - 1}",
+                   f"**{rate(e['success_rate'], e['count'])}**", failed],
+                  ['the end-effector plan it replays', 'same',
+                   rate(e['plan_success_rate'], e['count']), '']]) + (
+        f"\nFailed seeds: {', '.join(str(s) for s in seeds) or 'none'}.\n")
+
+
 PARTS: dict[str, Callable[[Sources], str]] = {
     'shipped_policies': part_shipped_policies,
     'poses_policy': part_poses_policy,
@@ -970,6 +995,7 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'faults': part_faults,
     'executor': part_executor,
     'training_step': part_training_step,
+    'aloha_expert': part_aloha_expert,
 }
 
 
