@@ -3,7 +3,8 @@
 Every result file the project's commands write (benchmarks with ``--json``, ``act-ros
 evaluate --output``) carries a ``provenance`` object made by :func:`result_provenance`:
 the command that made it, the commit and the machine (``act-ros report`` refuses a file
-without one).
+without one), and where the source differed from the commit, which files did
+(``local_changes``).
 """
 
 from __future__ import annotations
@@ -75,6 +76,21 @@ def source_commit() -> str:
     return found[0].removeprefix('source ') if found else 'not a git checkout'
 
 
+def local_changes() -> list[str]:
+    """The tracked files of the source checkout that differ from its commit (none for an
+    installed package)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        out = subprocess.run(['git', '--no-optional-locks', '-C', root, 'status', '--porcelain',
+                              '--untracked-files=no'], capture_output=True, text=True,
+                             timeout=10, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return sorted(line[3:].strip() for line in out.splitlines() if line.strip())
+
+
 def result_provenance(command: str, argv: Sequence[str], *, output_path: object | None,
                       output_option: str = '--json', omit: Sequence[str] = ()) -> dict:
     """The ``provenance`` object of a result file a command writes: the command that made
@@ -95,5 +111,8 @@ def result_provenance(command: str, argv: Sequence[str], *, output_path: object 
                 output_path is not None and arg == str(output_path)):
             continue
         words.append(arg)
-    return {'command': ' '.join([command, *words]), 'commit': source_commit(),
-            'machine': f'{machine_description()}; CPU class {cpu_class()}'}
+    out = {'command': ' '.join([command, *words]), 'commit': source_commit(),
+           'machine': f'{machine_description()}; CPU class {cpu_class()}'}
+    if 'local changes' in out['commit']:
+        out['local_changes'] = ', '.join(local_changes()) or 'not listed (git status failed)'
+    return out

@@ -16,8 +16,11 @@ file in a top-level ``provenance`` object, any other file in the ``provenance.js
 folder (``{"files": {NAME: {...}}}``). A file that holds several runs of a command (``python
 -m act_ros.sim.expert_eval --output FILE --run NAME``) keeps each run's own provenance under
 ``provenance.runs[NAME]``, and each must name its command, commit and machine too. A file
-put together by hand says so there (``assembled_by_hand``). Each generated part ends with
-a line naming its files.
+put together by hand says so there (``assembled_by_hand``), fields added to a command's
+output by hand are named with why (``hand_added``: field -> how), a run from a source
+tree with local changes says what they were (``local_changes``) and a commit that was not
+recorded says why (``commit``: ``not recorded; why``). Each generated part ends with a
+line naming its files and, beside each, those of these that apply.
 
 To add a result (for example a new evaluation of a shipped policy), commit the file with
 its provenance and name it in the part's source list below (``POSES_EVALUATIONS``,
@@ -145,8 +148,32 @@ RECIPE_RUNS = (('the shipped policy\'s run (AVX2 CPU, shared)',
                 tuple(f'docs/results/sim_port_pick_align_poses/recipe_run2/{n}'
                       for n in _RECIPE_EVALUATION_NAMES)))
 
+# `python -m act_ros.bench.record` runs (record_node over minutes of two 480x640 cameras,
+# act-ros import-bag of a bag as long): (CPU and what changed, file).
+RECORDING_DIR = 'docs/results/recording'
+RECORDING_RUNS = (
+    ('AVX2 EPYC', 'record_import_10min.json'),
+    ('AVX-512 EPYC', 'record_import_10min_avx512.json'),
+    ('AVX2 EPYC at 2.0 GHz: later episodes\' writers made by the niced saver',
+     'record_import_10min_avx2_2ghz.json'),
+    ('the same CPU: writers made by a preparer thread', 'record_10min_avx2_2ghz_preparer.json'),
+    ('the same CPU: single-threaded executor', 'record_10min_avx2_2ghz_single_thread.json'),
+    ('AVX2 EPYC shared with a training (load average 10-17): the one-hour run\'s short form, '
+     'the cap lowered to 3000 frames', 'record_5min_one_take_cap3000_busy.json'),
+)
+
 PROVENANCE_KEYS = ('command', 'commit', 'machine')
 MARKER = re.compile(r'<!-- report:([a-z0-9_]+) -->\n(.*?)<!-- /report:\1 -->', re.S)
+# A table of figures outside a generated part: its header names a measurement or a unit,
+# or one of its cells (outside a column of defaults) is a measured quantity (a number with
+# a unit, a decimal number).
+FIGURE_HEADER = re.compile(r'(?<![\w-])(ms|s|min|h|GB|MB|kB|KB|RSS|Hz|fps|%|seconds|minutes|'
+                           r'hours|time|times|latency|peak|frames|drops|align|wall clock|'
+                           r'commands/s|speed-up|steps/s|samples|missed|recovered|error)'
+                           r'(?![\w-])', re.I)
+MEASURED_CELL = re.compile(r'^\**[~<>]?\s*[-+]?\d[\d ]*(\.\d+)?\s*(ms|s|min|h|GB|MB|kB|KB|%|Hz|'
+                           r'x|fps)(?![\w-])|^\**[-+]?\d+\.\d+\**$')
+DEFAULTS_COLUMN = re.compile(r'^default', re.I)
 
 
 class ReportError(Exception):
@@ -194,11 +221,46 @@ def provenance(root: Path, rel: str) -> dict:
                       f'else an entry in {path.parent.relative_to(root)}/provenance.json)')
 
 
+def _check_commit(rel: str, entry: dict, what: str = 'provenance') -> None:
+    """A commit with local changes names them; one not recorded says why."""
+    commit = str(entry.get('commit', ''))
+    if 'local changes' in commit and not str(entry.get('local_changes', '')).strip():
+        raise ReportError(f'{rel}: {what} says "{commit}" but not what the local changes were '
+                          '(expected a "local_changes" entry)')
+    if commit.startswith('not recorded') and not commit.removeprefix('not recorded').strip(
+            ' ;:,.'):
+        raise ReportError(f'{rel}: {what} says the commit was not recorded but not why '
+                          '(expected "not recorded; why")')
+    hand = entry.get('hand_added', {})
+    if not isinstance(hand, dict) or not all(str(v).strip() for v in hand.values()):
+        raise ReportError(f'{rel}: {what}.hand_added must map each field added by hand to how '
+                          'it was added')
+
+
+def provenance_notes(entry: dict) -> list[str]:
+    """What a part's footer says beside a file: put together by hand, fields added by
+    hand, local changes, a commit not recorded."""
+    notes = []
+    hand = entry.get('assembled_by_hand')
+    if hand:
+        notes.append('assembled by hand' + (f': {hand}' if isinstance(hand, str) else ''))
+    for field, how in (entry.get('hand_added') or {}).items():
+        notes.append(f'`{field}` added by hand: {how}')
+    commit = str(entry.get('commit', ''))
+    if 'local changes' in commit:
+        notes.append(f"run at {commit.split(' with local changes')[0]} with local changes: "
+                     f"{entry['local_changes']}")
+    if commit.startswith('not recorded'):
+        notes.append(f'commit {commit}')
+    return notes
+
+
 def check_provenance(root: Path, rel: str) -> dict:
     entry = provenance(root, rel)
     missing = [key for key in PROVENANCE_KEYS if not str(entry.get(key, '')).strip()]
     if missing:
         raise ReportError(f'{rel}: provenance lacks {", ".join(missing)}')
+    _check_commit(rel, entry)
     runs = entry.get('runs', {})
     if not isinstance(runs, dict):
         raise ReportError(f'{rel}: provenance.runs is not an object (a run name to its '
@@ -208,6 +270,7 @@ def check_provenance(root: Path, rel: str) -> dict:
                    if not isinstance(run, dict) or not str(run.get(key, '')).strip()]
         if missing:
             raise ReportError(f'{rel}: provenance of run "{name}" lacks {", ".join(missing)}')
+        _check_commit(rel, run, f'provenance of run "{name}"')
     return entry
 
 
@@ -931,6 +994,48 @@ def part_executor(src: Sources) -> str:
     return executor_table([Try(**t) for t in data['tries']], data['commands']) + '\n'
 
 
+def part_recording_runs(src: Sources) -> str:
+    """One row per recorder or import run: memory, episodes (and the continuations a split
+    made), frames, dropped ticks, save times."""
+    rows = []
+    for label, name in RECORDING_RUNS:
+        rel = f'{RECORDING_DIR}/{name}'
+        if not src.exists(rel):
+            continue
+        for run in src.json(rel)['runs']:
+            dataset = run.get('dataset', {})
+            opens = (f"yes ({dataset['episodes']} / {dataset['frames']})" if 'episodes' in dataset
+                     else f"no: {dataset.get('error', 'not checked')}")
+            if run['what'] == 'record':
+                setting = (f"episodes of {run['episode_s']:g} s" if run['episode_s']
+                           else 'one episode, saved at the end')
+                if run.get('max_episode_frames'):
+                    setting += f", cap {run['max_episode_frames']} frames"
+                splits = run.get('continuations')
+                if splits is None:  # measured before the recorder split episodes
+                    note = ', before episodes were split at dropped ticks'
+                else:
+                    note = ''.join(f', {n} continuing after a {why}'
+                                   for why, n in sorted(splits.items()))
+                if run.get('flagged'):
+                    note += f", {run['flagged']} flagged"
+                episodes = f"{run['episodes_saved']}{note}"
+                behind = run['dropped_by_reason'].get('writer behind', 0)
+                saves = run['save_s']
+                rows.append([label, f"`record_node`, {run['minutes']:g} min, {setting}",
+                             f"{run['peak_rss_mb'] / 1024:.2f}", episodes, run['frames'],
+                             f"{run['dropped_ticks']} ({behind} writer behind)",
+                             f'{min(saves):.1f}-{max(saves):.1f}' if saves else '-', opens])
+            else:
+                rows.append([label, f"`act-ros import-bag`, {run['minutes']:g} min bag "
+                             f"({run['bag_mb'] / 1024:.2f} GiB MCAP), {run['video_codec']}",
+                             f"{run['peak_rss_mb'] / 1024:.2f}", dataset.get('episodes', '-'),
+                             dataset.get('frames', '-'), '-', f"import {run['import_s']:.0f}",
+                             opens])
+    return table(['CPU', 'run', 'peak RSS, GiB', 'episodes saved', 'frames', 'ticks dropped',
+                  'saves, s', 'opens in LeRobot (episodes / frames)'], rows)
+
+
 def part_training_step(src: Sources) -> str:
     data = src.json(TRAINING_STEP)
     rows = [[r['step'], f"{r['ms_per_step']:.0f}", f"{r['samples_per_s']:.1f}",
@@ -996,10 +1101,64 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'executor': part_executor,
     'training_step': part_training_step,
     'aloha_expert': part_aloha_expert,
+    'recording_runs': part_recording_runs,
 }
 
 
 # -- pages -----------------------------------------------------------------------------------
+
+def markdown_tables(text: str) -> list[tuple[int, list[list[str]]]]:
+    """(first line number, rows of cells, header first) of every markdown table of
+    ``text`` outside code blocks."""
+    lines = text.splitlines()
+    tables: list[tuple[int, list[list[str]]]] = []
+    in_code, current, start = False, [], 0
+    for i, line in enumerate(lines + ['']):
+        if line.startswith('```'):
+            in_code = not in_code
+        if not in_code and line.startswith('|'):
+            cells = [c.strip() for c in line.strip().strip('|').split('|')]
+            if not current:
+                start = i + 1
+            if not all(set(c) <= {'-', ':'} for c in cells) or not current:
+                current.append(cells)
+            continue
+        if len(current) > 1:
+            tables.append((start, current))
+        current = []
+    return tables
+
+
+def is_figure_table(rows: list[list[str]]) -> bool:
+    """Whether a table reports measurements: its header names a measurement or a unit, or
+    a cell outside a column of defaults holds a measured quantity."""
+    header = rows[0]
+    if any(FIGURE_HEADER.search(cell) for cell in header):
+        return True
+    defaults = {i for i, cell in enumerate(header) if DEFAULTS_COLUMN.match(cell)}
+    return any(MEASURED_CELL.match(cell) for row in rows[1:]
+               for i, cell in enumerate(row) if i not in defaults)
+
+
+def figure_tables_outside_parts(text: str) -> list[str]:
+    """``line N: header`` of every table of figures outside the generated parts: typed by
+    hand, it goes stale unseen (generate it from a result file with a report part)."""
+    outside = MARKER.sub(lambda m: '\n' * m.group(0).count('\n'), text)
+    return [f"line {start}: | {' | '.join(rows[0])} |" for start, rows in markdown_tables(outside)
+            if is_figure_table(rows)]
+
+
+def written_pages(root: Path) -> list[Path]:
+    """The pages written by hand: every page but a result file (a benchmark's markdown
+    report names the command that wrote it in its provenance)."""
+    written = []
+    for page in pages(root):
+        try:
+            provenance(root, str(page.relative_to(root)))
+        except ReportError:
+            written.append(page)
+    return written
+
 
 def pages(root: Path) -> list[Path]:
     """The pages a report may write: README.md and every markdown page under docs/."""
@@ -1016,8 +1175,8 @@ def render_part(root: Path, page: Path, name: str) -> tuple[str, list[str]]:
     for rel in src.read:
         entry = check_provenance(root, rel)
         link = os.path.relpath(root / rel, page.parent)
-        hand = ', assembled by hand' if entry.get('assembled_by_hand') else ''
-        links.append(f'[`{rel}`]({link}){hand}')
+        notes = provenance_notes(entry)
+        links.append(f'[`{rel}`]({link})' + (f" ({'; '.join(notes)})" if notes else ''))
     footer = (f"\n<sub>Generated by `act-ros report` from {', '.join(links)}.</sub>\n" if links
               else '\n<sub>Generated by `act-ros report`; its result file is not committed '
                    'yet.</sub>\n')
@@ -1059,6 +1218,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f'act-ros report: {exc}', file=sys.stderr)
         return 1
     stale = [page for page, (old, new) in rendered.items() if old != new]
+    loose = {page: figure_tables_outside_parts(page.read_text()) for page in written_pages(
+        args.root)}
+    for page, tables in loose.items():
+        for table_line in tables:
+            print(f'{page.relative_to(args.root)}: a table of figures outside a generated part '
+                  f'({table_line}): generate it from a result file', file=sys.stderr)
     for page in stale:
         rel = page.relative_to(args.root)
         if args.check:
@@ -1066,7 +1231,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             page.write_text(rendered[page][1])
             print(f'wrote {rel}')
-    if args.check and stale:
+    if (args.check and stale) or any(loose.values()):
         return 1
     if not stale:
         print(f'{len(rendered)} page(s) up to date')

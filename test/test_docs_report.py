@@ -13,9 +13,6 @@ from act_ros import report
 
 ROOT = report.ROOT
 RESULT_SUFFIXES = {'.json', '.jsonl', '.log', '.txt', '.csv'}
-# Header words of a table that reports measurements (not a table of parameters or topics).
-FIGURE_HEADER = re.compile(r'\b(ms|align|wall clock|commands/s|speed-up|steps/s|samples|'
-                           r'missed|recovered|error)\b', re.I)
 
 
 def test_generated_parts_are_current():
@@ -65,42 +62,38 @@ def test_every_result_file_names_command_commit_and_machine(rel):
     assert all(str(entry[key]).strip() for key in report.PROVENANCE_KEYS)
 
 
-def _tables_outside_parts(text: str):
-    """(first line number, header) of every markdown table outside generated parts."""
-    outside = report.MARKER.sub(lambda m: '\n' * m.group(0).count('\n'), text)
-    lines = outside.splitlines()
-    in_code = False
-    for i, line in enumerate(lines):
-        if line.startswith('```'):
-            in_code = not in_code
-        if in_code or not line.startswith('|'):
-            continue
-        if i + 1 < len(lines) and re.match(r'^\|(\s*:?-+:?\s*\|)+\s*$', lines[i + 1]) \
-                and not (i and lines[i - 1].startswith('|')):
-            yield i + 1, line
-
-
-def _written_pages() -> list[str]:
-    """The pages written by hand: every page but the result files (a benchmark's
-    markdown report, which names the command that wrote it in its provenance)."""
-    written = []
-    for path in report.pages(ROOT):
-        page = str(path.relative_to(ROOT))
-        try:
-            report.provenance(ROOT, page)
-        except report.ReportError:
-            written.append(page)
-    return written
-
-
-@pytest.mark.parametrize('page', _written_pages())
+@pytest.mark.parametrize('page', [str(p.relative_to(ROOT)) for p in report.written_pages(ROOT)])
 def test_tables_of_figures_are_generated(page):
-    """A table whose header names a measurement lies inside a generated part."""
-    text = (ROOT / page).read_text()
-    loose = [f'line {n}: {header}' for n, header in _tables_outside_parts(text)
-             if FIGURE_HEADER.search(header)]
+    """A table that reports measurements lies inside a generated part."""
+    loose = report.figure_tables_outside_parts((ROOT / page).read_text())
     assert not loose, (f'{page}: tables of figures outside <!-- report:NAME --> parts '
                        f'(generate them with act-ros report): {loose}')
+
+
+def test_the_guard_catches_any_table_of_figures_typed_by_hand(tmp_path, capsys):
+    """Whatever its header says: an "RSS" or an "s" column, or cells that hold measured
+    quantities; a table of parameters with their defaults, or of exit statuses, is not
+    one, and a table inside a generated part is checked against its files instead."""
+    rss = ('| what | command | peak RSS (process tree) | save time |\n|---|---|---|---|\n'
+           '| recorder | `record --minutes 1.5` | 1.28 GB | 3.7, 6.1 s |\n')
+    seconds = '| save | s |\n|---|---|\n| episode 1 | 3.7 |\n'
+    unlabelled = '| run | result |\n|---|---|\n| import | 45 s |\n| again | 1.04 GB |\n'
+    parameters = ('| parameter | default | what |\n|---|---|---|\n'
+                  '| `writer_queue_s` | 2.0 | seconds of frames that may wait |\n')
+    statuses = '| status | meaning |\n|---|---|\n| 0 | passed |\n| 2 | no baseline |\n'
+    for table in (rss, seconds, unlabelled):
+        assert report.figure_tables_outside_parts(f'# page\n\n{table}'), table
+    for table in (parameters, statuses):
+        assert not report.figure_tables_outside_parts(f'# page\n\n{table}'), table
+    inside = f'<!-- report:faults -->\n{rss}<!-- /report:faults -->\n'
+    assert not report.figure_tables_outside_parts(inside)
+    assert not report.figure_tables_outside_parts(f'```\n{rss}```\n')
+    # act-ros report --check fails on such a page too, naming the table.
+    (tmp_path / 'docs').mkdir()
+    (tmp_path / 'README.md').write_text(f'# x\n\n{seconds}')
+    assert report.main(['--check', '--root', str(tmp_path)]) == 1
+    assert 'README.md: a table of figures outside a generated part (line 3: | save | s |)' \
+        in capsys.readouterr().err
 
 
 def test_parts_link_their_files():
@@ -255,3 +248,41 @@ def test_ship_candidates_pair_seeds_across_files(tmp_path, monkeypatch):
     monkeypatch.setattr(report, 'VISION_SHIP_CANDIDATES', (('old', old), ('other', other)))
     with pytest.raises(report.ReportError, match='other seeds'):
         report.part_vision_ship_candidates(report.Sources(tmp_path))
+
+
+def test_footers_name_hand_added_fields_local_changes_and_unrecorded_commits(tmp_path):
+    rel = 'docs/benchmarks/faults.json'
+    (tmp_path / rel).parent.mkdir(parents=True)
+    data = json.loads((ROOT / rel).read_text())
+    page = tmp_path / 'README.md'
+    page.write_text('<!-- report:faults -->\n<!-- /report:faults -->\n')
+
+    def render(**provenance):
+        data['provenance'] = {'command': 'act-ros bench faults', 'machine': 'm', **provenance}
+        (tmp_path / rel).write_text(json.dumps(data))
+        return report.render_part(tmp_path, page, 'faults')[0].split('Generated by')[-1]
+
+    with pytest.raises(report.ReportError, match='not what the local changes were'):
+        render(commit='abc1234 with local changes')
+    footer = render(commit='abc1234 with local changes', local_changes='act_ros/report.py only')
+    assert '(run at abc1234 with local changes: act_ros/report.py only)' in footer
+    with pytest.raises(report.ReportError, match='not why'):
+        render(commit='not recorded')
+    footer = render(commit='not recorded; the tool wrote none then', hand_added={
+        'exit_s': 'timed with a stopwatch'})
+    assert ('(`exit_s` added by hand: timed with a stopwatch; commit not recorded; the tool '
+            'wrote none then)') in footer
+    with pytest.raises(report.ReportError, match='hand_added'):
+        render(commit='abc1234', hand_added={'exit_s': ''})
+
+
+def test_a_command_run_from_a_changed_tree_names_the_changed_files(monkeypatch):
+    from act_ros import provenance as prov
+
+    monkeypatch.setattr(prov, 'source_commit', lambda: 'abc1234 with local changes')
+    monkeypatch.setattr(prov, 'local_changes', lambda: ['act_ros/report.py', 'README.md'])
+    monkeypatch.setattr(prov, 'machine_description', lambda: 'm')
+    out = prov.result_provenance('act-ros evaluate', ['--episodes', '3'], output_path=None)
+    assert out['local_changes'] == 'act_ros/report.py, README.md'
+    monkeypatch.setattr(prov, 'source_commit', lambda: 'abc1234')
+    assert 'local_changes' not in prov.result_provenance('c', [], output_path=None)
