@@ -242,3 +242,103 @@ def test_simulated_execution_delivers_chunks_latency_ticks_late(tiny_checkpoint,
     assert rt.stats.chunks_late == 0
     if mode == 'chunk':  # one request in flight, re-requested early enough: 90 ticks, L = 7
         assert 3 <= rt.stats.chunks_computed <= 8
+
+
+def _call_coded_model(runtime, step=100.0):
+    """Row i = observed tick + i + step * (number of the call): consecutive chunks disagree
+    by ``step``, so where each action comes from shows in its value."""
+    calls = {'n': 0}
+
+    def predict(obs):
+        runtime.predictor.observation_tensors(obs)
+        calls['n'] += 1
+        return _tick_coded_chunk(obs, runtime.chunk_size) + step * (calls['n'] - 1)
+    runtime.predictor.predict = predict
+    return calls
+
+
+def test_sync_blend_asks_every_stride_and_crossfades_each_chunk_in(tiny_checkpoint):
+    from act_ros.core.chunking import smoothstep_weights
+
+    rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', mode='blend',
+                                     execution='sync', n_action_steps=10, blend_ticks=4))
+    try:
+        _call_coded_model(rt)
+        assert rt.stride == 10
+        actions, sources = [], []
+        for t in range(25):
+            actions.append(rt.act(_obs(t))[0])
+            sources.append(rt.last_source)
+    finally:
+        rt.close()
+    assert rt.stats.chunks_computed == 3  # at ticks 0, 10, 20
+    assert sources == [0] * 10 + [10] * 10 + [20] * 5
+    w = smoothstep_weights(4)
+    np.testing.assert_allclose(actions[:10], np.arange(10))
+    for k in range(4):  # the fade from chunk 0 (row t) into chunk 1 (t + 100)
+        assert actions[10 + k] == pytest.approx(10 + k + 100 * w[k])
+    np.testing.assert_allclose(actions[14:20], 100 + np.arange(14, 20))
+
+
+def test_blend_stride_leaves_rows_to_fade_from(tiny_checkpoint):
+    """With the whole chunk played (n_action_steps = chunk size), blend mode asks for the
+    next chunk blend_ticks before the end; a window as long as the chunk is refused."""
+    rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', mode='blend',
+                                     execution='sync', n_action_steps=30, blend_ticks=6))
+    try:
+        assert rt.stride == rt.chunk_size - 6
+    finally:
+        rt.close()
+    with pytest.raises(ValueError, match='blend_ticks .* must be below'):
+        PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', mode='blend',
+                                    execution='sync', blend_ticks=rt.chunk_size))
+
+
+def test_blend_against_latency_fades_in_from_the_arrival_tick(tiny_checkpoint):
+    """With chunks delivered 5 ticks after their observation, every action before a chunk
+    arrives is the old chunk's (committed), and the fade starts at the arrival tick with
+    the new chunk's row for that tick."""
+    from act_ros.core.chunking import smoothstep_weights
+
+    latency, window = 5, 4
+    rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', mode='blend',
+                                     execution='simulated', n_action_steps=20,
+                                     blend_ticks=window, simulated_latency_ticks=latency))
+    try:
+        _call_coded_model(rt)
+        rt.reset()
+        actions, sources = [], []
+        for t in range(70):
+            action = rt.act(_obs(t))
+            actions.append(None if action is None else action[0])
+            sources.append(rt.last_source)
+    finally:
+        rt.close()
+    assert actions[:latency] == [None] * latency
+    handovers = [t for t in range(latency + 1, 70) if sources[t] != sources[t - 1]]
+    assert handovers, 'no second chunk arrived'
+    w = smoothstep_weights(window)
+    for arrival in handovers:
+        assert arrival - sources[arrival] == latency  # from the observation 5 ticks earlier
+        old = actions[arrival - 1] + 1.0  # the old chunk's next row (tick-coded, slope 1)
+        new_offset = (handovers.index(arrival) + 1) * 100.0
+        for k in range(window):
+            t = arrival + k
+            expected = (1 - w[k]) * (old + k) + w[k] * (t + new_offset)
+            assert actions[t] == pytest.approx(expected), (arrival, k)
+
+
+def test_plan_is_what_the_next_ticks_play(tiny_checkpoint):
+    rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', mode='blend',
+                                     execution='sync', n_action_steps=10, blend_ticks=4))
+    try:
+        _call_coded_model(rt)
+        assert rt.plan(5) is None  # nothing acted yet
+        for t in range(12):
+            rt.act(_obs(t))
+        plan = rt.plan(6)  # ticks 11 .. 16: the rest of the fade and the new chunk
+        played = [rt.act(_obs(t)) for t in range(12, 17)]
+    finally:
+        rt.close()
+    assert plan.shape == (6, 6)
+    np.testing.assert_allclose(plan[1:], np.stack(played))

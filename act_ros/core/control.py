@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from act_ros.core.command_plan import limit_plan
 from act_ros.core.errors import ObservationError
 from act_ros.core.inputs import (ENVIRONMENT_STATE, JOINT_STATES, Snapshot, image_stream,
                                  object_pose_stream, required_streams)
@@ -38,6 +39,7 @@ from act_ros.core.object_state import OBJECTS, environment_state_from_poses
 from act_ros.core.observation import Observation
 from act_ros.core.release_gate import GateState, ReleaseGate
 from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
+from act_ros.core.seams import SeamMeter
 
 if TYPE_CHECKING:
     from act_ros.core.runtime import PolicyRuntime
@@ -159,15 +161,19 @@ class ControlLoop:
     or ``None``. Unknown positions count as "not near the pad" for the gate.
     ``cameras``: the cameras the runtime's checkpoint takes (``runtime.cameras``).
     ``environment_state``: where the object poses come from; needed (else ``ValueError``)
-    when the checkpoint takes them, unused otherwise.
+    when the checkpoint takes them, unused otherwise. ``seams``: measures the seams of
+    the commands this loop returns (:mod:`act_ros.core.seams`; every chunk computed joins
+    its reference).
     """
 
     def __init__(self, runtime: PolicyRuntime, *, cameras: tuple[str, ...],
                  limits: SafetyLimits, gate: ReleaseGate, gripper_index: int,
                  ee_position: EePosition, pad_position: PadPosition,
                  counters: ControlCounters | None = None,
-                 environment_state: EnvironmentStateSource | None = None) -> None:
+                 environment_state: EnvironmentStateSource | None = None,
+                 seams: SeamMeter | None = None) -> None:
         self.runtime = runtime
+        self.seams = seams
         self.cameras = cameras
         self.takes_environment_state = bool(getattr(runtime, 'environment_state_dim', 0))
         if self.takes_environment_state and environment_state is None:
@@ -195,6 +201,8 @@ class ControlLoop:
         """New episode: empty queue/ensembler, gate back to FREE."""
         self.runtime.reset()
         self.gate.reset()
+        if self.seams is not None:
+            self.seams.break_stream()
         self.stale = False
         self.last_distance_m = None
         self.last_ee_position = None
@@ -217,7 +225,24 @@ class ControlLoop:
         """Return this tick's command (or why there is none) for the inputs in ``snap``."""
         result = self._tick(snap)
         self.last_command = result.command
+        if self.seams is not None:
+            self.seams.add_command(result.command, self.runtime.last_source
+                                   if result.command is not None else None)
         return result
+
+    def safe_plan(self, horizon: int) -> np.ndarray | None:
+        """This tick's command and the planned ones after it (at most ``horizon`` points,
+        ``(K, J)``), every one through the safety chain
+        (:func:`act_ros.core.command_plan.limit_plan`); ``None`` when the last tick sent
+        nothing. Call right after :meth:`tick`."""
+        if self.last_command is None:
+            return None
+        plan = self.runtime.plan(horizon)
+        if plan is None:
+            return self.last_command[None].copy()
+        return limit_plan(plan, self.last_command, self.limits,
+                          gripper_index=self.gripper_index,
+                          hold_gripper=self.gate.state == GateState.HOLDING)
 
     def _tick(self, snap: Snapshot) -> TickResult:
         c = self.counters
@@ -302,6 +327,8 @@ class ControlLoop:
     def _check_new_chunks(self) -> None:
         c = self.counters
         for chunk in self.runtime.take_new_chunks():
+            if self.seams is not None:
+                self.seams.add_chunk(chunk)
             report = check_chunk(chunk, self.limits)
             c.chunks_checked += 1
             c.chunk_limit_violations += report.limit_violations

@@ -7,7 +7,9 @@ With chunks of ``C`` ticks and a model latency of ``L`` ticks (``L = ceil(latenc
   the next one can be requested only once it has arrived (one request in flight), so it
   lands at ``t + 2L`` at the earliest. The queue never runs dry when ``2L <= C``; each
   chunk then plays at least ``L`` actions. With the runtime's request margin ``m`` ticks
-  the comfortable condition is ``2(L + m) <= C``.
+  the comfortable condition is ``2(L + m) <= C``. A **blended handover** has the same
+  condition (its crossfade of ``B`` ticks has the old chunk's rows to fade from when
+  ``2(L + m) + B <= C``; later, it fades from the old chunk's last action).
 - **temporal ensembling in the background**: a new chunk every ``L`` ticks, each blending
   into the ticks it covers; every tick stays covered when ``2L <= C``; the blend is then
   refreshed at ``1 / latency`` Hz (its *effective refresh rate*), which is reported
@@ -134,9 +136,10 @@ def verdict(*, mode: str, execution: str, rate_hz: float, chunk_size: int,
             'plays)'] + _size_and_rate(worst, image_size, period, rate_hz, need_ticks=1,
                                        chunk_size=chunk_size)
         return Verdict(feasible=feasible, reason=reason, alternatives=alternatives, **common)
-    need = 2 * (ticks + (margin_ticks if mode == 'chunk' else 0))
+    queued = mode in ('chunk', 'blend')  # one chunk played at a time (blend: crossfaded in)
+    need = 2 * (ticks + (margin_ticks if queued else 0))
     feasible = need <= chunk_size
-    if mode == 'chunk':
+    if queued:
         reason = (f'2 x ({ticks} + {margin_ticks} margin) = {need} <= {chunk_size}: the next '
                   'chunk lands before the queue runs dry' if feasible else
                   f'2 x ({ticks} + {margin_ticks} margin) = {need} > {chunk_size}: chunks '
@@ -151,8 +154,8 @@ def verdict(*, mode: str, execution: str, rate_hz: float, chunk_size: int,
     if not feasible:
         alternatives.append(f'a checkpoint trained with chunk_size >= {need} (ACT default 100)')
         alternatives += _size_and_rate(worst, image_size, period, rate_hz,
-                                       need_ticks=chunk_size // 2 - (margin_ticks if mode ==
-                                                                     'chunk' else 0),
+                                       need_ticks=chunk_size // 2 - (margin_ticks if queued
+                                                                     else 0),
                                        chunk_size=chunk_size)
         if backends:
             alternatives.append('measure the other installed backends (' + ', '.join(backends)

@@ -7,7 +7,8 @@ Execution:
 
 - ``sync``: the model runs inside ``act`` when needed; reproduces LeRobot's
   ``ACTPolicy.select_action`` + postprocessor exactly (chunk mode: a new chunk when the
-  queue is empty; ensemble mode: a chunk every tick, blended).
+  queue is empty; ensemble mode: a chunk every tick, blended; blend mode: a new chunk
+  after :attr:`PolicyRuntime.stride` actions, crossfaded in).
 - ``async``: a background worker computes chunks while the current one plays out, so
   ``act`` never waits for the model. Each chunk is aligned to the tick of the
   observation it was computed from (actions for ticks already past are dropped). Chunk
@@ -24,6 +25,14 @@ Execution:
 
 ``reset()`` starts a new episode: queue, ensembler and any in-flight work are dropped
 (a result computed before the reset is discarded).
+
+Modes: ``chunk`` plays ``n_action_steps`` of each chunk and switches to the next;
+``ensemble`` blends every chunk covering the tick (temporal ensembling); ``blend`` plays
+each chunk until the next arrives and crossfades the rest of the old plan into it over
+``blend_ticks`` ticks from its arrival (:class:`~act_ros.core.chunking.BlendQueue`): the
+next chunk is asked for so that it lands after :attr:`PolicyRuntime.stride` actions,
+``min(n_action_steps, chunk_size - blend_ticks)``, while the old chunk still has the rows
+to fade from.
 
 ``current_chunk`` is the chunk being played (chunk mode) or the newest one blended
 (ensemble mode), with the header stamp of the observation it came from: read without a
@@ -44,7 +53,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from act_ros.core.checkpoint_info import CheckpointInfo, read_checkpoint_info
-from act_ros.core.chunking import ChunkQueue, TickEnsembler, TimedChunk
+from act_ros.core.chunking import BlendQueue, ChunkQueue, TickEnsembler, TimedChunk
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.feasibility import Latency, Verdict, verdict
 from act_ros.core.hub import ResolvedCheckpoint, resolve_checkpoint
@@ -64,7 +73,8 @@ if TYPE_CHECKING:
     from act_ros.core.checkpoint import LoadedCheckpoint
     from act_ros.core.inference import ChunkPredictor
 
-MODES = ('chunk', 'ensemble')
+MODES = ('chunk', 'ensemble', 'blend')
+DEFAULT_BLEND_TICKS = 6  # 0.2 s at 30 Hz
 LATENCY_WINDOW = 8  # chunks whose latency schedules the next request
 REQUEST_MARGIN_TICKS = 2  # ticks of slack beyond the slowest recent latency
 EXECUTIONS = ('sync', 'async', 'process', 'simulated')
@@ -83,6 +93,9 @@ class RuntimeConfig:
     execution: str = 'async'
     n_action_steps: int = 30
     ensemble_coeff: float = 0.01
+    # mode 'blend': ticks over which the rest of the old chunk is crossfaded into the new
+    # one (0: switch at once, as chunk mode).
+    blend_ticks: int = DEFAULT_BLEND_TICKS
     compile_model: bool = False
     compile_mode: str = 'default'
     freeze_weights: bool = True
@@ -122,6 +135,8 @@ class RuntimeConfig:
             raise ValueError(f"unknown execution '{self.execution}', expected one of {EXECUTIONS}")
         if self.n_action_steps < 1:
             raise ValueError(f'n_action_steps must be >= 1, got {self.n_action_steps}')
+        if self.blend_ticks < 0:
+            raise ValueError(f'blend_ticks must be >= 0, got {self.blend_ticks}')
         if not math.isfinite(self.ensemble_coeff):
             raise ValueError(f'ensemble_coeff must be finite, got {self.ensemble_coeff}')
         if self.precision not in (AUTO, *PRECISIONS):
@@ -373,6 +388,10 @@ class PolicyRuntime:
         self._queue = ChunkQueue(config.n_action_steps if config.execution == 'sync'
                                  else self.chunk_size)
         self._ensembler = TickEnsembler(config.ensemble_coeff, max_chunks=self.chunk_size)
+        self._blend = BlendQueue(config.blend_ticks)
+        # Start tick of the chunk (the newest in a blend) behind the last action, for seams.
+        self.last_source: int | None = None
+        self._last_tick = -1  # tick of the last act()
         self._worker = None
         self._first_request_at: float | None = None
         if config.execution == 'async':
@@ -401,6 +420,10 @@ class PolicyRuntime:
         if self.config.n_action_steps > self.info.chunk_size:
             raise ValueError(f'n_action_steps ({self.config.n_action_steps}) cannot exceed the '
                              f"checkpoint's chunk_size ({self.info.chunk_size})")
+        if self.config.mode == 'blend' and self.config.blend_ticks >= self.info.chunk_size:
+            raise ValueError(f'blend_ticks ({self.config.blend_ticks}) must be below the '
+                             f"checkpoint's chunk_size ({self.info.chunk_size}): the old chunk "
+                             'must keep rows to fade from')
 
     def wait_ready(self) -> None:
         """Block until the model is loaded and warmed up: the inference child of a
@@ -457,6 +480,9 @@ class PolicyRuntime:
             self._tick = 0
             self._queue.reset()
             self._ensembler.reset()
+            self._blend.reset()
+            self.last_source = None
+            self._last_tick = -1
             self._new_chunks.clear()
             self._last_request_tick = None
             self.stats.queue_depth = 0
@@ -507,6 +533,8 @@ class PolicyRuntime:
             else:
                 action = self._act_async(tick, observation)
             self.stats.queue_depth = self._store.remaining(tick + 1)
+            self._last_tick = tick
+            self.last_source = None if action is None else self._store.source(tick)
             if action is None:
                 self.stats.empty_ticks += 1
             return action
@@ -514,23 +542,51 @@ class PolicyRuntime:
     def will_predict(self) -> bool:
         """Whether the next :meth:`act` may run the model on its observation's images:
         always in ensemble mode and in background executions (a request may go out at
-        any tick); in synchronous chunk mode only when the queue is empty. A simulation can
-        skip rendering the cameras on the other ticks (the action then comes from the
-        queue, whatever the images)."""
-        if self._worker is not None or self.config.mode == 'ensemble':
+        any tick); in synchronous chunk mode only when the queue is empty, in synchronous
+        blend mode when :attr:`stride` actions of the newest chunk have played. A
+        simulation can skip rendering the cameras on the other ticks (the action then comes
+        from the queue, whatever the images)."""
+        if self._worker is not None:
             return True
-        return self._queue.remaining(self._tick) == 0
+        with self._lock:
+            return self._sync_due(self._tick)
+
+    def plan(self, horizon: int) -> np.ndarray | None:
+        """The actions planned for the last tick :meth:`act` answered and the ticks after
+        it, at most ``horizon`` (``(T, J)``, contract order, before the safety limits): the
+        rest of the chunk, of the crossfade or of the blend as the chunks stored now give
+        them. ``None`` when nothing is planned. Changes nothing."""
+        if horizon < 1:
+            raise ValueError(f'horizon must be >= 1, got {horizon}')
+        with self._lock:
+            if self._last_tick < 0:
+                return None
+            return self._store.preview(self._last_tick, horizon)
+
+    @property
+    def stride(self) -> int:
+        """Actions played from each chunk before the next one is due: ``n_action_steps``
+        (chunk mode; unused in ensemble mode); in blend mode at most ``chunk_size -
+        blend_ticks``, so that the old chunk still holds the rows the crossfade needs."""
+        steps = self.config.n_action_steps
+        if self.config.mode == 'blend':
+            steps = min(steps, self.chunk_size - self.config.blend_ticks)
+        return max(1, steps)
 
     @property
     def _store(self):
-        return self._ensembler if self.config.mode == 'ensemble' else self._queue
+        return {'ensemble': self._ensembler, 'blend': self._blend}.get(self.config.mode,
+                                                                      self._queue)
 
     def _add_chunk(self, start_tick: int, chunk: np.ndarray, seconds: float,
                    stamp_s: float | None = None) -> None:
         timed = TimedChunk(start_tick, chunk, stamp_s)
         if timed.end_tick <= self._tick - 1:
             self.stats.chunks_late += 1
-        self._store.add(timed)
+        if self.config.mode == 'blend':
+            self._blend.add(timed, now_tick=self._tick - 1)  # the fade starts this tick
+        else:
+            self._store.add(timed)
         self._current = self._store.latest
         self._new_chunks.append(chunk)
         self.stats.chunks_computed += 1
@@ -543,8 +599,14 @@ class PolicyRuntime:
         self.stats.mean_inference_ms = float(np.mean(history))
         self._latencies.append(seconds)
 
+    def _sync_due(self, tick: int) -> bool:
+        """Whether a synchronous execution runs the model at ``tick``."""
+        store = self._store
+        return (self.config.mode == 'ensemble' or store.remaining(tick) == 0
+                or (self.config.mode == 'blend' and tick - store.latest_start >= self.stride))
+
     def _act_sync(self, tick: int, obs: Observation) -> np.ndarray:
-        if self.config.mode == 'ensemble' or self._queue.remaining(tick) == 0:
+        if self._sync_due(tick):
             start = time.perf_counter()
             if self._first_request_at is None:
                 self._first_request_at = time.monotonic()
@@ -586,15 +648,19 @@ class PolicyRuntime:
             return True  # keep the model busy: every chunk joins the blend
         if self._last_request_tick is None:
             return True
-        if self._queue.latest_start is None or self._queue.latest_start < self._last_request_tick:
+        store = self._store
+        if store.latest_start is None or store.latest_start < self._last_request_tick:
             return False  # the requested chunk is still on its way
-        # Ask so that the next chunk lands when n_action_steps of the current one have
-        # played (or before the queue runs dry, whichever comes first).
+        # Ask so that the next chunk lands when `stride` actions of the current one have
+        # played (or before the queue runs dry, in blend mode before the rows the fade
+        # needs run out, whichever comes first).
         slowest = max(self._latencies, default=0.0)
         latency_ticks = math.ceil(slowest / self.period_s) + REQUEST_MARGIN_TICKS
-        remaining = self._queue.remaining(tick)
-        played = tick - self._queue.latest_start
-        return remaining <= latency_ticks or played + latency_ticks >= self.config.n_action_steps
+        remaining = store.remaining(tick)
+        if self.config.mode == 'blend':
+            remaining -= self.config.blend_ticks
+        played = tick - store.latest_start
+        return remaining <= latency_ticks or played + latency_ticks >= self.stride
 
     def measure_latency(self, calls: int = LATENCY_CALLS) -> Latency:
         """Time ``calls`` chunk computations on this machine (after the warm-up), as the
@@ -654,7 +720,7 @@ class PolicyRuntime:
         result = verdict(mode=self.config.mode, execution=self.config.execution,
                          precision=f'{self.config.backend} {self.precision}',
                          rate_hz=rate_hz, chunk_size=self.chunk_size,
-                         n_action_steps=self.config.n_action_steps, latency=latency,
+                         n_action_steps=self.stride, latency=latency,
                          margin_ticks=REQUEST_MARGIN_TICKS,
                          image_size=next(iter(self.info.image_shapes.values()), None),
                          backends=others)
