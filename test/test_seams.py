@@ -89,6 +89,8 @@ def test_gaps_and_episodes_break_the_stream():
     meter.add_command(rows[2] + 5.0, 1)
     meter.add_command(rows[3] + 5.0, 1)
     assert meter.summary()['handovers'] == 0
+    assert meter.summary()['velocity_jump_max'] is None  # JSON null, not NaN
+    assert meter.summary()['over_within_p99_fraction'] is None
     assert meter.summary()['ticks'] == 10 + 1 + 8 + 4  # commands sent, the gap not
 
 

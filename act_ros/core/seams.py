@@ -141,8 +141,8 @@ class SeamSamples:
 
     def summary(self) -> dict[str, Any]:
         """The figures of every result file (``modes.<mode>.seams``) and of ``/diagnostics``:
-        over the arm (norm over the measured joints) and per joint; NaN where nothing was
-        measured (no handover, or no chunk)."""
+        over the arm (norm over the measured joints) and per joint; ``None`` where nothing
+        was measured (no handover, or no chunk)."""
         out: dict[str, Any] = {'handovers': self.handovers, 'ticks': self.ticks,
                                'chunks': self.chunks,
                                'arm_joints': [self.joint_names[i] for i in self.measured]}
@@ -171,7 +171,16 @@ class SeamSamples:
         out['units'] = {'velocity': 'rad/s (gripper: normalized/s)',
                         'acceleration': 'rad/s^2 (gripper: normalized/s^2)'}
         out['per_joint'] = per_joint
-        return out
+        return _none_for_nan(out)
+
+
+def _none_for_nan(value: Any) -> Any:
+    """``value`` with every NaN replaced by ``None`` (JSON's null), nested."""
+    if isinstance(value, dict):
+        return {k: _none_for_nan(v) for k, v in value.items()}
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
 
 
 @dataclass
