@@ -35,7 +35,8 @@ def _observations(count, seed=0):
 def _actions(checkpoint, mode, backend='torch', observations=None, **overrides):
     """Actions of a sync runtime over TICKS observations (deterministic), and the runtime."""
     config = RuntimeConfig(model_path=checkpoint, device='cpu', mode=mode, execution='sync',
-                           n_action_steps=4 if mode == 'chunk' else 1, backend=backend, **overrides)
+                           n_action_steps=1 if mode == 'ensemble' else 4, backend=backend,
+                           **overrides)
     with PolicyRuntime(config) as rt:
         rt.reset()
         actions = np.stack([rt.act(obs) for obs in observations or _observations(TICKS)])
@@ -56,7 +57,7 @@ def exported(module_tmp, tiny_checkpoint):
 
 @pytest.fixture(scope='module')
 def torch_actions(tiny_checkpoint):
-    return {mode: _actions(tiny_checkpoint, mode)[0] for mode in ('chunk', 'ensemble')}
+    return {mode: _actions(tiny_checkpoint, mode)[0] for mode in ('chunk', 'ensemble', 'blend')}
 
 
 @needs_onnx
@@ -90,7 +91,7 @@ def test_export_cli_writes_onnx_and_metadata(exported, tiny_checkpoint, capsys):
 
 @needs_onnx
 @exporting
-@pytest.mark.parametrize('mode', ['chunk', 'ensemble'])
+@pytest.mark.parametrize('mode', ['chunk', 'ensemble', 'blend'])
 @pytest.mark.parametrize('backend', ONNX_BACKENDS)
 def test_backend_matches_torch_eager(exported, torch_actions, backend, mode):
     actions, rt = _actions(exported, mode, backend)

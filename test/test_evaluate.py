@@ -157,7 +157,7 @@ def test_n_action_steps_sets_how_often_chunk_mode_queries(tiny_checkpoint, tmp_p
     finally:
         env.close()
     assert counts == {4: 3, None: 1}
-    with pytest.raises(ValueError, match='chunk mode'):
+    with pytest.raises(ValueError, match='chunk and blend modes'):
         SimPolicy(tiny_checkpoint, mode='ensemble', n_action_steps=4)
 
     common = ['--checkpoint', str(tiny_checkpoint), '--episodes', '1', '--render-size', '48x64',
@@ -172,3 +172,49 @@ def test_n_action_steps_sets_how_often_chunk_mode_queries(tiny_checkpoint, tmp_p
     with pytest.raises(SystemExit):
         main(common + ['--n-action-steps', '0'])
     assert '--n-action-steps must be >= 1' in capsys.readouterr().err
+
+
+SEAM_KEYS = ('handovers', 'over_within_p99', 'velocity_jump_median', 'velocity_jump_max',
+             'within_chunk_velocity_step_p99')
+
+
+def test_every_mode_records_the_seams_of_its_commands(tiny_checkpoint, tmp_path, capsys):
+    """modes.<mode>.seams for chunk, ensemble and blend: a handover per chunk played (chunk
+    mode every chunk, blend mode every chunk less the window, ensemble every tick; those
+    too near an episode's ends to measure left out), the figures the docs quote, and the
+    same figures from two worker processes as from one."""
+    from act_ros.training.evaluate import main
+
+    common = ['--checkpoint', str(tiny_checkpoint), '--episodes', '2', '--render-size', '48x64',
+              '--episode-steps', '34', '--seed', '7', '--no-progress']
+
+    def measured(stride):  # a handover at h is measured through tick h + 2 of the episode
+        return 2 * len(range(stride, 34 - 2, stride))
+    out = tmp_path / 'all.json'
+    assert main(common + ['--mode', 'all', '--output', str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert 'handovers over the within-chunk p99' in printed
+    data = json.loads(out.read_text())
+    assert data['blend_window'] == '0.2s' and data['blend_ticks'] == 6
+    modes = data['modes']
+    for mode in ('chunk', 'ensemble', 'blend'):
+        seams = modes[mode]['seams']
+        assert all(key in seams for key in SEAM_KEYS), mode
+        assert seams['ticks'] > 0 and seams['chunks'] > 0
+        assert set(seams['per_joint']) == set(modes[mode]['seams']['per_joint'])
+    chunk = json.loads((Path(tiny_checkpoint) / 'config.json').read_text())['chunk_size']
+    assert modes['chunk']['seams']['handovers'] == measured(chunk) > 0
+    assert modes['ensemble']['seams']['handovers'] == measured(1) - 2 * 2  # ticks 1, 2: no
+    assert modes['blend']['seams']['handovers'] == measured(chunk - 6) > 0
+    # Two processes: the same seams (samples merged, not summaries averaged).
+    two = tmp_path / 'two.json'
+    assert main(common + ['--mode', 'blend', '--blend-window', '4', '--n-action-steps', '10',
+                          '--output', str(tmp_path / 'one.json')]) == 0
+    assert main(common + ['--mode', 'blend', '--blend-window', '4', '--n-action-steps', '10',
+                          '--workers', '2', '--output', str(two)]) == 0
+    one, both = (json.loads(p.read_text())['modes']['blend']['seams']
+                 for p in (tmp_path / 'one.json', two))
+    assert one['handovers'] == measured(10)
+    for key in SEAM_KEYS:
+        assert one[key] == pytest.approx(both[key]), key
+    assert 'seam_samples' not in json.loads(two.read_text())['modes']['blend']

@@ -2,7 +2,8 @@
 
 Runs the policy through the same runtime, safety chain and release gate as the node
 (:func:`~act_ros.training.rollout.run_policy_episodes`), prints and writes ``align_rate``,
-``mean_position_error`` (m) and ``mean_yaw_error`` (deg) per mode, and can save a video of
+``mean_position_error`` (m) and ``mean_yaw_error`` (deg) per mode, with the seams of the
+commands sent (``modes.<mode>.seams``, :mod:`act_ros.core.seams`), and can save a video of
 chosen episodes with both cameras side by side.
 """
 
@@ -22,6 +23,9 @@ from act_ros.core.checkpoint import parse_image_size
 from act_ros.core.errors import ActRosError
 from act_ros.core.arguments import HelpFormatter
 from act_ros.core.logs import setup_logging
+from act_ros.core.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
+from act_ros.core.seams import seam_line
+from act_ros.training.rollout import EVAL_MODES
 
 logger = logging.getLogger(__name__)
 
@@ -44,16 +48,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help='LeRobot pretrained_model directory, or a Hugging Face Hub id '
                    'org/name[@revision][/subfolder] (docs/hub_ids.md)')
     p.add_argument('--episodes', type=int, default=10)
-    p.add_argument('--mode', choices=('chunk', 'ensemble', 'both'), default='both',
-                   help='chunk: n_action_steps 30; ensemble: every tick, k = --ensemble-coeff')
+    p.add_argument('--mode', choices=(*EVAL_MODES, 'both', 'all'), default='both',
+                   help="chunk: the checkpoint's n_action_steps; ensemble: every tick, k = "
+                   '--ensemble-coeff; '
+                   'blend: chunks crossfaded over --blend-window; both: chunk and ensemble; '
+                   'all: the three')
     p.add_argument('--seed', type=int, default=2_000_000,
                    help='episode k uses seed + k (default %(default)s: seeds used neither by '
                    "act-ros collect nor by the trainer's checkpoint selection)")
     p.add_argument('--ensemble-coeff', type=float, default=0.01)
     p.add_argument('--n-action-steps', type=int, default=None,
-                   help="chunk mode: actions played from each chunk before the next query, 1 "
-                   "to the checkpoint's chunk size (act_node's n_action_steps; default 30, "
-                   'the whole chunk)')
+                   help="chunk and blend modes: actions played from each chunk before the next "
+                   "query, 1 to the checkpoint's chunk size (act_node's n_action_steps; "
+                   "default the checkpoint's n_action_steps; blend mode plays at most the chunk "
+                   'size less the blend window)')
+    p.add_argument('--blend-window', default=DEFAULT_BLEND_WINDOW,
+                   help="blend mode: the crossfade, in ticks ('6') or seconds ('0.2s', at the "
+                   "contract's rate), as act_node's blend_window")
     p.add_argument('--device', default='cpu', help='auto | cpu | cuda | cuda:N | mps')
     p.add_argument('--backend', choices=BACKEND_CHOICES, default='torch',
                    help='inference backend: torch, or openvino / onnxruntime on the CPU from an '
@@ -97,16 +108,17 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     select_device(args.device)  # an explicit missing device fails here, before the sim starts
     args.backend, _ = resolve_backend(args.backend, device=args.device, precision=args.precision)
-    modes = ['chunk', 'ensemble'] if args.mode == 'both' else [args.mode]
+    modes = {'both': ['chunk', 'ensemble'], 'all': list(EVAL_MODES)}.get(args.mode, [args.mode])
     task, contract, safety, sim_config = _task_setup(args)
+    blend_ticks = blend_window_ticks(args.blend_window, contract.fps)
     latency_ticks = None
     if args.latency_ms is not None:
         if not args.latency_ms >= 0:
             raise ValueError(f'--latency-ms must be >= 0, got {args.latency_ms}')
         latency_ticks = max(1, math.ceil(args.latency_ms / 1000.0 * contract.fps - 1e-9))
     if args.n_action_steps is not None and 'ensemble' in modes:
-        raise ValueError(f'--n-action-steps applies to --mode chunk (ensemble mode queries '
-                         f'every tick), got --mode {args.mode}')
+        raise ValueError(f'--n-action-steps applies to --mode chunk or blend (ensemble mode '
+                         f'queries every tick), got --mode {args.mode}')
     render_size = (task.image_size if sim_config is None
                    else (sim_config.camera_height, sim_config.camera_width))
     out = {'checkpoint': str(args.checkpoint), 'task': task.name, 'episodes': args.episodes,
@@ -119,11 +131,14 @@ def evaluate(args: argparse.Namespace) -> dict:
            'modes': {}}
     if args.n_action_steps is not None:
         out['n_action_steps'] = args.n_action_steps
+    if 'blend' in modes:
+        out['blend_window'] = args.blend_window
+        out['blend_ticks'] = blend_ticks
     if args.workers > 1:
         out['workers'] = args.workers
     for mode in modes:
         if args.workers > 1:
-            out['modes'][mode] = _parallel_mode(args, mode, latency_ticks)
+            out['modes'][mode] = _parallel_mode(args, mode, latency_ticks, blend_ticks)
             _print_mode(mode, out['modes'][mode], out['modes'][mode]['seconds'],
                         out['modes'][mode]['suppressed_releases'])
             continue
@@ -143,7 +158,8 @@ def evaluate(args: argparse.Namespace) -> dict:
                 latency_ticks=latency_ticks, precision=args.precision,
                 precision_tolerance=args.precision_tolerance,
                 n_action_steps=args.n_action_steps,
-                episode_steps=args.episode_steps if sim_config is None else None)
+                episode_steps=args.episode_steps if sim_config is None else None,
+                blend_ticks=blend_ticks if mode == 'blend' else None)
         finally:
             if writer is not None:
                 writer.close()
@@ -181,6 +197,8 @@ def _print_mode(mode: str, s: dict, seconds: float, suppressed: int) -> None:
         stages = ', '.join(f'{k} {v}' for k, v in s['max_reward_counts'].items())
         print(f'{mode:>8}: success_rate {s["success_rate"]:.3f} ({s["successes"]}/{s["count"]} '
               f'episodes, {seconds:.0f} s); episodes by highest reward stage: {stages}')
+        if s.get('seams'):
+            print(f'{"":>8}  {seam_line(s["seams"])}')
         return
     print(f'{mode:>8}: align_rate {s["align_rate"]:.3f}  mean_position_error '
           f'{s["mean_position_error"] * 100:.2f} cm  mean_yaw_error {s["mean_yaw_error"]:.1f} deg'
@@ -192,6 +210,8 @@ def _print_mode(mode: str, s: dict, seconds: float, suppressed: int) -> None:
               'position/yaw: on the pad, beyond tolerance)')
     if s.get('tumbles'):
         print(f'{"":>8}  tumbles: {s["tumbles"]} (the lifted box turned in the fingers)')
+    if s.get('seams'):
+        print(f'{"":>8}  {seam_line(s["seams"])}')
     precision = s.get('precision') or {}
     if precision:
         check = ''
@@ -219,7 +239,7 @@ def _blocks(episodes: int, workers: int) -> list[tuple[int, int]]:
 
 
 def _run_block(args: argparse.Namespace, mode: str, first: int, count: int,
-               latency_ticks: int | None, threads: int) -> dict:
+               latency_ticks: int | None, blend_ticks: int, threads: int) -> dict:
     """One worker's episodes (seeds ``args.seed + first`` ...), in a process of its own."""
     import torch
 
@@ -234,10 +254,12 @@ def _run_block(args: argparse.Namespace, mode: str, first: int, count: int,
         latency_ticks=latency_ticks, precision=args.precision,
         precision_tolerance=args.precision_tolerance,
         n_action_steps=args.n_action_steps,
-        episode_steps=args.episode_steps if sim_config is None else None).to_dict()
+        episode_steps=args.episode_steps if sim_config is None else None,
+        blend_ticks=blend_ticks if mode == 'blend' else None).to_dict(samples=True)
 
 
-def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | None) -> dict:
+def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | None,
+                   blend_ticks: int) -> dict:
     """One mode's episodes split over ``args.workers`` spawned processes, merged in seed
     order: the same per-episode results as one process (every episode starts from its seed)."""
     from concurrent.futures import ProcessPoolExecutor
@@ -251,7 +273,8 @@ def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | Non
     threads = max(1, (os.cpu_count() or 1) // len(blocks))
     start = time.monotonic()
     with ProcessPoolExecutor(len(blocks), mp_context=multiprocessing.get_context('spawn')) as pool:
-        futures = [pool.submit(_run_block, args, mode, first, count, latency_ticks, threads)
+        futures = [pool.submit(_run_block, args, mode, first, count, latency_ticks, blend_ticks,
+                               threads)
                    for first, count in blocks]
         parts = [f.result() for f in futures]
     merged = merge_mode_results(mode, parts, with_episodes=True)

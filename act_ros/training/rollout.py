@@ -28,11 +28,13 @@ from act_ros.core.contract import Contract, load_contract
 from act_ros.core.paths import config_path
 from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
 from act_ros.core.safety import SafetyLimits
+from act_ros.core.seams import SeamMeter, SeamSamples, arm_seam_meter
 
-EVAL_MODES = ('chunk', 'ensemble')
-# n_action_steps per mode: the ACT paper's chunk execution and per-tick ensembling.
-# (chunk mode: the checkpoint's own n_action_steps, as LeRobot's select_action plays it).
-MODE_SETTINGS = {'chunk': {}, 'ensemble': {'n_action_steps': 1}}
+EVAL_MODES = ('chunk', 'ensemble', 'blend')
+# n_action_steps per mode: the ACT paper's chunk execution and per-tick ensembling; the
+# blended handover plays chunks as chunk mode does and crossfades them in (chunk and blend
+# modes: the checkpoint's own n_action_steps, as LeRobot's select_action plays it).
+MODE_SETTINGS = {'chunk': {}, 'ensemble': {'n_action_steps': 1}, 'blend': {}}
 
 
 @dataclass(frozen=True)
@@ -84,12 +86,19 @@ class ModeResult:
     # values: precision, precision.requested, the auto check's figures).
     precision: dict[str, Any] = field(default_factory=dict)
     task: str = 'port_pick_align'  # act_ros.sim.tasks.SIM_TASKS
+    # The seams of the commands sent (act_ros.core.seams), over every episode.
+    seam_samples: SeamSamples | None = None
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, *, samples: bool = False) -> dict[str, Any]:
+        """The result file's record of the mode; ``samples``: with the seams' samples too
+        (``seam_samples``, for :func:`merge_mode_results`; not for a file)."""
+        seams = self.seam_samples
         return {'mode': self.mode, 'task': self.task, **self.summary,
                 'suppressed_releases': self.suppressed_releases,
                 'rejected_commands': self.rejected_commands, 'seconds': self.seconds,
                 **({'precision': self.precision} if self.precision else {}),
+                **({'seams': seams.summary()} if seams is not None else {}),
+                **({'seam_samples': seams.to_dict()} if samples and seams is not None else {}),
                 'episodes': self.episodes}
 
 
@@ -97,9 +106,11 @@ def merge_mode_results(mode: str, parts: list[dict[str, Any] | None], *,
                        with_episodes: bool = False) -> dict[str, Any]:
     """One mode's closed-loop result from the processes' parts (``ModeResult.to_dict()``
     each, ``None`` for a process without episodes), in rank order, so in seed order: the
-    summary over all episodes, counters summed, ``seconds`` of the slowest process.
-    ``with_episodes`` keeps the per-episode records (``episodes``). Used by data-parallel
-    training and by ``act-ros evaluate --workers``."""
+    summary over all episodes, counters summed, ``seconds`` of the slowest process, and the
+    seams over every process's commands when each part carries its ``seam_samples``
+    (``ModeResult.to_dict(samples=True)``). ``with_episodes`` keeps the per-episode
+    records (``episodes``). Used by data-parallel training and by ``act-ros evaluate
+    --workers``."""
     from act_ros.sim.tasks import DEFAULT_TASK, sim_task
 
     parts = [p for p in parts if p is not None]
@@ -111,11 +122,16 @@ def merge_mode_results(mode: str, parts: list[dict[str, Any] | None], *,
     else:
         from act_ros.sim import EpisodeResult as Result
     episodes = [Result(**e) for p in parts for e in p['episodes']]
+    seams = {}
+    if all('seam_samples' in p for p in parts):
+        seams = {'seams': SeamSamples.merge([SeamSamples.from_dict(p['seam_samples'])
+                                             for p in parts]).summary()}
     return {'mode': mode, 'task': task.name, **summarize_task_results(task, episodes),
             'suppressed_releases': sum(p['suppressed_releases'] for p in parts),
             'rejected_commands': sum(p['rejected_commands'] for p in parts),
             'seconds': max(p['seconds'] for p in parts),
             **({'precision': parts[0]['precision']} if 'precision' in parts[0] else {}),
+            **seams,
             **({'episodes': [e for p in parts for e in p['episodes']]} if with_episodes else {})}
 
 
@@ -163,7 +179,7 @@ class SimPolicy:
                  ensemble_coeff: float = 0.01, backend: str = 'torch',
                  latency_ticks: int | None = None, precision: str = 'fp32',
                  precision_tolerance: float | None = None,
-                 n_action_steps: int | None = None) -> None:
+                 n_action_steps: int | None = None, blend_ticks: int | None = None) -> None:
         from act_ros.core.control import (ControlLoop, ee_from_kinematics,
                                           environment_state_from_stream, position_from_stream)
         from act_ros.core.inputs import ENVIRONMENT_STATE, PAD_POSE, InputStore
@@ -173,10 +189,14 @@ class SimPolicy:
             raise ValueError(f"unknown mode '{mode}', expected one of {EVAL_MODES}")
         steps = dict(MODE_SETTINGS[mode])
         if n_action_steps is not None:
-            if mode != 'chunk':
-                raise ValueError(f'n_action_steps applies to chunk mode (ensemble mode queries '
-                                 f'every tick), got mode {mode!r}')
+            if mode == 'ensemble':
+                raise ValueError('n_action_steps applies to chunk and blend modes (ensemble '
+                                 'mode queries every tick)')
             steps['n_action_steps'] = n_action_steps
+        if blend_ticks is not None:
+            if mode != 'blend':
+                raise ValueError(f'blend_ticks applies to blend mode, got mode {mode!r}')
+            steps['blend_ticks'] = blend_ticks
         if 'n_action_steps' not in steps:
             steps['n_action_steps'] = checkpoint_n_action_steps(checkpoint)
         self.contract = contract or load_contract()
@@ -206,7 +226,9 @@ class SimPolicy:
                                                ee_frame=safety.ee_frame)
                 if self.gated else (lambda _snap, _state: None),
                 pad_position=position_from_stream(PAD_POSE, safety.max_obs_age_s),
-                environment_state=poses)
+                environment_state=poses,
+                seams=arm_seam_meter(self.contract.joint_names, (self.contract.gripper_index,),
+                                     1.0 / self.contract.fps))
         except BaseException:
             self.runtime.close()
             raise
@@ -224,6 +246,11 @@ class SimPolicy:
     def counters(self):
         """The control step's :class:`~act_ros.core.control.ControlCounters`."""
         return self.loop.counters
+
+    @property
+    def seams(self) -> SeamMeter:
+        """The seams of the commands this policy sent (every episode since it was made)."""
+        return self.loop.seams
 
     def reset(self, obs: Any) -> None:
         """Start an episode at observation ``obs`` (the arm holds where it is until the
@@ -274,7 +301,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
                         latency_ticks: int | None = None, precision: str = 'fp32',
                         precision_tolerance: float | None = None,
                         n_action_steps: int | None = None,
-                        episode_steps: int | None = None) -> ModeResult:
+                        episode_steps: int | None = None,
+                        blend_ticks: int | None = None) -> ModeResult:
     """Run ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) of one mode and score them.
 
     ``frame_sink(episode, images)`` receives the camera images of every tick of the
@@ -284,8 +312,10 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     after its observation (``None``: synchronous, LeRobot's ``select_action`` semantics).
     ``precision``: fp32, bf16, fp16 or auto (as ``act_node``'s parameter, with
     ``precision_tolerance``: act_ros.core.precision). ``n_action_steps``: actions played
-    from each chunk in chunk mode before the next query (``None``: the whole 30-step
-    chunk, as ``MODE_SETTINGS``).
+    from each chunk in chunk and blend modes before the next query (``None``: the
+    checkpoint's own, as ``MODE_SETTINGS``). ``blend_ticks``: blend mode's crossfade
+    (``None``: the runtime's default). The result carries the seams of the commands sent
+    (:mod:`act_ros.core.seams`).
     """
     import time
 
@@ -301,7 +331,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     policy = SimPolicy(checkpoint, mode=mode, device=device, contract=contract, safety=safety,
                        ensemble_coeff=ensemble_coeff, backend=backend,
                        latency_ticks=latency_ticks, precision=precision,
-                       precision_tolerance=precision_tolerance, n_action_steps=n_action_steps)
+                       precision_tolerance=precision_tolerance, n_action_steps=n_action_steps,
+                       blend_ticks=blend_ticks)
     own_env = env is None
     try:
         if own_env:
@@ -335,7 +366,8 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
                       episodes=[r.to_dict() for r in results],
                       suppressed_releases=counters.suppressed_releases,
                       rejected_commands=counters.commands_rejected,
-                      seconds=time.perf_counter() - start)
+                      seconds=time.perf_counter() - start,
+                      seam_samples=policy.seams.samples())
 
 
 def _checkpoint_task(checkpoint: str | Path) -> Any:
