@@ -132,6 +132,12 @@ NODE_RUNS = ('x86-avx2/in240_c30_openvino', 'x86-avx2/in480_c100_openvino',
              'in240_c30_openvino', 'in480_c100_openvino', 'in480_c30_precision',
              'in480_c30_defaults', 'x86-amx/in480_c30_precision')
 FAULTS = 'docs/benchmarks/faults.json'
+BENCH_BASELINES = 'docs/benchmarks/baselines.json'
+# act-ros bench check runs kept as result files (--json): (what, file).
+BENCH_CHECK_RUNS = (
+    ('clean tree', 'docs/benchmarks/bench_check_avx2_busy.json'),
+    ('--inject-slowdown 1.25', 'docs/benchmarks/bench_check_avx2_busy_slowed_1.25.json'),
+)
 EXECUTOR_BENCH = 'docs/benchmarks/executor.json'
 COMPARISON = 'docs/results/sim_port_pick_align/comparison_20_seeds.json'
 TRAINING_STEP = 'docs/results/training/step_times_cpu.json'
@@ -252,6 +258,8 @@ def provenance_notes(entry: dict) -> list[str]:
                      f"{entry['local_changes']}")
     if commit.startswith('not recorded'):
         notes.append(f'commit {commit}')
+    for name, run in (entry.get('runs') or {}).items():
+        notes += [f'{name}: {note}' for note in provenance_notes(run)]
     return notes
 
 
@@ -1036,6 +1044,54 @@ def part_recording_runs(src: Sources) -> str:
                   'saves, s', 'opens in LeRobot (episodes / frames)'], rows)
 
 
+def part_bench_check_margins(src: Sources) -> str:
+    """Per figure and CPU class: its baseline, the spread of the baseline's runs and the
+    margin that spread gives (or why the figure has only its guard)."""
+    from act_ros.bench.check import FIGURES, margins_of
+    from act_ros.bench.margins import margin_text, num
+
+    classes = src.json(BENCH_BASELINES)['classes']
+    rows = []
+    for figure in FIGURES:
+        if not figure.better:
+            continue
+        cells = []
+        for entry in classes.values():
+            base = entry['figures'].get(figure.name)
+            margin = margins_of(entry).get(figure.name)
+            if base is None or margin is None:
+                cells.append('-')
+                continue
+            spread = ('' if margin.spread is None else
+                      f', spread {margin.spread:.1%}' + (' of the whole' if figure.whole
+                                                         else ''))
+            cells.append(f'{num(base)}: {margin_text(figure, base, margin)} '
+                         f'({margin.runs} run{"s" if margin.runs > 1 else ""}{spread})')
+        rows.append([f'`{figure.name}`', figure.better, *cells])
+    return table(['figure', 'better', *(f'`{k}`' for k in classes)], rows)
+
+
+def part_bench_check_runs(src: Sources) -> str:
+    """``act-ros bench check`` runs side by side: each figure's measured value and verdict."""
+    from act_ros.bench.margins import num
+
+    runs = [(label, src.json(rel)) for label, rel in BENCH_CHECK_RUNS if src.exists(rel)]
+    if not runs:
+        return 'No run committed yet.\n'
+    names = [r['figure'] for r in runs[0][1]['rows']]
+    rows = []
+    for name in names:
+        cells = []
+        for _, data in runs:
+            row = next((r for r in data['rows'] if r['figure'] == name), None)
+            cells.append('-' if row is None else
+                         f"{num(row['measured'])} {row['verdict']}")
+        base = next(r for r in runs[0][1]['rows'] if r['figure'] == name)
+        rows.append([f'`{name}`', num(base['baseline']), base['margin'], *cells])
+    return table(['figure', 'baseline', 'margin', *(f'{label}: measured, verdict'
+                                                     for label, _ in runs)], rows)
+
+
 def part_training_step(src: Sources) -> str:
     data = src.json(TRAINING_STEP)
     rows = [[r['step'], f"{r['ms_per_step']:.0f}", f"{r['samples_per_s']:.1f}",
@@ -1102,6 +1158,8 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'training_step': part_training_step,
     'aloha_expert': part_aloha_expert,
     'recording_runs': part_recording_runs,
+    'bench_check_margins': part_bench_check_margins,
+    'bench_check_runs': part_bench_check_runs,
 }
 
 

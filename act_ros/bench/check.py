@@ -25,34 +25,42 @@ so that the machine's speed (and the load other programs put on it) cancels:
   no leaked child, recovery times.
 
 The runtime and training parts run PyTorch on one thread (on a busy machine, several
-threads that wait for each other make every time erratic). Seconds that no ratio can
-cancel (start-up, recovery) are compared as they are, with wide margins; the table says
-which figures those are. ``--inject-slowdown F`` runs the same benchmarks on a
-deliberately slowed build (:mod:`act_ros.bench.slowdown`, put on every benchmark process
-from outside): every model call and training step takes F times as long. The check must
-then fail.
+threads that wait for each other make every time erratic). Every figure the check
+compares fails a 20 % regression: its margin comes from the spread of the baseline's
+repeated runs (``--write-baseline --repeats N`` stores them, their median and the
+margins beside each other) and is at most 15 %; a figure whose runs spread too wide for
+that is compared only against its guard, a wide bound that catches a node that stalls or
+does not start, and the check says which (:mod:`act_ros.bench.margins`).
+
+``--inject-slowdown F`` runs the same benchmarks on a deliberately slowed build
+(:mod:`act_ros.bench.slowdown`, put on every benchmark process from outside): every model
+call and training step takes F times as long. At F = 1.25 (a 20 % lower speed-up) the
+check must fail.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 import datetime
 import json
 import os
 from pathlib import Path
 import platform
 import subprocess
+import statistics
 import sys
 import tempfile
 import time
 from typing import Any
 
+from act_ros.bench.margins import (CAP, REGRESSION, Figure, Margin, derive, from_json,
+                                   margin_text, num, verdict)
 from act_ros.core.atomic import write_text_atomic
 from act_ros.bench.slowdown import check_factor, slowed_environment
 from act_ros.core.arguments import HelpFormatter
 
 PARTS = ('runtime', 'training', 'node', 'faults')
+BASELINE_REPEATS = 5  # runs of every part behind a baseline (--write-baseline --repeats)
 PART_TIMEOUT_S = 420.0
 BASELINES = Path(__file__).resolve().parents[2] / 'docs' / 'benchmarks' / 'baselines.json'
 # The model every part runs: LeRobot ACT at the 'cpu' size (15.6 M parameters) on 96x128
@@ -61,109 +69,58 @@ PRESET, MODEL_SIZE = 'cpu', (96, 128)
 CAMERAS = (240, 320)  # published to the node; the runtime resizes them to MODEL_SIZE
 
 
-@dataclass(frozen=True)
-class Figure:
-    """One compared figure: ``better`` is 'higher' or 'lower' ('' for a figure only shown);
-    the margin is relative (``rel``, a fraction of the baseline) or absolute (``abs``)."""
-
-    name: str
-    part: str
-    unit: str
-    better: str
-    what: str
-    rel: float | None = None
-    abs: float | None = None
-    ratio: bool = False  # measured side by side in one run: machine speed cancels
-
-    def limit(self, baseline: float) -> float | None:
-        if not self.better:
-            return None
-        allowance = baseline * self.rel if self.rel is not None else self.abs
-        return baseline - allowance if self.better == 'higher' else baseline + allowance
-
-    def margin_text(self, baseline: float | None) -> str:
-        if not self.better:
-            return 'shown only'
-        sign = '>=' if self.better == 'higher' else '<='
-        allowance = (f'{"-" if self.better == "higher" else "+"}{self.rel:.0%}'
-                     if self.rel is not None else
-                     f'{"-" if self.better == "higher" else "+"}{_num(self.abs)}')
-        if baseline is None:
-            return f'{sign} baseline {allowance}'
-        return f'{sign} {_num(self.limit(baseline))} (baseline {allowance})'
-
-    def verdict(self, baseline: float | None, measured: float | None) -> str:
-        if measured is None:
-            return 'FAIL (not measured)' if self.better else 'not measured'
-        if not self.better:
-            return 'info'
-        if baseline is None:
-            return 'no baseline'
-        limit = self.limit(baseline)
-        ok = measured >= limit if self.better == 'higher' else measured <= limit
-        return 'pass' if ok else 'FAIL'
-
-
 FIGURES = (
     Figure('runtime.model_speedup_vs_lerobot', 'runtime', 'x', 'higher',
            "LeRobot predict_action_chunk time / act_ros model call time (median of "
-           'per-call ratios, interleaved)', rel=0.2, ratio=True),
+           'per-call ratios, interleaved)', guard_rel=0.2, ratio=True, speed=True),
     Figure('runtime.async_tick_p99_over_model', 'runtime', 'x', 'lower',
            'p99 tick of the async chunk loop at 30 Hz / LeRobot model time (a tick that '
-           'waits for the model is about 1)', abs=0.15, ratio=True),
+           'waits for the model is about 1)', guard_abs=0.15, ratio=True),
     Figure('runtime.lerobot_model_ms', 'runtime', 'ms', '',
            'LeRobot predict_action_chunk, median (this machine now)'),
     Figure('training.step_speedup_vs_lerobot', 'training', 'x', 'higher',
            "LeRobot update_policy time / the trainer's step time (median of per-step "
-           'ratios, interleaved)', rel=0.2, ratio=True),
+           'ratios, interleaved)', guard_rel=0.2, ratio=True, speed=True),
     Figure('training.frozen_backbone_speedup_vs_lerobot', 'training', 'x', 'higher',
-           'the same with the backbone frozen and its output cached', rel=0.25, ratio=True),
+           'the same with the backbone frozen and its output cached', guard_rel=0.25, ratio=True,
+           speed=True),
     Figure('training.step1_loss_abs_diff', 'training', '', 'lower',
-           'first-step loss, trainer vs LeRobot (same weights, batch, seed)', abs=1e-5),
+           'first-step loss, trainer vs LeRobot (same weights, batch, seed)', guard_abs=1e-5,
+           floor=1e-5),
     Figure('training.lerobot_step_ms', 'training', 'ms', '',
            'LeRobot update_policy, median (this machine now)'),
     Figure('node.commands_per_period', 'node', '', 'higher',
-           'commands received / control periods in the window (a stalled node: about 0; '
-           'real time on a shared CPU: wide margin)', rel=0.75),
+           'commands received / control periods in the window (a stalled node: about 0)',
+           guard_rel=0.75),
     Figure('node.missed_periods_percent', 'node', '%', 'lower',
            'missed control periods over the whole window, % of its periods (a stalled node: '
-           'about 100)', abs=70.0),
+           'about 100)', guard_abs=70.0, whole=100.0),
     Figure('node.inference_over_configure_latency', 'node', 'x', 'lower',
            "the node's inference time per chunk under camera load (mean) / the model "
-           'latency its child measured at configure (median)', rel=1.0, ratio=True),
+           'latency its child measured at configure (median)', guard_rel=1.0, ratio=True),
     Figure('node.time_to_first_command_s', 'node', 's', 'lower',
            "from the node's process start to its first command at the harness (absolute; "
-           'imports and model load on a shared CPU: wide margin)', rel=9.0),
+           'imports and model load)', guard_rel=9.0),
     Figure('faults.recovered_fraction', 'faults', '', 'higher',
-           'faults recovered / faults injected', abs=0.0),
+           'faults recovered / faults injected', guard_abs=0.0),
     Figure('faults.unsafe_commands', 'faults', '', 'lower',
            'non-finite commands + commands from stale inputs + releases outside the radius',
-           abs=0.0),
+           guard_abs=0.0),
     Figure('faults.children_leaked', 'faults', '', 'lower',
            'inference children left by the node (replaced ones, and after its exit)',
-           abs=0.0),
+           guard_abs=0.0),
     Figure('faults.silencing_recovery_median_s', 'faults', 's', 'lower',
            'inputs stale or malformed: fault end to 5 commands in a row at the rate, '
-           'median (absolute: set by the rate and a new chunk)', abs=0.5),
+           'median (absolute: set by the rate and a new chunk)', guard_abs=0.5),
     Figure('faults.ride_through_recovery_median_s', 'faults', 's', 'lower',
            'faults the node rides through: fault end to 5 commands in a row at the rate, '
-           'median (absolute: about a period)', abs=0.3),
+           'median (absolute: about a period)', guard_abs=0.3),
     Figure('faults.child_restart_max_s', 'faults', 's', 'lower',
            'killed or hung inference child: signal to commands at the rate again '
-           '(absolute: a fresh interpreter importing torch)', rel=1.0),
+           '(absolute: a fresh interpreter importing torch)', guard_rel=1.0),
     Figure('faults.exit_after_signal_s', 'faults', 's', 'lower',
-           'SIGTERM to the node until it and its child are gone (absolute)', rel=2.5),
+           'SIGTERM to the node until it and its child are gone (absolute)', guard_rel=2.5),
 )
-
-
-def _num(value: float | None) -> str:
-    if value is None:
-        return '-'
-    if value == 0:
-        return '0'
-    if abs(value) < 1e-3 or abs(value) >= 1e5:
-        return f'{value:.1e}'
-    return f'{value:.3g}' if abs(value) < 100 else f'{value:.0f}'
 
 
 # -- the machine --------------------------------------------------------------------------
@@ -330,27 +287,56 @@ def run_part(name: str, env: dict[str, str]) -> tuple[dict[str, float | None], s
 
 
 # -- comparing ----------------------------------------------------------------------------
-def compare(measured: dict[str, float | None], baseline: dict[str, float] | None,
+def margins_of(entry: dict[str, Any] | None) -> dict[str, Margin]:
+    """Each figure's margin for a baseline entry: the stored ones, else derived from its
+    runs (one run for an entry recorded before runs were kept)."""
+    entry = entry or {}
+    stored = entry.get('margins') or {}
+    runs = entry.get('runs') or {}
+    out = {}
+    for figure in FIGURES:
+        if figure.name in stored:
+            out[figure.name] = from_json(stored[figure.name])
+        elif figure.name in runs or figure.name in entry.get('figures', {}):
+            out[figure.name] = derive(figure, runs.get(figure.name)
+                                      or [entry['figures'][figure.name]])
+    return out
+
+
+def compare(measured: dict[str, float | None], entry: dict[str, Any] | None,
             parts: list[str]) -> list[dict[str, Any]]:
-    """One row per figure of the parts run: baseline, measured, margin, verdict."""
+    """One row per figure of the parts run: baseline, its runs' spread, measured, margin,
+    verdict."""
     rows = []
+    baseline = (entry or {}).get('figures') or {}
+    margins = margins_of(entry)
     for figure in FIGURES:
         if figure.part not in parts:
             continue
-        base = (baseline or {}).get(figure.name)
+        base = baseline.get(figure.name)
         value = measured.get(figure.name)
+        margin = margins.get(figure.name)
+        if not figure.better:
+            kind = 'shown only'
+        elif margin is not None and not margin.checked:
+            kind = 'guard only'
+        else:
+            kind = 'ratio (same run)' if figure.ratio else 'absolute'
         rows.append({'figure': figure.name, 'unit': figure.unit, 'baseline': base,
-                     'measured': value, 'margin': figure.margin_text(base),
-                     'verdict': figure.verdict(base, value),
-                     'kind': 'ratio (same run)' if figure.ratio else
-                     ('shown only' if not figure.better else 'absolute')})
+                     'spread': None if margin is None else margin.spread,
+                     'runs': None if margin is None else margin.runs,
+                     'measured': value, 'margin': margin_text(figure, base, margin),
+                     'verdict': verdict(figure, base, value, margin), 'kind': kind,
+                     'why': '' if margin is None else margin.why})
     return rows
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    headers = ('figure', 'baseline', 'measured', 'margin', 'verdict', 'kind')
+    headers = ('figure', 'baseline', 'spread', 'measured', 'margin', 'verdict', 'kind')
     table = [headers] + [(r['figure'] + (f" ({r['unit']})" if r['unit'] else ''),
-                          _num(r['baseline']), _num(r['measured']), r['margin'], r['verdict'],
+                          num(r['baseline']),
+                          '-' if r['spread'] is None else f"{r['spread']:.1%}",
+                          num(r['measured']), r['margin'], r['verdict'],
                           r['kind']) for r in rows]
     widths = [max(len(str(row[i])) for row in table) for i in range(len(headers))]
     lines = ['  '.join(str(cell).ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip()
@@ -377,7 +363,12 @@ def main(argv: list[str] | None = None) -> int:
                    help='a deliberately slowed build: every model call and training step '
                    'takes F times as long (act_ros.bench.slowdown)')
     p.add_argument('--write-baseline', action='store_true',
-                   help="record this run's figures as the baseline of this CPU class")
+                   help='record the figures as the baseline of this CPU class: the median of '
+                   '--repeats runs, the runs and the margins their spread gives, side by side')
+    p.add_argument('--repeats', type=int, default=None, metavar='N',
+                   help='run every part N times and compare the medians (default 1; with '
+                   f'--write-baseline at least 3, default {BASELINE_REPEATS}: the margins come '
+                   'from their spread)')
     p.add_argument('--json', type=Path, default=Path('outputs/bench/check.json'),
                    help='also write the rows here (default: %(default)s)')
     p.add_argument('--part', choices=PARTS, help=argparse.SUPPRESS)
@@ -392,6 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(parts) - set(PARTS))
     if unknown:
         p.error(f'unknown parts {unknown} (have {", ".join(PARTS)})')
+    repeats = args.repeats if args.repeats is not None else (
+        BASELINE_REPEATS if args.write_baseline else 1)
+    if repeats < 1 or (args.write_baseline and repeats < 3):
+        p.error(f'--repeats: expected at least {3 if args.write_baseline else 1} (a baseline '
+                f'needs runs to measure its spread), got {repeats}')
     env = dict(os.environ)
     env.setdefault('HF_HUB_OFFLINE', '1')
     env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
@@ -415,52 +411,111 @@ def main(argv: list[str] | None = None) -> int:
               f"{', '.join(baselines['classes']) or 'none'}); the figures are shown without "
               'a verdict. Record one on a quiet machine with: act-ros bench check '
               '--write-baseline', flush=True)
-    measured: dict[str, float | None] = {}
+    runs: dict[str, list[float]] = {}
     errors = []
     with tempfile.TemporaryDirectory(prefix='act_ros_slowed_') as slowed_dir:
         if slowed:  # every Python process of every part, children included
             env = slowed_environment(env, factor, Path(slowed_dir))
-        for name in parts:
-            start = time.monotonic()
-            print(f'bench-check: {name} ...', flush=True)
-            figures, error = run_part(name, env)
-            measured.update(figures)
-            if error:
-                errors.append(error)
-                print(f'bench-check: {error}', flush=True)
-            else:
-                print(f'bench-check: {name} done in {time.monotonic() - start:.0f} s',
-                      flush=True)
-    rows = compare(measured, (entry or {}).get('figures'), parts)
-    print('\n' + render(rows) + '\n')
-    failed = [r['figure'] for r in rows if r['verdict'].startswith('FAIL')]
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        write_text_atomic(args.json, json.dumps({
-            'cpu_class': klass, 'machine': machine_line(),
-            'injected_slowdown': f'{factor:g}' if slowed else None,
-            'rows': rows, 'measured': measured, 'errors': errors}, indent=2))
+        for repeat in range(repeats):
+            for name in parts:
+                start = time.monotonic()
+                label = f'{name} (run {repeat + 1} of {repeats})' if repeats > 1 else name
+                print(f'bench-check: {label} ...', flush=True)
+                figures, error = run_part(name, env)
+                for key, value in figures.items():
+                    if value is not None:
+                        runs.setdefault(key, []).append(float(value))
+                if error:
+                    errors.append(error)
+                    print(f'bench-check: {error}', flush=True)
+                else:
+                    print(f'bench-check: {label} done in {time.monotonic() - start:.0f} s',
+                          flush=True)
+    measured: dict[str, float | None] = {k: statistics.median(v) for k, v in runs.items()}
     if args.write_baseline:
         if errors or slowed:
             print('bench-check: baseline not written (a part failed, or the build was slowed)')
             return 1
-        from act_ros.bench.report import source_commit
-        entry = {'machine': machine_line(), 'cores': os.cpu_count(), 'commit': source_commit(),
-                 'date': datetime.date.today().isoformat(),
-                 'command': f"act-ros bench check --write-baseline --only {','.join(parts)}",
-                 'figures': {**(entry or {}).get('figures', {}),
-                             **{k: v for k, v in measured.items() if v is not None}}}
+        entry = baseline_entry(entry, runs, parts, repeats)
         baselines['classes'][klass] = entry
+        baselines['provenance'] = baselines_provenance(baselines['classes'])
         write_text_atomic(args.baselines, json.dumps(baselines, indent=2) + '\n')
-        print(f'bench-check: baseline for {klass} written to {args.baselines}')
+        print('\n' + render(compare(measured, entry, parts)) + '\n')
+        print(f'bench-check: baseline for {klass} written to {args.baselines}: the median of '
+              f'{repeats} runs, with the runs and the margins their spread gives')
         return 0
+    rows = compare(measured, entry, parts)
+    print('\n' + render(rows) + '\n')
+    for row in rows:
+        if row['kind'] == 'guard only' and row['why']:
+            print(f"bench-check: {row['figure']}: {row['why']}")
+    failed = [r['figure'] for r in rows if r['verdict'].startswith('FAIL')]
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        from act_ros.provenance import result_provenance
+        write_text_atomic(args.json, json.dumps({
+            'provenance': result_provenance('act-ros bench check', sys.argv[1:] if argv is None
+                                            else argv, output_path=args.json),
+            'cpu_class': klass, 'machine': machine_line(),
+            'injected_slowdown': f'{factor:g}' if slowed else None,
+            'baseline_commit': (entry or {}).get('commit'),
+            'rows': rows, 'measured': measured, 'runs': runs, 'errors': errors}, indent=2))
     if errors or failed:
         print(f"bench-check: FAILED: {', '.join(failed + [e.split(':')[0] for e in errors])}")
         return 1
     if not entry:
         return 2
-    print(f'bench-check: passed ({len(rows)} figures, CPU class {klass})')
+    checked = sum(r['kind'] in ('ratio (same run)', 'absolute') for r in rows)
+    print(f'bench-check: passed ({len(rows)} figures, {checked} checked against a 20 % '
+          f'regression, CPU class {klass})')
     return 0
+
+
+def baselines_provenance(classes: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The baselines file's provenance: each CPU class's entry is a run of its own."""
+    runs = {}
+    for klass, entry in classes.items():
+        run = {key: str(entry.get(key, '')) for key in ('command', 'commit', 'machine')}
+        for key in ('local_changes', 'note'):
+            if entry.get(key):
+                run[key] = entry[key]
+        runs[klass] = run
+    return {'command': 'act-ros bench check --write-baseline, once per CPU class (runs)',
+            'commit': 'per CPU class (runs)', 'machine': 'per CPU class (runs)', 'runs': runs}
+
+
+def baseline_entry(previous: dict[str, Any] | None, runs: dict[str, list[float]],
+                   parts: list[str], repeats: int) -> dict[str, Any]:
+    """The baseline of a CPU class: each figure the median of its runs, the runs, and the
+    margins their spread gives (:func:`act_ros.bench.margins.derive`); the figures of parts
+    not run this time are kept from ``previous``."""
+    from act_ros.bench.report import source_commit
+    from act_ros.provenance import local_changes
+
+    previous = previous or {}
+    ran = {f.name for f in FIGURES if f.part in parts} | {
+        k for k in runs if k.split('.', 1)[0] in parts}
+    keep = {k: v for k, v in previous.get('figures', {}).items() if k not in ran}
+    keep_runs = {k: v for k, v in (previous.get('runs') or {}).items() if k not in ran}
+    keep_margins = {k: v for k, v in (previous.get('margins') or {}).items() if k not in ran}
+    figures = {**keep, **{k: statistics.median(v) for k, v in runs.items()}}
+    all_runs = {**keep_runs, **runs}
+    margins = {**keep_margins, **{f.name: derive(f, all_runs[f.name]).to_json()
+                                  for f in FIGURES if f.better and f.name in runs}}
+    commit = source_commit()
+    entry = {'machine': machine_line(), 'cores': os.cpu_count(), 'commit': commit,
+             'date': datetime.date.today().isoformat(),
+             'command': f"act-ros bench check --write-baseline --repeats {repeats} --only "
+                        f"{','.join(parts)}",
+             'repeats': {part: repeats for part in parts}}
+    if 'local changes' in commit:
+        entry['local_changes'] = ', '.join(local_changes())
+    if keep:
+        entry['repeats'] = {**previous.get('repeats', {}), **entry['repeats']}
+        entry['kept_from'] = previous.get('commit')
+    entry.update({'figures': figures, 'margins': margins, 'runs': all_runs,
+                  'regression': REGRESSION, 'cap': CAP})
+    return entry
 
 
 if __name__ == '__main__':
