@@ -265,14 +265,16 @@ def test_sync_blend_asks_every_stride_and_crossfades_each_chunk_in(tiny_checkpoi
     try:
         _call_coded_model(rt)
         assert rt.stride == 10
-        actions, sources = [], []
+        actions, sources, fading = [], [], []
         for t in range(25):
             actions.append(rt.act(_obs(t))[0])
             sources.append(rt.last_source)
+            fading.append(rt.last_transition)
     finally:
         rt.close()
     assert rt.stats.chunks_computed == 3  # at ticks 0, 10, 20
     assert sources == [0] * 10 + [10] * 10 + [20] * 5
+    assert [t for t, f in enumerate(fading) if f] == [10, 11, 12, 13, 20, 21, 22, 23]
     w = smoothstep_weights(4)
     np.testing.assert_allclose(actions[:10], np.arange(10))
     for k in range(4):  # the fade from chunk 0 (row t) into chunk 1 (t + 100)

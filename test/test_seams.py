@@ -151,3 +151,23 @@ def test_arm_meter_leaves_grippers_out_of_the_norm():
         SeamMeter(NAMES, 0.0)
     with pytest.raises(ValueError, match='measured joints'):
         SeamMeter(NAMES, DT, measured=[3])
+
+
+def test_a_crossfade_is_judged_over_all_its_ticks():
+    """A handover spread over a 6-tick crossfade (``transition`` ticks): its jump is the
+    largest velocity step anywhere from the handover through the tick after the fade, not
+    only over its first two ticks (here the fade's weights kink at its fifth tick)."""
+    w = np.array([0.1, 0.2, 0.3, 0.4, 0.9, 0.95, 1.0])
+    stream = [np.zeros(3)] * 10 + [np.array([0.3, 0.0, 0.0]) * wk for wk in w] \
+        + [np.array([0.3, 0.0, 0.0])] * 5
+    sources = [0] * 10 + [10] * 12
+    fading = [False] * 10 + [True] * 6 + [False] * 6
+    expected = np.abs(np.diff(np.stack(stream)[:, 0], n=2)).max() / DT
+    judged, first_ticks = SeamMeter(NAMES, DT, measured=[0]), SeamMeter(NAMES, DT, measured=[0])
+    for q, source, transition in zip(stream, sources, fading):
+        judged.add_command(q, source, transition=transition)
+        first_ticks.add_command(q, source)
+    assert judged.summary()['handovers'] == first_ticks.summary()['handovers'] == 1
+    assert judged.summary()['velocity_jump_max'] == pytest.approx(expected)
+    assert expected == pytest.approx(0.45 * 0.3 / DT)  # after the kink (weights .4, .9, .95)
+    assert first_ticks.summary()['velocity_jump_max'] == pytest.approx(0.1 * 0.3 / DT)

@@ -226,8 +226,9 @@ class ControlLoop:
         result = self._tick(snap)
         self.last_command = result.command
         if self.seams is not None:
-            self.seams.add_command(result.command, self.runtime.last_source
-                                   if result.command is not None else None)
+            sent = result.command is not None
+            self.seams.add_command(result.command, self.runtime.last_source if sent else None,
+                                   transition=sent and self.runtime.last_transition)
         return result
 
     def safe_plan(self, horizon: int) -> np.ndarray | None:

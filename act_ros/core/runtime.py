@@ -389,8 +389,10 @@ class PolicyRuntime:
                                  else self.chunk_size)
         self._ensembler = TickEnsembler(config.ensemble_coeff, max_chunks=self.chunk_size)
         self._blend = BlendQueue(config.blend_ticks)
-        # Start tick of the chunk (the newest in a blend) behind the last action, for seams.
+        # Start tick of the chunk (the newest in a blend) behind the last action, and
+        # whether that action was inside a crossfade (blend mode), for seams.
         self.last_source: int | None = None
+        self.last_transition = False
         self._last_tick = -1  # tick of the last act()
         self._worker = None
         self._first_request_at: float | None = None
@@ -482,6 +484,7 @@ class PolicyRuntime:
             self._ensembler.reset()
             self._blend.reset()
             self.last_source = None
+            self.last_transition = False
             self._last_tick = -1
             self._new_chunks.clear()
             self._last_request_tick = None
@@ -535,6 +538,7 @@ class PolicyRuntime:
             self.stats.queue_depth = self._store.remaining(tick + 1)
             self._last_tick = tick
             self.last_source = None if action is None else self._store.source(tick)
+            self.last_transition = self.config.mode == 'blend' and self._blend.fading(tick)
             if action is None:
                 self.stats.empty_ticks += 1
             return action

@@ -14,7 +14,9 @@ With the commands ``q_t`` one control period ``dt`` apart:
 - the **jump at a handover** at tick ``h`` (``q_{h-1}`` from the old chunk, ``q_h`` from
   the new one): the largest step over the ticks whose differences straddle it (``h`` and
   ``h+1`` for the velocity, ``h`` to ``h+2`` for the acceleration): a position offset
-  ``d`` at the seam shows as ``d/dt`` there however the chunks move;
+  ``d`` at the seam shows as ``d/dt`` there however the chunks move. A handover spread
+  over several ticks (a crossfade: ``transition`` ticks) is judged over all of them and
+  the differences that reach past its last one;
 - the **reference** (within a chunk): the same steps between the rows of every chunk the
   policy computed, as it computed them (so one reference for every way of playing the
   chunks: chunk execution, blending, temporal ensembling).
@@ -254,10 +256,13 @@ class SeamMeter:
                 part.within[kind][column] += _histogram(columns[:, column])
         part.chunks += 1
 
-    def add_command(self, command: np.ndarray | None, source: int | None) -> None:
+    def add_command(self, command: np.ndarray | None, source: int | None, *,
+                    transition: bool = False) -> None:
         """This tick's command as sent (``None``: nothing sent, which breaks the stream)
         and the chunk it came from (``source``: any id that changes at a handover; for a
-        blend, the newest chunk in it)."""
+        blend, the newest chunk in it). ``transition``: this tick is still part of the
+        last handover (a crossfade): the handover's jump is the largest step through its
+        last such tick and the differences that reach past it."""
         self._tick += 1
         self._prune()
         if command is None or source is None:
@@ -269,8 +274,10 @@ class SeamMeter:
             return
         self._parts[-1].ticks += 1
         if self._history and self._history[-1][1] != source:
-            self._pending.append({'tick': self._tick, 'age': 0,
+            self._pending.append({'tick': self._tick, 'age': 0, 'last': 0,
                                   'jumps': {k: None for k in ORDERS}})
+        elif transition and self._pending:
+            self._pending[-1]['last'] = self._pending[-1]['age']
         self._history.append((q, source))
         rows = np.stack([h[0] for h in self._history])
         steps = {kind: _steps(rows[-(order + 1):], order, self.period_s)[0]
@@ -278,7 +285,8 @@ class SeamMeter:
         finished = []
         for seam in self._pending:
             for kind, order in ORDERS.items():
-                if seam['age'] < order:  # this tick's difference straddles the seam
+                # This tick's difference straddles the seam or reaches into its transition.
+                if seam['age'] < seam['last'] + order:
                     if kind not in steps:
                         seam['incomplete'] = True
                         continue
@@ -287,7 +295,7 @@ class SeamMeter:
                     old = seam['jumps'][kind]
                     seam['jumps'][kind] = values if old is None else np.maximum(old, values)
             seam['age'] += 1
-            if seam['age'] >= max(ORDERS.values()):
+            if seam['age'] >= seam['last'] + max(ORDERS.values()):
                 finished.append(seam)
         for seam in finished:
             self._pending.remove(seam)
