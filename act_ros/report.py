@@ -168,6 +168,14 @@ RECORDING_RUNS = (
      'the cap lowered to 3000 frames', 'record_5min_one_take_cap3000_busy.json'),
 )
 
+# Seams of the object-state policy per handover mode, the same unseen seeds
+# (`act-ros evaluate --mode <mode> --output ...`): the 100-seed runs the table shows, and
+# the plotted trace (`act-ros plot-seams --trace`); act_node under camera load in chunk
+# and blend mode (`act-ros bench node --mode chunk,blend --json`).
+SEAMS_DIR = 'docs/results/seams'
+SEAM_MODES = ('chunk', 'ensemble', 'blend')
+SEAMS_BENCH_NODE = 'docs/benchmarks/node/x86-avx2/in480_c30_modes.json'
+
 PROVENANCE_KEYS = ('command', 'commit', 'machine')
 MARKER = re.compile(r'<!-- report:([a-z0-9_]+) -->\n(.*?)<!-- /report:\1 -->', re.S)
 # A table of figures outside a generated part: its header names a measurement or a unit,
@@ -1125,6 +1133,76 @@ def part_aloha_expert(src: Sources) -> str:
         f"\nFailed seeds: {', '.join(str(s) for s in seeds) or 'none'}.\n")
 
 
+def _seam_evaluation(src: Sources, mode: str) -> tuple[str, dict] | None:
+    """The largest committed evaluation of ``mode`` in SEAMS_DIR (100 seeds, else 10)."""
+    for seeds in (100, 10):
+        rel = f'{SEAMS_DIR}/evaluation_{mode}_{seeds}_seeds.json'
+        if src.exists(rel):
+            return rel, src.json(rel)
+    return None
+
+
+def part_seam_modes(src: Sources) -> str:
+    """Each handover mode on the same unseen seeds: align rate (with the seeds it aligns
+    that chunk mode does not, and the reverse, and the exact McNemar p of that), and the
+    seams of the commands it sent against the motion within chunks."""
+    found = {mode: _seam_evaluation(src, mode) for mode in SEAM_MODES}
+    if not found['chunk']:
+        return ('No seam evaluation is committed yet: once `act-ros evaluate` has written '
+                f'`{SEAMS_DIR}/evaluation_<mode>_100_seeds.json` (the command above), '
+                '`act-ros report` writes the table here.\n')
+    base = {e['seed']: e['success'] for e in found['chunk'][1]['modes']['chunk']['episodes']}
+    rows = []
+    for mode in SEAM_MODES:
+        if found[mode] is None:
+            rows.append([mode, 'not measured yet'] + [''] * 6)
+            continue
+        data = found[mode][1]
+        m = data['modes'][mode]
+        episodes = {e['seed']: e['success'] for e in m['episodes']}
+        label = mode + (f" ({data['blend_ticks']}-tick crossfade)" if mode == 'blend' else '')
+        if set(episodes) == set(base) and mode != 'chunk':
+            only, lost = _seed_pairs(base, episodes)
+            paired = f'{only} / {lost} (p = {exact_mcnemar(only, lost):.2f})'
+        else:
+            paired = '' if mode == 'chunk' else 'other seeds'
+        seams = m['seams']
+        rows.append([label, rate(m['align_rate'], m['count']), paired,
+                     f"{seams['over_within_p99']} of {seams['handovers']} "
+                     f"({100 * seams['over_within_p99_fraction']:.0f} %)",
+                     f"{seams['velocity_jump_mean']:.3f} / {seams['velocity_jump_median']:.3f}",
+                     f"{seams['velocity_jump_max']:.2f}",
+                     f"{seams['within_chunk_velocity_step_p99']:.3f}",
+                     f"{seams['acceleration_jump_median']:.1f} "
+                     f"({seams['within_chunk_acceleration_step_p99']:.1f})"])
+    return table(['mode', 'align rate', 'seeds aligned only here / only in chunk mode',
+                  'handovers over the within-chunk p99', 'velocity jump mean / median (rad/s)',
+                  'velocity jump max (rad/s)', 'within-chunk velocity step p99 (rad/s)',
+                  'acceleration jump median (within-chunk p99), rad/s^2'], rows)
+
+
+def part_seam_bench_node(src: Sources) -> str:
+    """act_node at 480x640 camera load, chunk against blend mode, side by side."""
+    if not src.exists(SEAMS_BENCH_NODE):
+        return ('No node benchmark of the modes is committed yet: `act-ros bench node --mode '
+                f'chunk,blend --repeats 3 --json {SEAMS_BENCH_NODE}` writes it.\n')
+    data = src.json(SEAMS_BENCH_NODE)
+    rows = []
+    for label, r in data['settings'].items():
+        rows.append([label, f"{r['command_rate_hz']:.1f}", f"{r['missed_periods']:g} of "
+                     f"{r['periods_in_window']:g}", f"{r['node_missed_periods_in_window']:g}",
+                     f"{r['latency_p50_ms']:.0f} / {r['latency_p99_ms']:.0f} ms",
+                     f"{r['node_cpu_percent']:.0f} %",
+                     f"{r['seams_over_within_p99']:g} of {r['seams_handovers']:g}"])
+    rounds = data.get('rounds per setting (medians shown)') or len(
+        data.get('order', [])) // max(1, len(data['settings'])) or 1
+    return (table(['mode', 'commands/s', 'missed periods (at the harness)',
+                   'missed periods (the node)', 'command latency p50 / p99', 'CPU node',
+                   'handovers over the within-chunk p99 (last 60 s)'], rows)
+            + f"\n{data['camera_size']} cameras, {data['model_input_size']} model input, chunk "
+            f"{data['chunk_size']}, {data['mode']}; medians of {rounds} round(s) per mode.\n")
+
+
 PARTS: dict[str, Callable[[Sources], str]] = {
     'shipped_policies': part_shipped_policies,
     'poses_policy': part_poses_policy,
@@ -1160,6 +1238,8 @@ PARTS: dict[str, Callable[[Sources], str]] = {
     'recording_runs': part_recording_runs,
     'bench_check_margins': part_bench_check_margins,
     'bench_check_runs': part_bench_check_runs,
+    'seam_modes': part_seam_modes,
+    'seam_bench_node': part_seam_bench_node,
 }
 
 

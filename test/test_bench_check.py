@@ -289,6 +289,28 @@ def test_bench_node_compares_inference_niceness_values():
         ('nice_10', {'visualization.enabled': 'false', 'inference_nice': '10'})]
 
 
+def test_bench_node_compares_modes_and_reports_their_seams(capsys):
+    from act_ros.bench.node import SEAM_FIGURES, compared, parse_args, summarize, variants
+
+    both = parse_args(['--mode', 'chunk,blend', '--visualization', 'off'])
+    assert compared(both) == 'mode'
+    assert variants(both) == [('chunk', {'visualization.enabled': 'false', 'mode': 'chunk'}),
+                              ('blend', {'visualization.enabled': 'false', 'mode': 'blend'})]
+    for bad in (['--mode', 'chunk,fast'], ['--mode', 'blend,blend'],
+                ['--mode', 'chunk,blend', '--precision', 'fp32,bf16']):
+        with pytest.raises(SystemExit):
+            parse_args(bad)
+        capsys.readouterr()
+
+    class Nothing:
+        commands = []
+    diag = (0, 'ok', {'seams.handovers': '12', 'seams.over_within_p99': '1',
+                      'seams.velocity_jump_median': '0.05', 'seams.velocity_jump_max': 'n/a',
+                      'seams.within_chunk_velocity_step_p99': '0.2'})
+    result = summarize(Nothing, 0.0, 30.0, 30.0, diag)
+    assert [result[f'seams_{key}'] for key in SEAM_FIGURES] == [12.0, 1.0, 0.05, None, 0.2]
+
+
 def test_bench_node_prints_one_column_per_setting(capsys):
     from act_ros.bench.node import report_side_by_side
 

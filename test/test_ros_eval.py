@@ -53,16 +53,20 @@ def _start_joints(checkpoint, seeds):
 
 
 @pytest.mark.slow
-def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
+def test_driver_runs_lockstep_episodes_over_two_processes_for_every_mode(
         tiny_checkpoint, ros_domain_id, tmp_path, capsys):
+    """Every mode over ROS gives the episodes, and the seams of the commands sent, that
+    the same control step gives in process (chunk and blend: a chunk every 5 ticks, blend
+    with a 2-tick crossfade)."""
     output = tmp_path / 'ros_eval.json'
     results = ros_eval.main([
-        '--checkpoint', str(tiny_checkpoint), '--episodes', '2', '--mode', 'both',
+        '--checkpoint', str(tiny_checkpoint), '--episodes', '2', '--mode', 'all',
+        '--n-action-steps', '5', '--blend-window', '2',
         '--episode-steps', '15', '--seed', '100', '--lockstep-timeout', '30',
         '--torch-threads', '1', '--domain-id', str(ros_domain_id),
         '--log-dir', str(tmp_path / 'logs'), '--output', str(output)])
     printed = capsys.readouterr().out
-    assert set(results) == {'chunk', 'ensemble'}
+    assert set(results) == {'chunk', 'ensemble', 'blend'}
     from act_ros.training.rollout import make_sim_config, run_policy_episodes
 
     start_joints = _start_joints(tiny_checkpoint, [100, 101])
@@ -77,8 +81,18 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
         local = run_policy_episodes(tiny_checkpoint, episodes=2, mode=mode, seed=100,
                                     sim_config=make_sim_config(
                                         tiny_checkpoint, ros_eval.render_size(tiny_checkpoint),
-                                        episode_steps=15))
+                                        episode_steps=15),
+                                    n_action_steps=5 if mode != 'ensemble' else None,
+                                    blend_ticks=2 if mode == 'blend' else None)
         assert metrics['align_rate'] == local.summary['align_rate']
+        # The node's ~/seams over both episodes: the handovers the in-process run counts.
+        seams, local_seams = metrics['seams'], local.seam_samples.summary()
+        assert seams['handovers'] == local_seams['handovers'], (mode, seams, local_seams)
+        # Two episodes: chunk and blend hand over at ticks 5 and 10; ensembling every tick
+        # (the first and last ticks' seams have too few commands around them to count).
+        assert seams['handovers'] == {'chunk': 4, 'ensemble': 20, 'blend': 4}[mode]
+        assert seams['velocity_jump_max'] == pytest.approx(local_seams['velocity_jump_max'],
+                                                           rel=1e-3)
         for over_ros, in_process, start in zip(metrics['episodes'], local.episodes,
                                                start_joints, strict=True):
             assert over_ros['seed'] == in_process['seed']
@@ -106,6 +120,7 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_both_modes(
             # One command per observation: a second one would have advanced the chunk.
             assert episode['commands']['received'] == 15, episode['commands']
         assert re.search(rf'{mode}\s+align_rate \d\.\d\d \(\d/2\), mean position error', printed)
+    assert re.search(r'seams: \d+ of \d+ handovers over the within-chunk p99', printed)
     written = json.loads(output.read_text())
     provenance = written.pop('provenance')
     assert written == json.loads(json.dumps(results))

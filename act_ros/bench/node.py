@@ -33,6 +33,11 @@ periods of each and their difference. ``--repeats N`` measures each setting N ti
 the balanced order off, on, on, off, off, on, ... (so the first round's cold caches and
 any drift of the machine fall on both) and compares the medians.
 
+``--mode`` sets the node's ``mode`` (chunk, ensemble, blend); a comma list
+(``chunk,blend``) measures each side by side like ``--precision`` below. Every round
+reports the seams of the commands the node sent (``seams_*``: handovers, how many were
+over the within-chunk p99, velocity jumps; the node's own rolling figures).
+
 ``--precision`` sets the node's ``precision`` (default: the node's own, ``auto``); a comma
 list (``fp32,bf16``) measures each in one run, side by side, the same way (a fresh node per
 round, ``--repeats`` rounds each in a balanced order, medians compared). ``--json`` writes
@@ -105,8 +110,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help='actions played per chunk in chunk mode (default: the chunk size)')
     p.add_argument('--device', default='auto')
     # None: the node's own value (config/act.yaml), not passed on its command line.
-    p.add_argument('--mode', default=None, choices=('chunk', 'ensemble'),
-                   help="default: the node's (chunk)")
+    p.add_argument('--mode', default=None,
+                   help="act_node's mode (default: the node's, chunk), or a comma list of "
+                   f'them measured side by side in one run; from {NODE_MODES}')
     p.add_argument('--execution', default=None, choices=('async', 'process', 'sync'),
                    help="default: the node's (process: the model in a child process)")
     p.add_argument('--torch-threads', type=int, default=None,
@@ -149,16 +155,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if unknown or (args.precision is not None and len(set(precisions)) != len(precisions)):
         p.error(f'--precision: expected distinct values from {(AUTO, *PRECISIONS)}, '
                 f"got '{args.precision}'")
+    modes = args.mode.split(',') if args.mode is not None else []
+    if any(mode not in NODE_MODES for mode in modes) or len(set(modes)) != len(modes):
+        p.error(f"--mode: expected distinct values from {NODE_MODES}, got '{args.mode}'")
     nices = args.inference_nice.split(',') if args.inference_nice is not None else []
     if nices and (not all(n.isdigit() and int(n) <= 19 for n in nices)
                   or len(set(nices)) != len(nices)):
         p.error(f"--inference-nice: expected distinct integers 0-19, got '{args.inference_nice}'")
-    if sum((len(precisions) > 1, len(nices) > 1, args.visualization == 'compare')) > 1:
-        p.error('compare one thing at a time: several --precision values, several '
-                '--inference-nice values or --visualization compare, not two of them')
+    if sum((len(precisions) > 1, len(nices) > 1, len(modes) > 1,
+            args.visualization == 'compare')) > 1:
+        p.error('compare one thing at a time: several --precision, --inference-nice or '
+                '--mode values or --visualization compare, not two of them')
     if args.repeats > 1 and len(variants(args)) < 2:
         p.error('--repeats applies to a comparison only (--visualization compare, or '
-                'several --precision or --inference-nice values)')
+                'several --precision, --inference-nice or --mode values)')
     if args.model_path and (args.model_size or args.chunk_size):
         p.error('--model-size and --chunk-size describe the created checkpoint; '
                 'they cannot be combined with --model-path')
@@ -168,10 +178,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+NODE_MODES = ('chunk', 'ensemble', 'blend')
+# The node's seam figures the benchmark reports (seams.<name> on /diagnostics).
+SEAM_FIGURES = ('handovers', 'over_within_p99', 'velocity_jump_median', 'velocity_jump_max',
+                'within_chunk_velocity_step_p99')
 NODE_OPTIONS = ('mode', 'execution', 'torch_threads', 'backend', 'executor', 'precision',
                 'inference_nice')
 # Node options a comma list of values compares side by side (one round per value).
-COMPARED_OPTIONS = ('precision', 'inference_nice')
+COMPARED_OPTIONS = ('precision', 'inference_nice', 'mode')
 
 
 def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, str]]]:
@@ -186,14 +200,14 @@ def variants(args: argparse.Namespace) -> list[tuple[str, dict[str, str]]]:
     kind = compared(args)
     if kind in COMPARED_OPTIONS:
         values = getattr(args, kind).split(',')
-        label = (lambda v: v) if kind == 'precision' else (lambda v: f'nice_{v}')
+        label = (lambda v: f'nice_{v}') if kind == 'inference_nice' else (lambda v: v)
         return [(label(value), {**visualization, kind: value}) for value in values]
     return [(args.visualization, visualization)]
 
 
 def compared(args: argparse.Namespace) -> str:
-    """What the run compares: ``visualization``, ``precision``, ``inference_nice``, or
-    ``''`` (one setting)."""
+    """What the run compares: ``visualization``, ``precision``, ``inference_nice``,
+    ``mode``, or ``''`` (one setting)."""
     if args.visualization == 'compare':
         return 'visualization'
     for name in COMPARED_OPTIONS:
@@ -358,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                           chunk_size=args.chunk_size or given.get('chunk_size') or (
                               'given' if args.model_path else contract.chunk_size),
                           n_action_steps=n_action_steps or 'config/act.yaml',
-                          mode=f"{node['mode']}/{node['execution']}",
+                          mode=(f"{node['mode']}/{node['execution']}" if kind != 'mode'
+                                else f"compared/{node['execution']}"),
                           executor=node['executor'], backend=node['backend'],
                           torch_threads=node['torch_threads'],
                           precision_requested=(node['precision'] if kind != 'precision'
@@ -612,6 +627,8 @@ def summarize(harness, t0: float, t1: float, rate_hz: float, diag, before=None) 
         # The node's own count (its publish times): tells its lateness from the harness's.
         'node_missed_periods_in_window': in_window('missed_periods'),
         'stale_ticks': number('stale_ticks'),
+        # Seams of the commands sent (the node's rolling window, seams.window_s).
+        **{f'seams_{key}': number(f'seams.{key}') for key in SEAM_FIGURES},
         'device': values.get('device'),
         'precision': values.get('precision'),
         'backend_used': values.get('backend'),

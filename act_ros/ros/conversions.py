@@ -126,6 +126,34 @@ def to_joint_trajectory(command: np.ndarray, joint_names: Sequence[str],
     return msg
 
 
+def to_joint_trajectory_plan(points: np.ndarray, velocities: np.ndarray,
+                             joint_names: Sequence[str], period_s: float,
+                             stamp_s: float) -> JointTrajectory:
+    """Multi-point ``JointTrajectory``: point ``k`` (positions, velocities) reached at
+    ``(k + 1) * period_s`` after ``header.stamp = stamp_s``, the time the plan starts (point
+    0 is the tick's command, timed as :func:`to_joint_trajectory` times it). The controller
+    interpolates between the points at its own rate."""
+    points = np.asarray(points, dtype=np.float64)
+    velocities = np.asarray(velocities, dtype=np.float64)
+    if points.ndim != 2 or points.shape != velocities.shape or points.shape[0] < 1:
+        raise ValueError(f'points and velocities must both be (K >= 1, {len(joint_names)}), '
+                         f'got {points.shape} and {velocities.shape}')
+    msg = JointTrajectory(joint_names=list(joint_names))
+    msg.header.stamp = seconds_to_time(stamp_s)
+    msg.points = [JointTrajectoryPoint(
+        positions=_finite_command(position, len(joint_names)),
+        velocities=_finite_command(velocity, len(joint_names)),
+        time_from_start=seconds_to_duration((k + 1) * period_s))
+        for k, (position, velocity) in enumerate(zip(points, velocities))]
+    return msg
+
+
+def empty_joint_trajectory(joint_names: Sequence[str]) -> JointTrajectory:
+    """A ``JointTrajectory`` without points: joint_trajectory_controller drops the
+    trajectory it was following and holds where the arm is."""
+    return JointTrajectory(joint_names=list(joint_names))
+
+
 def to_float64_multiarray(command: np.ndarray, num_joints: int) -> Float64MultiArray:
     """``Float64MultiArray`` of joint positions in contract order (forward_position_controller)."""
     msg = Float64MultiArray()

@@ -43,13 +43,15 @@ class ReceivedCommand:
     middleware's reception time does not. ``publication_seq``: the publisher's sequence
     number of the message (1 for its first; ``None`` where the middleware does not say),
     which shows commands the publisher sent that never arrived (its queue keeps only the
-    newest)."""
+    newest). ``message``: the message itself (a multi-point trajectory's other points,
+    velocities, times and stamp)."""
 
     received: float
     positions: np.ndarray
     joint_names: tuple[str, ...]
     middleware_received_s: float | None = None
     publication_seq: int | None = None
+    message: Any = None
 
 
 class RobotHarness(Node):
@@ -181,12 +183,13 @@ class RobotHarness(Node):
         with self._lock:
             self.commands.append(ReceivedCommand(time.monotonic(), positions,
                                                  tuple(msg.joint_names), _received_s(info),
-                                                 _publication_seq(info)))
+                                                 _publication_seq(info), msg))
 
     def _on_array(self, msg: Float64MultiArray, info: MessageInfo) -> None:
         with self._lock:
             self.commands.append(ReceivedCommand(time.monotonic(), np.array(msg.data), (),
-                                                 _received_s(info), _publication_seq(info)))
+                                                 _received_s(info), _publication_seq(info),
+                                                 msg))
 
     def _on_diagnostics(self, msg: DiagnosticArray) -> None:
         if not msg.status:

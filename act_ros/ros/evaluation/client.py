@@ -8,6 +8,7 @@ process watchdog) and fails with :class:`EvalError` on a timeout.
 from __future__ import annotations
 
 from collections.abc import Callable
+import json
 import time
 from typing import Any
 
@@ -52,6 +53,7 @@ class EvalClient:
         self.policy_change = self.node.create_client(ChangeState, f'{POLICY}/change_state')
         self.policy_parameters = self.node.create_client(SetParameters,
                                                          f'{POLICY}/set_parameters')
+        self.policy_seams = self.node.create_client(Trigger, f'{POLICY}/seams')
 
     def close(self) -> None:
         self.executor.shutdown(timeout_sec=1.0)
@@ -132,6 +134,14 @@ class EvalClient:
             if not self.call(self.policy_change, request, timeout_s).success:
                 raise EvalError(f'{POLICY}: lifecycle transition {label} failed while switching '
                                 f'to mode {mode} (see its log)')
+
+    def seams(self, timeout_s: float) -> dict[str, Any]:
+        """The seam figures of every command ``/act_node`` sent since it was configured
+        (its ``~/seams``; :meth:`act_ros.core.seams.SeamSamples.summary`)."""
+        response = self.call(self.policy_seams, Trigger.Request(), timeout_s)
+        if not response.success:
+            raise EvalError(f'{POLICY}/seams failed: {response.message}')
+        return json.loads(response.message)
 
     def run_episode(self, seed: int, lockstep_timeout_s: float,
                     startup_timeout_s: float) -> dict[str, Any]:

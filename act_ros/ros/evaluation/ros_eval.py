@@ -16,7 +16,9 @@ What it does, per policy mode (``chunk``, ``ensemble``):
 2. for each episode: sets the bridge's ``seed`` parameter, calls ``/sim_bridge/reset``,
    waits for ``/sim_bridge/episode_status`` to report the episode done, keeps its result;
 3. prints and returns ``align_rate``, ``mean_position_error`` (m) and ``mean_yaw_error``
-   (deg) per mode, with the lock-step timeouts (0 in a clean run) and the step rate.
+   (deg) per mode, with the lock-step timeouts (0 in a clean run), the step rate and the
+   seams of the commands the node sent (``<mode>.seams``, from its ``~/seams`` after the
+   mode's last episode: ``seams.window_s`` 0 keeps every command since configure).
 
 The same seeds are used for every mode. Everything started is stopped at the end, on an
 error, on Ctrl-C and on SIGTERM (:mod:`act_ros.core.processes`). Child logs go to
@@ -42,6 +44,8 @@ import time
 from typing import Any
 
 from act_ros.core.atomic import write_text_atomic
+from act_ros.core.chunking import DEFAULT_BLEND_WINDOW
+from act_ros.core.seams import seam_line
 from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import CheckpointError
 from act_ros.core.hub import resolve_checkpoint
@@ -53,7 +57,7 @@ from act_ros.sim.metrics import EpisodeResult
 from act_ros.core.arguments import HelpFormatter
 
 PREFIX = '[ros-eval]'
-MODES = ('chunk', 'ensemble')
+MODES = ('chunk', 'ensemble', 'blend')
 DEFAULT_IMAGE_SIZE = (96, 128)
 
 
@@ -67,8 +71,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help='LeRobot pretrained_model directory, or Hub id '
                         'org/name[@revision][/subfolder] (docs/hub_ids.md)')
     p.add_argument('--episodes', type=int, default=10, help='episodes per mode (default 10)')
-    p.add_argument('--mode', choices=(*MODES, 'both'), default='both',
-                   help='policy execution mode(s) to evaluate (default both)')
+    p.add_argument('--mode', choices=(*MODES, 'both', 'all'), default='both',
+                   help='policy execution mode(s) to evaluate (default both: chunk and '
+                   'ensemble; all: the three)')
+    p.add_argument('--blend-window', default=DEFAULT_BLEND_WINDOW,
+                   help="mode blend: act_node's blend_window, ticks ('6') or seconds ('0.2s')")
+    p.add_argument('--n-action-steps', type=int, default=None,
+                   help="chunk and blend modes: act_node's n_action_steps, actions played from "
+                   "each chunk before the next (default: the node's; ensemble mode ignores it)")
     p.add_argument('--image-size', default=None, metavar='HxW',
                    help='camera images rendered by the simulation (default: the size of the '
                         "checkpoint's training images, as act-ros evaluate; else its input "
@@ -176,6 +186,8 @@ def node_command(args: argparse.Namespace, mode: str, model_path: str | None = N
         files = [str(task.node_params_path())]
         params['contract_path'] = str(task.contract_path())
         params['n_action_steps'] = checkpoint_n_action_steps(model_path or args.checkpoint)
+    if args.n_action_steps is not None:
+        params['n_action_steps'] = args.n_action_steps
     params.update({'model_path': model_path or str(args.checkpoint.resolve()), 'mode': mode,
               'execution': 'sync',
               'trigger': 'observation', 'pad_source': 'topic', 'pad_pose_topic': 'pad_pose',
@@ -184,7 +196,9 @@ def node_command(args: argparse.Namespace, mode: str, model_path: str | None = N
               'object_pose_topics.box': 'box_pose', 'object_pose_topics.pad': 'pad_pose',
               'device': args.device, 'torch_threads': args.torch_threads,
               'backend': args.backend,
-              'command_type': args.command_type, 'use_sim_time': 'true', 'autostart': 'true'})
+              'command_type': args.command_type, 'use_sim_time': 'true', 'autostart': 'true',
+              # Seams of every command since configure (one mode's run), read at its end.
+              'seams.window_s': 0.0, 'blend_window': f"'{args.blend_window}'"})
     return _ros_command('act_ros.ros.node.act_node', params, files)
 
 
@@ -206,9 +220,11 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
                    argv: list[str] | None = None) -> dict[str, Any]:
     """Run the evaluation described by parsed ``args`` (``argv``: the command line they came
     from, for the output file's provenance; default ``sys.argv``); see the module docstring."""
-    modes = MODES if args.mode == 'both' else (args.mode,)
+    modes = {'both': ('chunk', 'ensemble'), 'all': MODES}.get(args.mode, (args.mode,))
     if args.episodes < 1:
         raise EvalError(f'--episodes must be >= 1, got {args.episodes}')
+    if args.n_action_steps is not None and args.n_action_steps < 1:
+        raise EvalError(f'--n-action-steps must be >= 1, got {args.n_action_steps}')
     try:  # a Hub id: its snapshot in the huggingface_hub cache (downloaded once)
         source = resolve_checkpoint(args.checkpoint)
     except CheckpointError as exc:
@@ -314,20 +330,26 @@ def _run_mode(client: EvalClient, args: argparse.Namespace, mode: str,
         lockstep_timeouts=sum(e['commands']['lockstep_timeouts'] for e in episodes),
         commands_rejected=sum(e['commands']['rejected'] for e in episodes),
         wall_s=wall, steps_per_s=steps / wall if wall > 0 else float('nan'),
-        seeds=[args.seed + i for i in range(args.episodes)], episodes=episodes)
+        seeds=[args.seed + i for i in range(args.episodes)],
+        seams=client.seams(args.startup_timeout), episodes=episodes)
     return metrics
 
 
 def format_metrics(mode: str, m: dict[str, Any]) -> str:
     if 'align_rate' not in m:
-        return (f"{PREFIX} {mode:8s} success_rate {m['success_rate']:.2f} "
+        line = (f"{PREFIX} {mode:8s} success_rate {m['success_rate']:.2f} "
                 f"({m['successes']}/{m['count']}), lock-step timeouts "
                 f"{m['lockstep_timeouts']}, {m['steps_per_s']:.1f} steps/s")
-    aligned = round(m['align_rate'] * m['count'])
-    return (f"{PREFIX} {mode:8s} align_rate {m['align_rate']:.2f} ({aligned}/{m['count']}), "
-            f"mean position error {m['mean_position_error'] * 1000:.1f} mm, mean yaw error "
-            f"{m['mean_yaw_error']:.1f} deg, lock-step timeouts {m['lockstep_timeouts']}, "
-            f"{m['steps_per_s']:.1f} steps/s")
+    else:
+        aligned = round(m['align_rate'] * m['count'])
+        line = (f"{PREFIX} {mode:8s} align_rate {m['align_rate']:.2f} "
+                f"({aligned}/{m['count']}), mean position error "
+                f"{m['mean_position_error'] * 1000:.1f} mm, mean yaw error "
+                f"{m['mean_yaw_error']:.1f} deg, lock-step timeouts {m['lockstep_timeouts']}, "
+                f"{m['steps_per_s']:.1f} steps/s")
+    if m.get('seams'):
+        line += f"\n{PREFIX} {'':8s} {seam_line(m['seams'])}"
+    return line
 
 
 class _Terminated(KeyboardInterrupt):

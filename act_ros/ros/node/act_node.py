@@ -34,6 +34,7 @@ Usage: ``act_node --ros-args --params-file config/act.yaml -p model_path:=<check
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 import time
@@ -52,6 +53,7 @@ from act_ros.ros import conversions as conv
 from act_ros.core.control import CHUNKS_LATE, WAITING_FOR_CHUNK, ControlCounters, ControlLoop
 from act_ros.core.inputs import InputStore
 from act_ros.core.startup import StartupTimeline
+from act_ros.ros.node.command_stream import CommandSender
 from act_ros.ros.node.interfaces import Interfaces, build_control_loop, create_interfaces
 from act_ros.ros.node.status import NodeStatus
 from act_ros.ros.spin import PoolExecutor
@@ -76,6 +78,7 @@ class ActNode(LifecycleNode):
         self.control_group = MutuallyExclusiveCallbackGroup()
         self.status_group = MutuallyExclusiveCallbackGroup()
         self.visualization_group = MutuallyExclusiveCallbackGroup()
+        self.stream_group = MutuallyExclusiveCallbackGroup()
         self.lock = threading.RLock()
         self._active = False
         self.settings: NodeSettings | None = None
@@ -83,6 +86,7 @@ class ActNode(LifecycleNode):
         self.loop: ControlLoop | None = None
         self.verdict = None  # act_ros.core.feasibility.Verdict, measured at configure
         self.io: Interfaces | None = None
+        self.sender: CommandSender | None = None
         self.counters = ControlCounters()
         self.status = NodeStatus(self)
         self.last_configure_error = ''
@@ -134,10 +138,16 @@ class ActNode(LifecycleNode):
             inputs += ', gate poses on ' + ', '.join(gate_poses)
         if runtime.environment_state_dim or gate_poses:
             inputs += f" (poses in frame '{s.pose_frame_id}' only)"
+        mode = s.mode + (f' ({s.blend_ticks}-tick crossfade)' if s.mode == 'blend' else '')
+        command = s.command_type
+        if self.sender.trajectory:
+            command += ' (the rest of the chunk, every tick)'
+        elif self.sender.streaming:
+            command += f' (interpolated at {s.command_stream_rate_hz:g} Hz)'
         self.get_logger().info(
-            f'configured: model {runtime.source.describe()} on {runtime.device}, mode {s.mode}/'
+            f'configured: model {runtime.source.describe()} on {runtime.device}, mode {mode}/'
             f'{s.execution}, {s.trigger} trigger at {s.control_rate_hz:g} Hz, '
-            f'{s.command_type} on {self.resolve_topic_name(s.command_topic)}; inputs: joints, '
+            f'{command} on {self.resolve_topic_name(s.command_topic)}; inputs: joints, '
             f'{inputs}')
         return super().on_configure(state)
 
@@ -155,6 +165,8 @@ class ActNode(LifecycleNode):
 
     def on_deactivate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self.lock:  # waits for a tick in progress, so none follows this transition
+            if self.sender is not None:
+                self.sender.hold()  # a controller playing a plan stops where the arm is
             self._active = False
             if self.io.control_timer is not None:
                 self.io.control_timer.cancel()  # cancelled, not destroyed: safe while spinning
@@ -210,6 +222,7 @@ class ActNode(LifecycleNode):
         setup_start = time.monotonic()
         self.io = create_interfaces(self, settings, self.contract, cameras=runtime.cameras,
                                     object_poses=bool(runtime.environment_state_dim))
+        self.sender = CommandSender(settings, self.io.command_pub.publish, self.now_s)
         if settings.execution == 'process':
             self.startup.add_overlapped('node_setup', time.monotonic() - setup_start)
         runtime.wait_ready()
@@ -245,6 +258,7 @@ class ActNode(LifecycleNode):
         return TransitionCallbackReturn.FAILURE
 
     def _teardown(self) -> None:
+        self.sender = None
         if self.io is not None:
             self.io.destroy(self)
             self.io = None
@@ -304,6 +318,7 @@ class ActNode(LifecycleNode):
             was_stale = self.loop.stale
             result = self.loop.tick(snap)
             if result.command is None:
+                self.sender.hold()
                 if not snap.ok:
                     self.get_logger().warning(f'no command, inputs unusable: {result.reason}',
                                               throttle_duration_sec=LOG_THROTTLE_S)
@@ -328,13 +343,25 @@ class ActNode(LifecycleNode):
         self.get_logger().info(f'start-up: {self.startup.line()}')
 
     def _publish(self, command: np.ndarray) -> None:
-        s = self.settings
-        if s.command_type == 'JointTrajectory':
-            msg = conv.to_joint_trajectory(command, s.joint_names, s.period_s)
-        else:
-            msg = conv.to_float64_multiarray(command, len(s.joint_names))
-        self.io.command_pub.publish(msg)
+        self.sender.send(self.loop, command)
         self.counters.commands_published += 1
+
+    def stream_tick(self) -> None:
+        """command_stream_rate_hz: the interpolated samples between ticks."""
+        if self._active and self.sender is not None:
+            self.sender.stream_tick()
+
+    def handle_seams(self, request: Trigger.Request,
+                     response: Trigger.Response) -> Trigger.Response:
+        """``~/seams``: the seam figures of the commands sent (``seams.window_s``), as JSON
+        (:meth:`act_ros.core.seams.SeamSamples.summary`)."""
+        with self.lock:
+            if self.loop is None or self.loop.seams is None:
+                response.success, response.message = False, 'not configured'
+                return response
+            summary = self.loop.seams.summary()
+        response.success, response.message = True, json.dumps(summary)
+        return response
 
     def handle_reset(self, request: Trigger.Request,
                      response: Trigger.Response) -> Trigger.Response:

@@ -36,6 +36,7 @@ from act_ros.core.control import (ControlCounters, ControlLoop, EePosition, PadP
                                   fixed_position, position_from_stream)
 from act_ros.core.inputs import EE_POSE, JOINT_STATES, PAD_POSE, image_stream, object_pose_stream
 from act_ros.core.object_state import OBJECTS
+from act_ros.core.seams import arm_seam_meter
 from act_ros.ros.node.parameters import NodeSettings
 from act_ros.ros.node.visualization import PlanVisualizer
 
@@ -47,6 +48,8 @@ class PolicyNodeHooks(Protocol):
 
     input_group: Any
     control_group: Any
+    stream_group: Any
+    status_group: Any
     visualization_group: Any
     status: Any
 
@@ -55,6 +58,10 @@ class PolicyNodeHooks(Protocol):
     def tick(self) -> None: ...
 
     def handle_reset(self, request: Any, response: Any) -> Any: ...
+
+    def handle_seams(self, request: Any, response: Any) -> Any: ...
+
+    def stream_tick(self) -> None: ...
 
     def resolve_topic_name(self, topic: str, *, only_expand: bool = False) -> str: ...
 
@@ -77,6 +84,8 @@ class Interfaces:
     subscriptions: list[Subscription] = field(default_factory=list)
     # visualization.enabled: ~/planned_path and ~/markers with their low-rate timer.
     visualizer: PlanVisualizer | None = None
+    seams_service: Service | None = None  # ~/seams: the seam figures as JSON
+    stream_timer: Timer | None = None  # command_stream_rate_hz: the interpolated stream
 
     def destroy(self, node: Any) -> None:
         if self.visualizer is not None:
@@ -85,13 +94,15 @@ class Interfaces:
         for sub in self.subscriptions:
             node.destroy_subscription(sub)
         self.subscriptions.clear()
-        for timer in (self.diagnostics_timer, self.control_timer):
+        for timer in (self.diagnostics_timer, self.control_timer, self.stream_timer):
             if timer is not None:
                 timer.cancel()
                 node.destroy_timer(timer)
         if self.observation_ready is not None:
             node.destroy_guard_condition(self.observation_ready)
         node.destroy_service(self.reset_service)
+        if self.seams_service is not None:
+            node.destroy_service(self.seams_service)
         node.destroy_lifecycle_publisher(self.command_pub)
         node.destroy_lifecycle_publisher(self.diagnostics_pub)
 
@@ -118,7 +129,8 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
     runtime = PolicyRuntime(RuntimeConfig(
         model_path=settings.model_path, device=settings.device, mode=settings.mode,
         execution=settings.execution, n_action_steps=settings.n_action_steps,
-        ensemble_coeff=settings.ensemble_coeff, compile_model=settings.compile_model,
+        ensemble_coeff=settings.ensemble_coeff, blend_ticks=settings.blend_ticks,
+        compile_model=settings.compile_model,
         compile_mode=settings.compile_mode, precision=settings.precision,
         precision_tolerance=settings.precision_tolerance,
         backend=settings.backend, contract=contract,
@@ -131,7 +143,9 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
         return ControlLoop(runtime, cameras=runtime.cameras, limits=limits, gate=gate,
                            gripper_index=gripper, ee_position=ee_position,
                            pad_position=pad_position, counters=counters,
-                           environment_state=poses)
+                           environment_state=poses,
+                           seams=arm_seam_meter(settings.joint_names, (gripper,),
+                                                settings.period_s, settings.seam_window_ticks))
     except BaseException:
         runtime.close()  # its inference child must not outlive a failed configure
         raise
@@ -216,6 +230,10 @@ and, with ``visualization.enabled``, the plan's view
     else:
         timer = node.create_timer(settings.period_s, node.tick, callback_group=node.control_group)
         timer.cancel()
+    stream_timer = None
+    if settings.command_type == 'Float64MultiArray' and settings.command_stream_rate_hz > 0:
+        stream_timer = node.create_timer(1.0 / settings.command_stream_rate_hz, node.stream_tick,
+                                         callback_group=node.stream_group)
     return Interfaces(
         command_pub=node.create_lifecycle_publisher(command_type, settings.command_topic,
                                                     COMMAND_QOS),
@@ -223,6 +241,9 @@ and, with ``visualization.enabled``, the plan's view
                                                         DIAGNOSTICS_QOS),
         reset_service=node.create_service(Trigger, '~/reset', node.handle_reset,
                                           callback_group=node.control_group),
+        seams_service=node.create_service(Trigger, '~/seams', node.handle_seams,
+                                          callback_group=node.status_group),
+        stream_timer=stream_timer,
         diagnostics_timer=node.create_timer(settings.diagnostics_period_s,
                                             node.status.publish,
                                             callback_group=node.status_group),

@@ -25,12 +25,15 @@ from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterVal
 from rclpy.node import Node
 from rclpy.parameter import Parameter
 
+from act_ros.core.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
 from act_ros.core.contract import Contract
 from act_ros.core.object_state import OBJECTS
 from act_ros.core.options import BACKEND_CHOICES
 from act_ros.core.precision import DEFAULT_TOLERANCE
 
 COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
+COMMAND_TRAJECTORIES = ('point', 'chunk')
+MODES = ('chunk', 'ensemble', 'blend')
 EXECUTORS = ('auto', 'multi_threaded', 'single_threaded')
 DEFAULT_COMMAND_TOPICS = {
     'JointTrajectory': 'joint_trajectory_controller/joint_trajectory',
@@ -144,8 +147,17 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'Higher lets the node\'s own threads (tick, message handling, publishing) take the '
           'CPU first when both want it, at some cost in model time on a small CPU.',
           low=0, high=19),
-        P('mode', 'chunk', 'chunk: play n_action_steps of each chunk; ensemble: temporal '
-          'ensembling of every chunk covering the tick.', choices=('chunk', 'ensemble')),
+        P('mode', 'chunk', 'chunk: play n_action_steps of each chunk, then the next; ensemble: '
+          'temporal ensembling of every chunk covering the tick (a model call per tick); '
+          'blend: play each chunk until the next arrives, keep the actions already sent and '
+          'crossfade the rest of the old chunk into the new one over blend_window from its '
+          'arrival (docs/seams.md).', choices=MODES),
+        P('blend_window', DEFAULT_BLEND_WINDOW, "mode blend: the crossfade, in ticks ('6') or "
+          "seconds ('0.2s', rounded to ticks at control_rate_hz); 0 switches at once. Each "
+          'chunk plays at most its length less the window before the next is due.'),
+        P('seams.window_s', 60.0, 'Seconds of commands behind the seam figures on '
+          '/diagnostics (seams.*) and ~/seams; 0: everything since configure (evaluations).',
+          low=0.0, high=86400.0),
         P('execution', 'process', 'async: chunks are computed in the background while the '
           'queue plays out (never blocks the tick); process: async with the model in a '
           'child process, so message handling never competes with inference for the '
@@ -199,6 +211,17 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           choices=('raw', 'compressed'), read_only=True),
         P('command_type', 'JointTrajectory', 'Command message type.', choices=COMMAND_TYPES,
           read_only=True),
+        P('command_trajectory', 'point', 'command_type JointTrajectory: point sends the '
+          "tick's command as one point; chunk sends the rest of the plan as one multi-point "
+          'trajectory every tick (positions and velocities of the chunk, every point through '
+          'the safety chain, time_from_start one period apart, header.stamp the tick), so the '
+          'controller interpolates at its own rate; a tick without a command then sends an '
+          'empty trajectory (the controller holds).', choices=COMMAND_TRAJECTORIES,
+          read_only=True),
+        P('command_stream_rate_hz', 0.0, 'command_type Float64MultiArray: 0 sends one command '
+          'per tick; above control_rate_hz, commands at this rate interpolated from the '
+          "tick's command toward the next planned one (both through the safety chain).",
+          low=0.0, high=2000.0, read_only=True),
         P('command_topic', '', 'Command topic; empty means the controller default for the type '
           '(joint_trajectory_controller/joint_trajectory or forward_position_controller/commands).',
           read_only=True),
@@ -369,6 +392,7 @@ class NodeSettings:
     execution: str
     n_action_steps: int
     ensemble_coeff: float
+    blend_ticks: int
     control_rate_hz: float
     trigger: str
     sync_tolerance_s: float
@@ -404,6 +428,16 @@ class NodeSettings:
     # takes observation.environment_state.
     object_pose_topics: dict[str, str] = field(
         default_factory=lambda: {obj: f'{obj}_pose' for obj in OBJECTS})
+    seam_window_s: float = 60.0  # 0: since configure
+    command_trajectory: str = 'point'
+    command_stream_rate_hz: float = 0.0
+
+    @property
+    def seam_window_ticks(self) -> int | None:
+        """Ticks of the seam meter's window (``None``: since configure)."""
+        if self.seam_window_s <= 0:
+            return None
+        return max(8, int(round(self.seam_window_s * self.control_rate_hz)))
 
     @property
     def period_s(self) -> float:
@@ -451,6 +485,18 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         if not topic:
             raise ValueError(f'{key}: topic name is empty')
     gate = {key.split('.', 1)[1]: v[key] for key in v if key.startswith('release_gate.')}
+    blend_ticks = blend_window_ticks(v['blend_window'], v['control_rate_hz'])
+    if v['command_trajectory'] == 'chunk' and v['command_type'] != 'JointTrajectory':
+        raise ValueError('command_trajectory: chunk sends a multi-point JointTrajectory; '
+                         f"command_type is {v['command_type']} (use command_stream_rate_hz "
+                         'for an interpolated Float64MultiArray stream)')
+    stream = v['command_stream_rate_hz']
+    if stream > 0 and v['command_type'] != 'Float64MultiArray':
+        raise ValueError('command_stream_rate_hz applies to command_type Float64MultiArray; '
+                         f"command_type is {v['command_type']} (use command_trajectory: chunk)")
+    if 0 < stream <= v['control_rate_hz']:
+        raise ValueError(f'command_stream_rate_hz ({stream:g}) must be above control_rate_hz '
+                         f"({v['control_rate_hz']:g}), or 0 for one command per tick")
     if not v['visualization.frame_id']:
         raise ValueError('visualization.frame_id: frame name is empty')
     return NodeSettings(
@@ -458,7 +504,8 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         compile_mode=v['compile_mode'], precision=v['precision'], backend=v['backend'],
         torch_threads=v['torch_threads'], warmup=v['warmup'],
         mode=v['mode'], execution=v['execution'], n_action_steps=v['n_action_steps'],
-        ensemble_coeff=v['ensemble_coeff'], control_rate_hz=v['control_rate_hz'],
+        ensemble_coeff=v['ensemble_coeff'], blend_ticks=blend_ticks,
+        control_rate_hz=v['control_rate_hz'],
         trigger=v['trigger'], sync_tolerance_s=v['sync_tolerance_s'],
         max_obs_age_s=v['max_obs_age_s'], diagnostics_period_s=v['diagnostics_period_s'],
         joint_states_topic=v['joint_states_topic'], image_transport=v['image_transport'],
@@ -474,4 +521,6 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         visualization_enabled=v['visualization.enabled'],
         visualization_rate_hz=v['visualization.rate_hz'],
         visualization_frame_id=v['visualization.frame_id'],
-        pose_frame_id=v['pose_frame_id'] or v['visualization.frame_id'])
+        pose_frame_id=v['pose_frame_id'] or v['visualization.frame_id'],
+        seam_window_s=v['seams.window_s'], command_trajectory=v['command_trajectory'],
+        command_stream_rate_hz=stream)

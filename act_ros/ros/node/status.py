@@ -24,6 +24,23 @@ from act_ros.ros.diagnostics import RateMeter, diagnostic_array, missed_periods
 
 
 
+#: The seam figures on /diagnostics (seams.<name>), over the arm's joints.
+SEAM_KEYS = ('handovers', 'over_within_p99', 'velocity_jump_median', 'velocity_jump_mean',
+             'velocity_jump_max', 'within_chunk_velocity_step_median',
+             'within_chunk_velocity_step_p99', 'acceleration_jump_median',
+             'acceleration_jump_max', 'within_chunk_acceleration_step_p99')
+
+
+def seam_values(summary: dict[str, Any]) -> dict[str, Any]:
+    """``seams.*`` key/values of a seam summary (:mod:`act_ros.core.seams`): the arm's
+    figures (rad/s, rad/s^2; ``n/a`` before any handover) and each joint's largest
+    velocity jump."""
+    values = {f'seams.{key}': summary[key] for key in SEAM_KEYS}
+    for joint, figures in summary['per_joint'].items():
+        values[f'seams.velocity_jump_max.{joint}'] = figures['velocity_jump_max']
+    return {key: 'n/a' if value is None else value for key, value in values.items()}
+
+
 class NodeStatus:
     """Command rate and latency bookkeeping, and the periodic diagnostics message."""
 
@@ -143,6 +160,10 @@ class NodeStatus:
             for obj, topic in settings.object_pose_topics.items():
                 values[f'object_pose_topic.{obj}'] = node.resolve_topic_name(topic)
         values.update(counters)
+        # Chunk handovers against the motion within chunks (act_ros.core.seams), over the
+        # last seams.window_s.
+        if loop.seams is not None:
+            values.update(seam_values(loop.seams.summary()))
         # Which checkpoint: as named, its directory and, for a Hub id, repo, revision, commit.
         values.update(loop.runtime.source.as_values())
 
