@@ -35,6 +35,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                'backends); --int8: quantize it with NNCF on dataset frames (precision int8)'),
     'report': ('act_ros.report', 'write the tables of figures in README.md and docs/ from the '
                'committed result files (--check: fail when a page is stale)'),
+    'plot-seams': ('act_ros.training.seam_plot', 'joint position and velocity around chunk '
+                   'handovers, one panel per mode (chunk, ensemble, blend)'),
     'plot-plan': ('act_ros.ros.plan_plot', "a picture of act_node's planned path and release "
                   'gate, from its visualization topics'),
 }
