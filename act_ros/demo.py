@@ -52,9 +52,9 @@ SHIPPED_MODELS = (('sim_port_pick_align_poses', 'cameras + object poses', ('chun
                   ('aloha_transfer_cube', 'ALOHA transfer cube: top camera', ('chunk',)))
 SHIPPED_MODEL = SHIPPED_MODELS[1][0]
 # Episodes of gym-aloha's transfer cube per mode over ROS 2 (a step renders a 480x640 frame
-# of a meshed scene and sends it: about 6 steps/s on 2 cores, so fewer episodes than the
+# of a meshed scene and sends it: 3-6 steps/s on 2 cores, so fewer episodes than the
 # package's task to keep the demo near 10 minutes).
-ALOHA_DEMO_EPISODES = 5
+ALOHA_DEMO_EPISODES = 3
 
 
 @dataclass(frozen=True)

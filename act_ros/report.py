@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Callable
+import collections
 import json
 import math
 import os
@@ -373,6 +374,12 @@ def part_shipped_policies(src: Sources) -> str:
         rows.append([f'`{name}`', inputs, rate(vision['align_rate'], vision['count']),
                      f"{100 * vision['mean_position_error']:.1f} cm / "
                      f"{vision['mean_yaw_error']:.1f} deg", failures_text(vision['failures'])])
+    if src.exists(ALOHA_EVALUATIONS[0][1]):
+        aloha = src.json(ALOHA_EVALUATIONS[0][1])['modes']['chunk']
+        rows.append(['`aloha_transfer_cube` (gym-aloha, [docs/aloha.md](docs/aloha.md))',
+                     'top camera (120x160), 14 joints',
+                     f"success {rate(aloha['success_rate'], aloha['count'])}", '-',
+                     _stages_text(aloha['max_reward_counts'])])
     rows += [
         ['scripted expert (`act_ros/sim/expert.py`)', 'simulator state',
          rate(expert['align_rate'], expert['count']),
@@ -1133,6 +1140,108 @@ def part_aloha_expert(src: Sources) -> str:
         f"\nFailed seeds: {', '.join(str(s) for s in seeds) or 'none'}.\n")
 
 
+ALOHA_DIR = 'docs/results/aloha'
+ALOHA_MODEL = 'models/aloha_transfer_cube'
+# (label, file, mode key): the shipped transfer-cube policy, each way it was scored.
+ALOHA_EVALUATIONS = (
+    ('`act-ros evaluate`, chunk (100 actions per query)', f'{ALOHA_DIR}/evaluation.json',
+     'chunk'),
+    ('`act-ros evaluate`, temporal ensembling (k 0.01)',
+     f'{ALOHA_DIR}/evaluation_ensemble.json', 'ensemble'),
+    ('over ROS 2: `sim_bridge` and `act_node` (lock-step), chunk', f'{ALOHA_DIR}/ros_eval.json',
+     'chunk'),
+)
+ALOHA_LEROBOT_EVAL = f'{ALOHA_DIR}/lerobot_eval.json'
+
+
+def _aloha_episodes(data: dict, mode: str) -> dict[int, bool]:
+    """{seed: success} of one mode of an evaluation file (``act-ros evaluate`` or
+    ``ros_eval``: per-episode records under ``episodes``)."""
+    return {int(e['seed']): bool(e['success']) for e in data[mode].get('episodes', [])}
+
+
+def _lerobot_episodes(data: dict) -> dict[int, bool]:
+    """{seed: success} of a ``lerobot-eval`` ``eval_info.json`` (kept under ``eval_info``)."""
+    info = data['eval_info']
+    episodes = info.get('per_episode') or info['overall'].get('per_episode', [])
+    return {int(e['seed']): bool(e['success']) for e in episodes}
+
+
+def _stages_text(counts: dict[str, int]) -> str:
+    return ', '.join(f'{ALOHA_STAGES[k]} {v}' for k, v in counts.items()
+                     if v and k in ALOHA_STAGES) or 'none'
+
+
+def part_aloha_policy(src: Sources) -> str:
+    """The trained transfer-cube policy scored three ways on the evaluation seeds: the
+    package's evaluator (both execution modes), over ROS 2 through act_node, and LeRobot's
+    own lerobot-eval; with the per-seed agreement of each with the in-process run."""
+    rows, reference = [], None
+    for label, rel, mode in ALOHA_EVALUATIONS:
+        if not src.exists(rel):
+            continue
+        data = src.json(rel)
+        modes = data.get('modes', data)
+        m = modes[mode]
+        seeds = sorted(_aloha_episodes(modes, mode))
+        rows.append([label, f'{seeds[0]}..{seeds[-1]}' if seeds else '',
+                     f"**{rate(m['success_rate'], m['count'])}**", _stages_text(
+                         m['max_reward_counts']),
+                     f"{m.get('seconds', m.get('wall_s', 0.0)) / 60:.1f} min"])
+        if reference is None:
+            reference = _aloha_episodes(modes, mode)
+    agreement = []
+    if src.exists(ALOHA_LEROBOT_EVAL):
+        data = src.json(ALOHA_LEROBOT_EVAL)
+        episodes = _lerobot_episodes(data)
+        seeds = sorted(episodes)
+        wins = sum(episodes.values())
+        stages = collections.Counter(str(int(e['max_reward']))
+                                     for e in data['eval_info']['overall']['per_episode'])
+        rows.append(['LeRobot\'s `lerobot-eval` (gym-aloha\'s gym environment, 480x640 '
+                     'frames resized by the checkpoint\'s processor)', f'{seeds[0]}..{seeds[-1]}',
+                     f'**{rate(wins / len(seeds), len(seeds))}**', _stages_text(dict(stages)),
+                     f"{data['eval_info']['overall']['eval_s'] / 60:.1f} min"])
+    if reference:
+        for label, rel, mode in ALOHA_EVALUATIONS[1:]:
+            if src.exists(rel):
+                data = src.json(rel)
+                other = _aloha_episodes(data.get('modes', data), mode)
+                if mode == 'chunk':
+                    agreement.append((label.split(':')[0], other))
+        if src.exists(ALOHA_LEROBOT_EVAL):
+            agreement.append(('lerobot-eval', _lerobot_episodes(src.json(ALOHA_LEROBOT_EVAL))))
+    text = table(['evaluation', 'seeds', 'success rate', 'failed episodes by the stage they '
+                  'reached', 'wall clock'], rows)
+    for label, other in agreement:
+        shared = sorted(set(other) & set(reference))
+        same = sum(other[s] == reference[s] for s in shared)
+        text += (f'\n{label}: the same outcome as `act-ros evaluate` (chunk) on {same} of the '
+                 f'{len(shared)} seeds both ran.\n')
+    return text
+
+
+def part_aloha_curve(src: Sources) -> str:
+    """Success of the transfer-cube run's checkpoints against the time its training spent:
+    on the 5 trainer seeds its selection used, and on the evaluation seeds (chunk mode)."""
+    metrics = src.json(f'{ALOHA_MODEL}/training_metrics.json')
+    best_step = metrics['best']['closed_loop_chunk']['step']
+    rows = []
+    for point in metrics['history']['closed_loop']:
+        step = point['step']
+        rel = (ALOHA_EVALUATIONS[0][1] if step == best_step
+               else f'{ALOHA_DIR}/curve/step_{step:06d}.json')
+        evaluation = (rate(src.json(rel)['modes']['chunk']['success_rate'],
+                           src.json(rel)['modes']['chunk']['count'])
+                      if src.exists(rel) else 'not evaluated')
+        trainer = point['chunk']
+        rows.append([step, f"{point['cpu_s'] / 3600:.2f}", f"{point['wall_s'] / 3600:.2f}",
+                     rate(trainer['success_rate'], trainer['count']), evaluation])
+    return table(['step', 'training CPU hours', 'training wall-clock hours',
+                  'success, trainer seeds 1000000+', 'success, evaluation seeds 2000000+'],
+                 rows)
+
+
 def _seam_evaluation(src: Sources, mode: str) -> tuple[str, dict] | None:
     """The largest committed evaluation of ``mode`` in SEAMS_DIR (100 seeds, else 10)."""
     for seeds in (100, 10):
@@ -1205,6 +1314,8 @@ def part_seam_bench_node(src: Sources) -> str:
 
 PARTS: dict[str, Callable[[Sources], str]] = {
     'shipped_policies': part_shipped_policies,
+    'aloha_policy': part_aloha_policy,
+    'aloha_curve': part_aloha_curve,
     'poses_policy': part_poses_policy,
     'demo_result': part_demo_result,
     'vision_policy': part_vision_policy,

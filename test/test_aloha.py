@@ -243,6 +243,20 @@ def test_chunk_mode_plays_the_checkpoints_whole_chunk(aloha_checkpoint):
         env.close()
 
 
+def test_package_model_checks_an_aloha_checkpoint_on_its_own_task(aloha_checkpoint, tmp_path):
+    """act-ros package-model reads the checkpoint's task: observations of gym-aloha (14
+    joints, the top camera) and the ALOHA contract, not the package's 6-joint arm."""
+    from act_ros.training.package_model import package, sample_observations
+
+    observations = sample_observations(aloha_checkpoint, count=2)
+    assert [o.state.shape for o in observations] == [(14,), (14,)]
+    assert set(observations[0].images) == {'top'}
+    assert observations[0].images['top'].shape == (48, 64, 3)
+    report = package(aloha_checkpoint, tmp_path / 'aloha_packaged', observations=observations)
+    assert report['max_action_difference'] <= 1e-2
+    assert (tmp_path / 'aloha_packaged' / 'model.safetensors').is_file()
+
+
 def _aloha_contract():
     from act_ros.core.contract import load_contract
     from act_ros.sim.tasks import sim_task

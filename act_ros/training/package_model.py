@@ -43,15 +43,24 @@ def convert_weights(path: Path, dtype: str) -> dict[str, int]:
     return {'bytes_before': before, 'bytes_after': path.stat().st_size}
 
 
+def checkpoint_contract(checkpoint: Path) -> Any:
+    """The I/O contract of the robot a checkpoint was trained for (its task's)."""
+    from act_ros.core.contract import load_contract
+    from act_ros.sim.tasks import checkpoint_task
+
+    return load_contract(checkpoint_task(checkpoint).contract_path())
+
+
 def action_agreement(source: Path, packaged: Path, observations: list[Any]) -> float:
     """Largest difference (radians / gripper units) between the two checkpoints' first
     chunks on ``observations``."""
     from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
+    contract = checkpoint_contract(source)
     chunks = []
     for path in (source, packaged):
         with PolicyRuntime(RuntimeConfig(model_path=path, device='cpu', execution='sync',
-                                         warmup=False)) as runtime:
+                                         warmup=False, contract=contract)) as runtime:
             chunks.append([runtime.predictor.predict(obs) for obs in observations])
     return float(max(np.abs(a - b).max() for a, b in zip(*chunks)))
 
@@ -61,14 +70,18 @@ def sample_observations(checkpoint: Path, count: int = 4) -> list[Any]:
     start of ``count`` episodes), or random images where MuJoCo is not installed; with
     the object poses, for a checkpoint that takes them."""
     from act_ros.core.checkpoint import load_checkpoint
-    from act_ros.core.contract import load_contract
     from act_ros.core.observation import Observation
 
     from act_ros.core.object_state import environment_state
+    from act_ros.sim.tasks import checkpoint_task
 
-    contract = load_contract()
+    task = checkpoint_task(checkpoint)
+    contract = checkpoint_contract(checkpoint)
     # A checkpoint without cameras: any size (its observations carry the object poses).
-    shape = next(iter(load_checkpoint(checkpoint, device='cpu').image_shapes.values()), (96, 128))
+    shape = next(iter(load_checkpoint(checkpoint, device='cpu', contract=contract)
+                      .image_shapes.values()), (96, 128))
+    if task.is_aloha:
+        return _aloha_observations(task, contract, shape, count)
     try:
         from act_ros.sim import PortPickAlignEnv, SimConfig
     except ImportError:
@@ -88,6 +101,22 @@ def sample_observations(checkpoint: Path, count: int = 4) -> list[Any]:
             out.append(Observation(images=dict(obs.images),
                                    state=np.asarray(obs.joint_positions, dtype=np.float64),
                                    environment_state=obs.environment_state))
+    return out
+
+
+def _aloha_observations(task: Any, contract: Any, shape: tuple[int, int],
+                        count: int) -> list[Any]:
+    """The first observations of ``count`` gym-aloha episodes (seeds 3 000 000+), the
+    contract's cameras rendered at ``shape``."""
+    from act_ros.core.observation import Observation
+    from act_ros.sim.aloha.env import AlohaEnv
+
+    out = []
+    with AlohaEnv(task.aloha_task, cameras=contract.camera_names, image_size=shape) as env:
+        for k in range(count):
+            obs = env.reset(seed=3_000_000 + k)
+            out.append(Observation(images={cam: obs.images[cam] for cam in contract.camera_names},
+                                   state=np.asarray(obs.joint_positions, dtype=np.float64)))
     return out
 
 
@@ -112,7 +141,8 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
                                 'directory, e.g. the best/ folder of an act-ros train run)')
     if output.exists() and not overwrite:
         raise FileExistsError(f'{output} exists; pass --overwrite to replace it')
-    load_checkpoint(source, device='cpu')  # the source itself must be sound
+    contract = checkpoint_contract(source)
+    load_checkpoint(source, device='cpu', contract=contract)  # the source itself must be sound
     output.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f'.{output.name}.tmp-', dir=output.parent))
     try:
@@ -120,7 +150,7 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
             if item.is_file() and item.name != 'training_state.pt':
                 shutil.copy2(item, staging / item.name)
         sizes = convert_weights(staging / WEIGHTS, dtype)
-        load_checkpoint(staging, device='cpu')
+        load_checkpoint(staging, device='cpu', contract=contract)
         obs = observations if observations is not None else sample_observations(source)
         diff = action_agreement(source, staging, obs)
         if not diff <= tolerance:
