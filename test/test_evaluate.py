@@ -188,8 +188,10 @@ def test_every_mode_records_the_seams_of_its_commands(tiny_checkpoint, tmp_path,
     common = ['--checkpoint', str(tiny_checkpoint), '--episodes', '2', '--render-size', '48x64',
               '--episode-steps', '34', '--seed', '7', '--no-progress']
 
-    def measured(stride):  # a handover at h is measured through tick h + 2 of the episode
-        return 2 * len(range(stride, 34 - 2, stride))
+    def measured(stride, fade=1):
+        # A handover at h is measured through tick h + 2 of the episode, a crossfade of
+        # `fade` ticks through its last tick + 2 (core.seams: judged over all its ticks).
+        return 2 * len(range(stride, 34 - 2 - (fade - 1), stride))
     out = tmp_path / 'all.json'
     assert main(common + ['--mode', 'all', '--output', str(out)]) == 0
     printed = capsys.readouterr().out
@@ -205,7 +207,7 @@ def test_every_mode_records_the_seams_of_its_commands(tiny_checkpoint, tmp_path,
     chunk = json.loads((Path(tiny_checkpoint) / 'config.json').read_text())['chunk_size']
     assert modes['chunk']['seams']['handovers'] == measured(chunk) > 0
     assert modes['ensemble']['seams']['handovers'] == measured(1) - 2 * 2  # ticks 1, 2: no
-    assert modes['blend']['seams']['handovers'] == measured(chunk - 6) > 0
+    assert modes['blend']['seams']['handovers'] == measured(chunk - 6, fade=6) > 0
     # Two processes: the same seams (samples merged, not summaries averaged).
     two = tmp_path / 'two.json'
     assert main(common + ['--mode', 'blend', '--blend-window', '4', '--n-action-steps', '10',
@@ -214,7 +216,7 @@ def test_every_mode_records_the_seams_of_its_commands(tiny_checkpoint, tmp_path,
                           '--workers', '2', '--output', str(two)]) == 0
     one, both = (json.loads(p.read_text())['modes']['blend']['seams']
                  for p in (tmp_path / 'one.json', two))
-    assert one['handovers'] == measured(10)
+    assert one['handovers'] == measured(10, fade=4)
     for key in SEAM_KEYS:
         assert one[key] == pytest.approx(both[key]), key
     assert 'seam_samples' not in json.loads(two.read_text())['modes']['blend']
