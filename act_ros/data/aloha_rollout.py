@@ -9,7 +9,6 @@ never torch or the dataset stack.
 
 from __future__ import annotations
 
-import signal
 
 import numpy as np
 
@@ -76,43 +75,11 @@ def run_aloha_expert_episode(env, seed: int, camera_names: tuple[str, ...]) -> R
     return RolloutResult(seed=seed, success=True, frames=t, episode=episode, detail=detail)
 
 
-# --- worker process side -------------------------------------------------------------
+def aloha_env(task: str, camera_names: tuple[str, ...], image_size: tuple[int, int],
+              episode_steps: int | None):
+    """A gym-aloha simulation for collection (the whole episode plays; see
+    :func:`act_ros.data.rollout.init_worker`)."""
+    from act_ros.sim.aloha.env import AlohaEnv
 
-_worker_env = None
-_worker_cameras: tuple[str, ...] = ()
-_worker_error: str | None = None
-
-
-def init_worker(task: str, camera_names: tuple[str, ...], image_size: tuple[int, int],
-                episode_steps: int | None, *, handle_sigint: bool = True) -> None:
-    """Pool initializer: one gym-aloha simulation per worker process (see
-    :func:`act_ros.data.rollout.init_worker` for the SIGINT and error handling)."""
-    global _worker_env, _worker_cameras, _worker_error
-    if handle_sigint:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
-    _worker_cameras = tuple(camera_names)
-    try:
-        from act_ros.sim.aloha.env import AlohaEnv
-
-        _worker_env = AlohaEnv(task, cameras=camera_names, image_size=image_size,
-                               episode_steps=episode_steps, terminate_on_success=False)
-    except Exception as exc:  # noqa: BLE001 - reported to the main process by worker_episode
-        _worker_error = f'{type(exc).__name__}: {exc}'
-
-
-def worker_episode(seed: int) -> RolloutResult:
-    """Pool task: one expert episode in this worker's simulation."""
-    if _worker_error is not None:
-        raise RuntimeError(f'the gym-aloha simulation could not be built in a worker process: '
-                           f'{_worker_error}')
-    if _worker_env is None:
-        raise RuntimeError('worker_episode() called in a process where init_worker() did not run')
-    return run_aloha_expert_episode(_worker_env, seed, _worker_cameras)
-
-
-def close_worker() -> None:
-    """Release this process's simulation (its GL context) now."""
-    global _worker_env
-    if _worker_env is not None:
-        _worker_env.close()
-        _worker_env = None
+    return AlohaEnv(task, cameras=camera_names, image_size=image_size,
+                    episode_steps=episode_steps, terminate_on_success=False)

@@ -14,6 +14,7 @@ import argparse
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+import functools
 import multiprocessing
 import os
 from pathlib import Path
@@ -23,6 +24,7 @@ import time
 from act_ros.core.contract import load_contract
 from act_ros.core.contract import parse_image_size
 from act_ros.data.episode import DatasetLayout
+from act_ros.data import rollout
 from act_ros.data.rollout import SIM_EXTRA_FEATURES, RolloutResult
 from act_ros.core.arguments import HelpFormatter
 
@@ -121,13 +123,10 @@ def make_sim_config(config: CollectConfig, fps: int):
     return sim_config
 
 
-def _rollouts_in_process(worker_module: str, initargs: tuple, seeds: Iterator[int],
+def _rollouts_in_process(initargs: tuple, seeds: Iterator[int],
                          wanted: Callable[[], int]) -> Iterator[RolloutResult]:
     """Results in seed order from this process, through the same ``init_worker`` and
     ``worker_episode`` as the pool's workers."""
-    import importlib
-
-    rollout = importlib.import_module(worker_module)
     rollout.init_worker(*initargs, handle_sigint=False)
     try:
         for seed in seeds:
@@ -138,18 +137,16 @@ def _rollouts_in_process(worker_module: str, initargs: tuple, seeds: Iterator[in
         rollout.close_worker()  # release the GL context now, not at interpreter exit
 
 
-def _rollouts_in_pool(worker_module: str, initargs: tuple, seeds: Iterator[int],
-                      workers: int, wanted: Callable[[], int]) -> Iterator[RolloutResult]:
-    """Results in seed order, from ``workers`` processes running ``worker_module``'s
-    ``init_worker(*initargs)`` once and ``worker_episode(seed)`` per episode.
+def _rollouts_in_pool(initargs: tuple, seeds: Iterator[int], workers: int,
+                      wanted: Callable[[], int]) -> Iterator[RolloutResult]:
+    """Results in seed order, from ``workers`` processes running
+    :func:`act_ros.data.rollout.init_worker` ``(*initargs)`` once and ``worker_episode(seed)``
+    per episode.
 
     At most ``workers + 1`` episodes are in flight (memory stays bounded: one episode at
     480x640 is ~550 MB), and never more than the successes still ``wanted()``, so little
     simulation is thrown away at the end.
     """
-    import importlib
-
-    rollout = importlib.import_module(worker_module)
     # spawn: MuJoCo's GL contexts and torch's threads do not survive a fork safely.
     ctx = multiprocessing.get_context('spawn')
     pool = ctx.Pool(workers, initializer=rollout.init_worker, initargs=initargs)
@@ -193,21 +190,24 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
         raise ValueError(f'the {task.name} simulation runs at {task.fps} fps but the contract '
                          f'{contract.source} says {contract.fps}')
     if task.is_aloha:
-        from act_ros.data.aloha_rollout import ALOHA_EXTRA_FEATURES
+        from act_ros.data.aloha_rollout import (ALOHA_EXTRA_FEATURES, aloha_env,
+                                                run_aloha_expert_episode)
 
         layout = DatasetLayout(contract=contract, image_height=config.image_height,
                                image_width=config.image_width, use_video=config.use_video,
                                robot_type='aloha_sim', extra_features=ALOHA_EXTRA_FEATURES)
-        worker_module = 'act_ros.data.aloha_rollout'
-        initargs: tuple = (task.aloha_task, contract.camera_names,
-                           (config.image_height, config.image_width), config.episode_steps)
+        initargs: tuple = (
+            functools.partial(aloha_env, task.aloha_task, contract.camera_names,
+                              (config.image_height, config.image_width), config.episode_steps),
+            run_aloha_expert_episode, contract.camera_names)
     else:
         layout = DatasetLayout(contract=contract, image_height=config.image_height,
                                image_width=config.image_width, use_video=config.use_video,
                                extra_features=SIM_EXTRA_FEATURES)
-        worker_module = 'act_ros.data.rollout'
-        initargs = (make_sim_config(config, contract.fps), contract.camera_names,
-                    config.exploration_noise_rad)
+        initargs = (functools.partial(rollout.port_pick_align_env,
+                                      make_sim_config(config, contract.fps)),
+                    rollout.run_expert_episode, contract.camera_names,
+                    {'noise_rad': config.exploration_noise_rad})
     check_output(config.output, config.overwrite)
     if config.base_dataset is not None:
         check_joinable(config.base_dataset, layout.features())
@@ -219,9 +219,9 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
         return config.episodes - len(stats.recorded_seeds)
 
     if config.workers > 1:
-        results = _rollouts_in_pool(worker_module, initargs, seeds, config.workers, wanted)
+        results = _rollouts_in_pool(initargs, seeds, config.workers, wanted)
     else:
-        results = _rollouts_in_process(worker_module, initargs, seeds, wanted)
+        results = _rollouts_in_process(initargs, seeds, wanted)
     try:
         if config.base_dataset is None:
             _write(config, layout, results, stats, wanted, progress, config.output)

@@ -7,6 +7,8 @@ the LeRobot dataset stack.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Callable
+from typing import Any
 import signal
 
 import numpy as np
@@ -145,16 +147,30 @@ def _describe(result) -> str:
 
 
 # --- worker process side -------------------------------------------------------------
+# One simulation per worker process, reused across episodes: ``init_worker(make_env,
+# run_episode, camera_names, episode_kwargs)`` builds it with ``make_env()``,
+# ``worker_episode(seed)`` plays one with ``run_episode(env, seed, camera_names,
+# **episode_kwargs)``. Both are picklable (top-level functions, partials of
+# them), so one pool serves every task (act_ros.data.collect).
 
 _worker_env = None
+_worker_run: Callable[..., RolloutResult] | None = None
 _worker_cameras: tuple[str, ...] = ()
-_worker_noise_rad = 0.0
+_worker_kwargs: dict[str, Any] = {}
 _worker_error: str | None = None
 
 
-def init_worker(sim_config, camera_names: tuple[str, ...], noise_rad: float = 0.0, *,
-                handle_sigint: bool = True) -> None:
-    """Pool initializer: build one simulation per worker process, reused across episodes.
+def port_pick_align_env(sim_config):
+    """The package's simulation (imported here: in a worker, a failure is reported)."""
+    from act_ros.sim import PortPickAlignEnv
+
+    return PortPickAlignEnv(sim_config)
+
+
+def init_worker(make_env: Callable[[], Any], run_episode: Callable[..., RolloutResult],
+                camera_names: tuple[str, ...], episode_kwargs: dict[str, Any] | None = None,
+                *, handle_sigint: bool = True) -> None:
+    """Pool initializer: build this worker's simulation, reused across episodes.
 
     Workers ignore SIGINT (``handle_sigint``; off when the collection runs in the main
     process): Ctrl-C is handled once, in the main process, which then terminates the pool.
@@ -162,15 +178,14 @@ def init_worker(sim_config, camera_names: tuple[str, ...], noise_rad: float = 0.
     initializer that raises would make the pool respawn the worker forever, and the main
     process would wait forever).
     """
-    global _worker_env, _worker_cameras, _worker_error, _worker_noise_rad
+    global _worker_env, _worker_run, _worker_cameras, _worker_kwargs, _worker_error
     if handle_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _worker_run = run_episode
     _worker_cameras = tuple(camera_names)
-    _worker_noise_rad = float(noise_rad)
+    _worker_kwargs = dict(episode_kwargs or {})
     try:
-        from act_ros.sim import PortPickAlignEnv
-
-        _worker_env = PortPickAlignEnv(sim_config)
+        _worker_env = make_env()
     except Exception as exc:  # noqa: BLE001 - reported to the main process by worker_episode
         _worker_error = f'{type(exc).__name__}: {exc}'
 
@@ -180,9 +195,9 @@ def worker_episode(seed: int) -> RolloutResult:
     if _worker_error is not None:
         raise RuntimeError(f'the simulation could not be built in a worker process: '
                            f'{_worker_error}')
-    if _worker_env is None:
+    if _worker_env is None or _worker_run is None:
         raise RuntimeError('worker_episode() called in a process where init_worker() did not run')
-    return run_expert_episode(_worker_env, seed, _worker_cameras, noise_rad=_worker_noise_rad)
+    return _worker_run(_worker_env, seed, _worker_cameras, **_worker_kwargs)
 
 
 def close_worker() -> None:
