@@ -50,22 +50,23 @@ class SimTask:
         return config_path(self.node_params)
 
 
+def _aloha_task(aloha_task: str, description: str) -> SimTask:
+    """A gym-aloha task: both run the bimanual robot of config/robots/aloha at 50 Hz with
+    gym-aloha's 480x640 camera."""
+    return SimTask(f'aloha_{aloha_task}', 'robots/aloha/contract.yaml', 'robots/aloha/act.yaml',
+                   50, (480, 640), aloha_task=aloha_task, description=description)
+
+
 SIM_TASKS: dict[str, SimTask] = {
     'port_pick_align': SimTask(
         'port_pick_align', 'contract.yaml', 'act.yaml', 30, (480, 640),
         description="the package's 6-joint arm picks a 3 cm box and places it aligned on a pad"),
-    'aloha_transfer_cube': SimTask(
-        'aloha_transfer_cube', 'robots/aloha/contract.yaml', 'robots/aloha/act.yaml', 50,
-        (480, 640),
-        aloha_task='transfer_cube',
-        description='gym-aloha AlohaTransferCube-v0: the right arm picks the cube and hands it '
-                    'to the left arm'),
-    'aloha_insertion': SimTask(
-        'aloha_insertion', 'robots/aloha/contract.yaml', 'robots/aloha/act.yaml', 50,
-        (480, 640),
-        aloha_task='insertion',
-        description='gym-aloha AlohaInsertion-v0: each arm picks a part, the peg goes into '
-                    'the socket'),
+    'aloha_transfer_cube': _aloha_task(
+        'transfer_cube', 'gym-aloha AlohaTransferCube-v0: the right arm picks the cube and '
+        'hands it to the left arm'),
+    'aloha_insertion': _aloha_task(
+        'insertion', 'gym-aloha AlohaInsertion-v0: each arm picks a part, the peg goes into '
+        'the socket'),
 }
 
 

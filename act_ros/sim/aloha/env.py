@@ -40,37 +40,46 @@ ALOHA_IMAGE_SIZE = (480, 640)
 
 @dataclass(frozen=True)
 class AlohaTaskSpec:
-    """One gym-aloha task: its scene files, task classes and LeRobot's settings for it."""
+    """One gym-aloha task: LeRobot's settings for it; its scene files and task classes follow
+    gym-aloha's naming from ``name`` (``transfer_cube``: ``TransferCubeTask`` in
+    ``bimanual_viperx_transfer_cube.xml``, ``AlohaTransferCube-v0``)."""
 
     name: str
-    gym_id: str  # gymnasium id (gym-aloha registers it; lerobot-eval --env.task=<after '/'>)
-    scene_xml: str  # joint-space scene in gym_aloha/assets
-    ee_scene_xml: str  # end-effector (mocap) scene, for the scripted expert
-    task_class: str  # in gym_aloha.tasks.sim
-    ee_task_class: str  # in gym_aloha.tasks.sim_end_effector
     # Control steps per episode: LeRobot's AlohaEnv(episode_length=400), which is what
     # lerobot-eval runs (gym-aloha's own registration says 300).
     episode_steps: int = 400
     description: str = ''
 
     @property
+    def _camel(self) -> str:
+        return ''.join(word.capitalize() for word in self.name.split('_'))
+
+    @property
+    def gym_id(self) -> str:
+        """The gymnasium id gym-aloha registers (``gym_aloha/AlohaTransferCube-v0``)."""
+        return f'gym_aloha/Aloha{self._camel}-v0'
+
+    @property
     def env_task(self) -> str:
         """The name ``lerobot-eval --env.task`` takes (``AlohaTransferCube-v0``)."""
         return self.gym_id.split('/', 1)[1]
 
+    def scene_xml(self, end_effector: bool = False) -> str:
+        """The joint-space scene in gym_aloha/assets, or the end-effector (mocap) one the
+        scripted expert plans in."""
+        return f"bimanual_viperx_{'end_effector_' if end_effector else ''}{self.name}.xml"
+
+    def task_class(self, end_effector: bool = False) -> str:
+        """The task class in gym_aloha.tasks.sim (or .sim_end_effector)."""
+        return f"{self._camel}{'EndEffector' if end_effector else ''}Task"
+
 
 ALOHA_TASKS: dict[str, AlohaTaskSpec] = {
     'transfer_cube': AlohaTaskSpec(
-        name='transfer_cube', gym_id='gym_aloha/AlohaTransferCube-v0',
-        scene_xml='bimanual_viperx_transfer_cube.xml',
-        ee_scene_xml='bimanual_viperx_end_effector_transfer_cube.xml',
-        task_class='TransferCubeTask', ee_task_class='TransferCubeEndEffectorTask',
+        'transfer_cube',
         description='the right arm picks the cube from the table and hands it to the left arm'),
     'insertion': AlohaTaskSpec(
-        name='insertion', gym_id='gym_aloha/AlohaInsertion-v0',
-        scene_xml='bimanual_viperx_insertion.xml',
-        ee_scene_xml='bimanual_viperx_end_effector_insertion.xml',
-        task_class='InsertionTask', ee_task_class='InsertionEndEffectorTask',
+        'insertion',
         description='each arm picks one part (peg, socket) and the peg goes into the socket'),
 }
 
@@ -135,10 +144,9 @@ def build_environment(spec: AlohaTaskSpec, *, end_effector: bool = False) -> Any
     import gym_aloha.tasks.sim_end_effector as ee_tasks
 
     assets = Path(gym_aloha.__file__).parent / 'assets'
-    xml = assets / (spec.ee_scene_xml if end_effector else spec.scene_xml)
+    xml = assets / spec.scene_xml(end_effector)
     module = ee_tasks if end_effector else joint_tasks
-    task = _without_rendering(getattr(module, spec.ee_task_class if end_effector
-                                      else spec.task_class))()
+    task = _without_rendering(getattr(module, spec.task_class(end_effector)))()
     physics = dm_mujoco.Physics.from_xml_path(str(xml))
     return control.Environment(physics, task, time_limit=float('inf'),
                                control_timestep=1.0 / ALOHA_FPS, n_sub_steps=None,
