@@ -374,8 +374,8 @@ def part_shipped_policies(src: Sources) -> str:
         rows.append([f'`{name}`', inputs, rate(vision['align_rate'], vision['count']),
                      f"{100 * vision['mean_position_error']:.1f} cm / "
                      f"{vision['mean_yaw_error']:.1f} deg", failures_text(vision['failures'])])
-    if src.exists(ALOHA_EVALUATIONS[0][1]):
-        aloha = src.json(ALOHA_EVALUATIONS[0][1])['modes']['chunk']
+    if src.exists(ALOHA_EVALUATION):
+        aloha = src.json(ALOHA_EVALUATION)['modes']['chunk']
         rows.append(['`aloha_transfer_cube` (gym-aloha, [docs/aloha.md](docs/aloha.md))',
                      'top camera (120x160), 14 joints',
                      f"success {rate(aloha['success_rate'], aloha['count'])}", '-',
@@ -1126,8 +1126,7 @@ def part_aloha_expert(src: Sources) -> str:
     """The gym-aloha expert's success on the evaluation seeds: its joint-space replay (the
     demonstrations) and the end-effector plan it replays."""
     e = src.json(ALOHA_EXPERT)
-    failed = ', '.join(f'{ALOHA_STAGES[k]} {v}' for k, v in e['max_reward_counts'].items()
-                       if v and k in ALOHA_STAGES) or 'none'
+    failed = _stages_text(e['max_reward_counts'])
     seeds = e['failed_seeds']
     first = e['provenance']['command'].split('--seed ')[1].split()[0]
     return table(['scripted expert, transfer cube', 'seeds', 'success rate',
@@ -1142,82 +1141,56 @@ def part_aloha_expert(src: Sources) -> str:
 
 ALOHA_DIR = 'docs/results/aloha'
 ALOHA_MODEL = 'models/aloha_transfer_cube'
-# (label, file, mode key): the shipped transfer-cube policy, each way it was scored.
-ALOHA_EVALUATIONS = (
-    ('`act-ros evaluate`, chunk (100 actions per query)', f'{ALOHA_DIR}/evaluation.json',
-     'chunk'),
-    ('`act-ros evaluate`, temporal ensembling (k 0.01)',
-     f'{ALOHA_DIR}/evaluation_ensemble.json', 'ensemble'),
-    ('over ROS 2: `sim_bridge` and `act_node` (lock-step), chunk', f'{ALOHA_DIR}/ros_eval.json',
-     'chunk'),
-)
-ALOHA_LEROBOT_EVAL = f'{ALOHA_DIR}/lerobot_eval.json'
-
-
-def _aloha_episodes(data: dict, mode: str) -> dict[int, bool]:
-    """{seed: success} of one mode of an evaluation file (``act-ros evaluate`` or
-    ``ros_eval``: per-episode records under ``episodes``)."""
-    return {int(e['seed']): bool(e['success']) for e in data[mode].get('episodes', [])}
-
-
-def _lerobot_episodes(data: dict) -> dict[int, bool]:
-    """{seed: success} of a ``lerobot-eval`` ``eval_info.json`` (kept under ``eval_info``)."""
-    info = data['eval_info']
-    episodes = info.get('per_episode') or info['overall'].get('per_episode', [])
-    return {int(e['seed']): bool(e['success']) for e in episodes}
+ALOHA_EVALUATION = f'{ALOHA_DIR}/evaluation.json'
 
 
 def _stages_text(counts: dict[str, int]) -> str:
+    """Failed episodes by the highest gym-aloha reward stage they reached."""
     return ', '.join(f'{ALOHA_STAGES[k]} {v}' for k, v in counts.items()
                      if v and k in ALOHA_STAGES) or 'none'
 
 
+def _aloha_runs(src: Sources) -> list[tuple[str, dict[int, tuple[bool, float]], float]]:
+    """Each way the shipped transfer-cube policy was scored: (label, {seed: (success,
+    highest reward)}, seconds), the in-process chunk run first."""
+    runs = []
+    for label, rel in (('`act-ros evaluate`, chunk (100 actions per query)', ALOHA_EVALUATION),
+                       ('over ROS 2: `sim_bridge` and `act_node` (lock-step), chunk',
+                        f'{ALOHA_DIR}/ros_eval.json')):
+        data = src.json(rel)
+        chunk = data.get('modes', data)['chunk']
+        runs.append((label, {int(e['seed']): (bool(e['success']), float(e['max_reward']))
+                             for e in chunk['episodes']},
+                     chunk.get('seconds', chunk.get('wall_s'))))
+    overall = src.json(f'{ALOHA_DIR}/lerobot_eval.json')['eval_info']['overall']
+    runs.append(("LeRobot's `lerobot-eval` (gym-aloha's gym environment, 480x640 frames "
+                 "resized by the checkpoint's processor)",
+                 {int(e['seed']): (bool(e['success']), float(e['max_reward']))
+                  for e in overall['per_episode']}, overall['eval_s']))
+    return runs
+
+
 def part_aloha_policy(src: Sources) -> str:
     """The trained transfer-cube policy scored three ways on the evaluation seeds: the
-    package's evaluator (both execution modes), over ROS 2 through act_node, and LeRobot's
-    own lerobot-eval; with the per-seed agreement of each with the in-process run."""
-    rows, reference = [], None
-    for label, rel, mode in ALOHA_EVALUATIONS:
-        if not src.exists(rel):
-            continue
-        data = src.json(rel)
-        modes = data.get('modes', data)
-        m = modes[mode]
-        seeds = sorted(_aloha_episodes(modes, mode))
-        rows.append([label, f'{seeds[0]}..{seeds[-1]}' if seeds else '',
-                     f"**{rate(m['success_rate'], m['count'])}**", _stages_text(
-                         m['max_reward_counts']),
-                     f"{m.get('seconds', m.get('wall_s', 0.0)) / 60:.1f} min"])
-        if reference is None:
-            reference = _aloha_episodes(modes, mode)
-    agreement = []
-    if src.exists(ALOHA_LEROBOT_EVAL):
-        data = src.json(ALOHA_LEROBOT_EVAL)
-        episodes = _lerobot_episodes(data)
+    package's evaluator, over ROS 2 through act_node, and LeRobot's own lerobot-eval; with
+    the per-seed agreement of the other two with the in-process run."""
+    runs = _aloha_runs(src)
+    rows = []
+    for label, episodes, seconds in runs:
         seeds = sorted(episodes)
-        wins = sum(episodes.values())
-        stages = collections.Counter(str(int(e['max_reward']))
-                                     for e in data['eval_info']['overall']['per_episode'])
-        rows.append(['LeRobot\'s `lerobot-eval` (gym-aloha\'s gym environment, 480x640 '
-                     'frames resized by the checkpoint\'s processor)', f'{seeds[0]}..{seeds[-1]}',
-                     f'**{rate(wins / len(seeds), len(seeds))}**', _stages_text(dict(stages)),
-                     f"{data['eval_info']['overall']['eval_s'] / 60:.1f} min"])
-    if reference:
-        for label, rel, mode in ALOHA_EVALUATIONS[1:]:
-            if src.exists(rel):
-                data = src.json(rel)
-                other = _aloha_episodes(data.get('modes', data), mode)
-                if mode == 'chunk':
-                    agreement.append((label.split(':')[0], other))
-        if src.exists(ALOHA_LEROBOT_EVAL):
-            agreement.append(('lerobot-eval', _lerobot_episodes(src.json(ALOHA_LEROBOT_EVAL))))
+        wins = sum(success for success, _ in episodes.values())
+        stages = collections.Counter(str(int(reward)) for _, reward in episodes.values())
+        rows.append([label, f'{seeds[0]}..{seeds[-1]}',
+                     f'**{rate(wins / len(seeds), len(seeds))}**', _stages_text(dict(sorted(stages.items()))),
+                     f'{seconds / 60:.1f} min'])
     text = table(['evaluation', 'seeds', 'success rate', 'failed episodes by the stage they '
                   'reached', 'wall clock'], rows)
-    for label, other in agreement:
-        shared = sorted(set(other) & set(reference))
-        same = sum(other[s] == reference[s] for s in shared)
-        text += (f'\n{label}: the same outcome as `act-ros evaluate` (chunk) on {same} of the '
-                 f'{len(shared)} seeds both ran.\n')
+    reference = runs[0][1]
+    for label, episodes, _ in runs[1:]:
+        shared = sorted(set(episodes) & set(reference))
+        same = sum(episodes[s][0] == reference[s][0] for s in shared)
+        text += (f"\n{label.split(' (')[0].split(':')[0]}: the same outcome as `act-ros "
+                 f'evaluate` (chunk) on {same} of the {len(shared)} seeds both ran.\n')
     return text
 
 
@@ -1229,7 +1202,7 @@ def part_aloha_curve(src: Sources) -> str:
     rows = []
     for point in metrics['history']['closed_loop']:
         step = point['step']
-        rel = (ALOHA_EVALUATIONS[0][1] if step == best_step
+        rel = (ALOHA_EVALUATION if step == best_step
                else f'{ALOHA_DIR}/curve/step_{step:06d}.json')
         evaluation = (rate(src.json(rel)['modes']['chunk']['success_rate'],
                            src.json(rel)['modes']['chunk']['count'])
