@@ -30,39 +30,35 @@ def run_aloha_expert_episode(env, seed: int, camera_names: tuple[str, ...]) -> R
 
     Frame t holds the images and joints observed at step t and the joint targets sent at t.
     """
-    from act_ros.sim.aloha.expert import JointTrajectoryExpert, end_effector_rollout
+    from act_ros.sim.aloha.env import ALOHA_JOINTS
+    from act_ros.sim.aloha.expert import end_effector_rollout, replay
 
     if env.terminate_on_success:
         raise ValueError('demonstrations keep whole episodes: build the AlohaEnv with '
                          'terminate_on_success=False')
     trajectory = end_effector_rollout(env.spec.name, seed, env.episode_steps)
-    expert = JointTrajectoryExpert(trajectory)
-    env.reset(seed)
-    while not env.done:
-        env.step(expert.act(env.step_index))
-    result = env.evaluate()
+    result = replay(env, trajectory)  # no camera read: nothing rendered
     detail = (f'end-effector plan reward {trajectory.ee_max_reward:g}, joint-space replay '
               f'reward {result.max_reward:g} (4 = transferred)')
     if not result.success:
         return RolloutResult(seed=seed, success=False, frames=result.steps, episode=None,
                              detail=detail)
     steps = env.episode_steps
-    obs = env.reset(seed)
     images = {name: np.empty((steps, *env.image_size, 3), dtype=np.uint8) for name in camera_names}
-    states = np.empty((steps, len(obs.joint_positions)), dtype=np.float32)
+    states = np.empty((steps, len(ALOHA_JOINTS)), dtype=np.float32)
     actions = np.empty_like(states)
     env_state = np.empty((steps, len(ALOHA_ENV_STATE_NAMES)), dtype=np.float32)
-    t = 0
-    while not env.done:
-        action = expert.act(t)
+
+    def record(obs, action) -> None:
+        t = obs.step_index
         for name in camera_names:
             images[name][t] = obs.images[name]
         states[t] = obs.joint_positions
         actions[t] = action
         env_state[t] = obs.env_state[:len(ALOHA_ENV_STATE_NAMES)]
-        obs = env.step(action)
-        t += 1
-    replayed = env.evaluate()
+
+    replayed = replay(env, trajectory, on_step=record)
+    t = replayed.steps
     if replayed.success != result.success or replayed.max_reward != result.max_reward:
         raise RuntimeError(f'seed {seed}: the rendered replay ended otherwise than the first '
                            f'(reward {replayed.max_reward:g} against {result.max_reward:g}); '

@@ -115,7 +115,7 @@ def evaluate_aloha(task: str, seeds: range, *, verbose: bool = False) -> dict:
     plan's own success in the end-effector task is beside it, and the highest reward stage
     each failed replay reached."""
     from act_ros.sim.aloha.env import AlohaEnv, summarize_aloha_results
-    from act_ros.sim.aloha.expert import JointTrajectoryExpert, end_effector_rollout
+    from act_ros.sim.aloha.expert import end_effector_rollout, replay
     from act_ros.sim.tasks import sim_task
 
     name, task = task, sim_task(task).aloha_task
@@ -125,11 +125,7 @@ def evaluate_aloha(task: str, seeds: range, *, verbose: bool = False) -> dict:
         for seed in seeds:
             trajectory = end_effector_rollout(task, seed, env.episode_steps)
             planned += trajectory.ee_max_reward >= env.max_reward
-            expert = JointTrajectoryExpert(trajectory)
-            env.reset(seed)
-            while not env.done:
-                env.step(expert.act(env.step_index))
-            result = env.evaluate()
+            result = replay(env, trajectory)
             results.append(result)
             if not result.success:
                 failed.append({'seed': seed, 'max_reward': result.max_reward,

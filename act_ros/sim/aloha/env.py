@@ -42,7 +42,7 @@ ALOHA_IMAGE_SIZE = (480, 640)
 class AlohaTaskSpec:
     """One gym-aloha task: LeRobot's settings for it; its scene files and task classes follow
     gym-aloha's naming from ``name`` (``transfer_cube``: ``TransferCubeTask`` in
-    ``bimanual_viperx_transfer_cube.xml``, ``AlohaTransferCube-v0``)."""
+    ``bimanual_viperx_transfer_cube.xml``; gymnasium id ``gym_aloha/AlohaTransferCube-v0``)."""
 
     name: str
     # Control steps per episode: LeRobot's AlohaEnv(episode_length=400), which is what
@@ -53,16 +53,6 @@ class AlohaTaskSpec:
     @property
     def _camel(self) -> str:
         return ''.join(word.capitalize() for word in self.name.split('_'))
-
-    @property
-    def gym_id(self) -> str:
-        """The gymnasium id gym-aloha registers (``gym_aloha/AlohaTransferCube-v0``)."""
-        return f'gym_aloha/Aloha{self._camel}-v0'
-
-    @property
-    def env_task(self) -> str:
-        """The name ``lerobot-eval --env.task`` takes (``AlohaTransferCube-v0``)."""
-        return self.gym_id.split('/', 1)[1]
 
     def scene_xml(self, end_effector: bool = False) -> str:
         """The joint-space scene in gym_aloha/assets, or the end-effector (mocap) one the

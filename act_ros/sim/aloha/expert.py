@@ -403,13 +403,12 @@ class JointTrajectoryExpert:
         return actions[min(step_index, len(actions) - 1)].copy()
 
 
-def expert_episode(env: AlohaEnv, seed: int, on_step=None):
-    """Plan episode ``seed`` in the end-effector task and replay it in ``env`` (which must not
-    end at success, so the whole trajectory plays); ``on_step(obs, action)`` sees every step
+def replay(env: AlohaEnv, trajectory: JointTrajectory, on_step=None):
+    """Replay ``trajectory`` in ``env`` (reset with the trajectory's seed; an env that does
+    not end at success plays the whole of it); ``on_step(obs, action)`` sees every step
     before it is taken. Returns the joint-space episode's result."""
-    trajectory = end_effector_rollout(env.spec.name, seed, env.episode_steps)
     expert = JointTrajectoryExpert(trajectory)
-    obs = env.reset(seed)
+    obs = env.reset(trajectory.seed)
     while not env.done:
         action = expert.act(env.step_index)
         if on_step is not None:
