@@ -160,8 +160,13 @@ def merged_provenance(runs: dict[str, dict]) -> dict:
             return values[0]
         return '; '.join(f'{name}: {entry[key]}' for name, entry in runs.items())
 
-    return {'command': '; '.join(entry['command'] for entry in runs.values()),
-            'commit': joined('commit'), 'machine': joined('machine'), 'runs': runs}
+    merged = {'command': '; '.join(entry['command'] for entry in runs.values()),
+              'commit': joined('commit'), 'machine': joined('machine'), 'runs': runs}
+    changed = {name: entry['local_changes'] for name, entry in runs.items()
+               if 'local_changes' in entry}
+    if changed:  # a run from a tree with local changes names them (act-ros report checks)
+        merged['local_changes'] = '; '.join(f'{name}: {files}' for name, files in changed.items())
+    return merged
 
 
 @contextlib.contextmanager
