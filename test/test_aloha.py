@@ -231,7 +231,8 @@ def test_chunk_mode_plays_the_checkpoints_whole_chunk(aloha_checkpoint):
     policy = SimPolicy(aloha_checkpoint, mode='chunk', safety=safety, contract=contract)
     env = AlohaEnv('transfer_cube', cameras=policy.cameras, episode_steps=150)
     try:
-        assert policy.runtime.config.n_action_steps == 100
+        assert policy.runtime.config.n_action_steps is None  # the checkpoint's own
+        assert policy.runtime.n_action_steps == 100
         obs = env.reset(5)
         policy.reset(obs)
         while not env.done:

@@ -1,5 +1,6 @@
 """Loading errors name the file and the problem; nothing touches the network."""
 
+import dataclasses
 import json
 import shutil
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from act_ros.core.checkpoint import create_checkpoint, load_checkpoint, read_checkpoint_info
-from act_ros.core.contract import Contract, load_contract
+from act_ros.core.contract import load_contract
 from act_ros.core.device import select_device
 from act_ros.core.errors import CheckpointError, ContractMismatchError, DeviceUnavailableError
 from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
@@ -27,6 +28,7 @@ def test_loads_and_reports_shapes(ckpt):
     assert loaded.image_shapes == {'observation.images.top': (48, 64),
                                    'observation.images.wrist': (48, 64)}
     assert loaded.chunk_size == 30 and loaded.config.pretrained_backbone_weights is None
+    assert loaded.n_action_steps == 30 == read_checkpoint_info(ckpt, load_contract()).n_action_steps
 
 
 def test_missing_directory(tmp_path):
@@ -72,9 +74,9 @@ def test_wrong_policy_type(ckpt):
 
 def test_feature_mismatch_joint_count(tmp_path):
     base = load_contract()
-    seven = Contract(joint_names=base.joint_names + ('extra',),
-                     joint_lower=base.joint_lower + (-1.0,), joint_upper=base.joint_upper + (1.0,),
-                     gripper_joint=base.gripper_joint, cameras=base.cameras)
+    seven = dataclasses.replace(base, joint_names=base.joint_names + ('extra',),
+                                joint_lower=base.joint_lower + (-1.0,),
+                                joint_upper=base.joint_upper + (1.0,))
     path = create_checkpoint(tmp_path / 'seven', contract=seven)
     with pytest.raises(ContractMismatchError, match='observation.state.*6 joints'):
         load_checkpoint(path, contract=base)
@@ -83,9 +85,7 @@ def test_feature_mismatch_joint_count(tmp_path):
 def test_feature_mismatch_cameras(tiny_checkpoint):
     """A camera the contract does not have is refused (a subset of its cameras is fine)."""
     base = load_contract()
-    one_cam = Contract(joint_names=base.joint_names, joint_lower=base.joint_lower,
-                       joint_upper=base.joint_upper, gripper_joint=base.gripper_joint,
-                       cameras=base.cameras[:1])
+    one_cam = dataclasses.replace(base, cameras=base.cameras[:1])
     with pytest.raises(ContractMismatchError,
                        match=r"camera features \['observation.images.wrist'\] are not cameras"):
         load_checkpoint(tiny_checkpoint, contract=one_cam)
@@ -234,3 +234,39 @@ def test_bf16_on_a_cpu_without_native_bf16_is_refused(ckpt):
         with pytest.raises(DeviceUnavailableError, match='native bfloat16'):
             PolicyRuntime(RuntimeConfig(model_path=ckpt, device='cpu', precision='bf16',
                                         warmup=False))
+
+
+def test_chunk_defaults_are_lerobots():
+    """The chunk a run trains with unless told is LeRobot's ACT default."""
+    from lerobot.policies.act.configuration_act import ACTConfig
+
+    from act_ros.core.checkpoint_info import LEROBOT_ACT_CHUNK_SIZE
+
+    fields = ACTConfig.__dataclass_fields__
+    assert LEROBOT_ACT_CHUNK_SIZE == fields['chunk_size'].default == \
+        fields['n_action_steps'].default
+
+
+@pytest.mark.parametrize('steps, match', [
+    (0, r'n_action_steps must be an integer in \[1, chunk_size 30\], got 0'),
+    (31, r'n_action_steps must be an integer in \[1, chunk_size 30\], got 31'),
+    ('5', r"got '5'"),
+])
+def test_n_action_steps_of_the_checkpoint_is_checked(ckpt, steps, match):
+    config = json.loads((ckpt / 'config.json').read_text())
+    config['n_action_steps'] = steps
+    (ckpt / 'config.json').write_text(json.dumps(config))
+    with pytest.raises(CheckpointError, match=match):
+        read_checkpoint_info(ckpt, load_contract())
+
+
+def test_n_action_steps_is_the_checkpoints_unless_set(ckpt):
+    """A checkpoint that plays 12 of its 30 actions: the runtime plays 12 unless told."""
+    config = json.loads((ckpt / 'config.json').read_text())
+    config['n_action_steps'] = 12
+    (ckpt / 'config.json').write_text(json.dumps(config))
+    assert read_checkpoint_info(ckpt, load_contract()).n_action_steps == 12
+    for given, played in ((None, 12), (5, 5)):
+        runtime = PolicyRuntime(RuntimeConfig(model_path=ckpt, device='cpu', warmup=False,
+                                              execution='sync', n_action_steps=given))
+        assert (runtime.n_action_steps, runtime.stride) == (played, played)

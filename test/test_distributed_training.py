@@ -31,7 +31,7 @@ import psutil
 import pytest
 import torch
 
-from act_ros.core.contract import load_contract
+from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE
 from act_ros.training.distributed import LocalProcess, check_launch_env, from_environment
 from act_ros.training.state import BatchOrder
 
@@ -316,7 +316,7 @@ def test_two_process_checkpoints_have_the_single_process_layout_and_load(one_and
     assert state['world_size'] == 2 and len(state['rng_ranks']) == 2
     for name in ('best', 'last'):
         policy = ACTPolicy.from_pretrained(two / name)
-        assert policy.config.chunk_size == load_contract().chunk_size
+        assert policy.config.chunk_size == SIM_CHUNK_SIZE  # the tiny model preset's
         rng = np.random.default_rng(0)
         with PolicyRuntime(RuntimeConfig(model_path=two / name, device='cpu', execution='sync',
                                          warmup=False)) as runtime:

@@ -98,7 +98,7 @@ def test_the_runtime_holds_the_rate_exactly_where_the_verdict_says(tiny_checkpoi
 
     margin = REQUEST_MARGIN_TICKS
     actions, runtime = _run_simulated(tiny_checkpoint, latency_ticks + margin)
-    assert runtime.chunk_size == 30 and runtime.config.n_action_steps == 30
+    assert runtime.chunk_size == 30 and runtime.n_action_steps == 30
     period = runtime.period_s
     measured = Latency(median_s=(latency_ticks - 0.5) * period,
                        worst_s=(latency_ticks - 0.5) * period, samples=2)

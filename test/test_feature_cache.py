@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE  # the tiny preset's
 from act_ros.core.contract import load_contract
 from act_ros.core.loss import act_training_loss
 from act_ros.training.config import TrainConfig
@@ -39,8 +40,8 @@ def _batch(n=4, seed=1):
     g = torch.Generator().manual_seed(seed)
     batch = {key: torch.randn(n, 3, 48, 64, generator=g) for key in KEYS}
     batch['observation.state'] = torch.randn(n, 6, generator=g)
-    batch['action'] = torch.randn(n, CONTRACT.chunk_size, 6, generator=g)
-    batch['action_is_pad'] = torch.zeros(n, CONTRACT.chunk_size, dtype=torch.bool)
+    batch['action'] = torch.randn(n, SIM_CHUNK_SIZE, 6, generator=g)
+    batch['action_is_pad'] = torch.zeros(n, SIM_CHUNK_SIZE, dtype=torch.bool)
     batch['action_is_pad'][0, -5:] = True
     return batch
 

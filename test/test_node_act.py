@@ -349,7 +349,9 @@ def _copy_image(msg):
     ({'model_path': ''}, 'model_path is not set'),
     ({'model_path': '/nonexistent/checkpoint'}, '/nonexistent/checkpoint'),
     ({'control_rate_hz': 5000.0}, 'control_rate_hz: 5000.0 is out of range'),
-    ({'control_rate_hz': 0}, 'control_rate_hz: 0 is out of range'),
+    ({'control_rate_hz': 0.5}, 'control_rate_hz: expected 0 (the contract fps, 30) or 1 to '
+                                '1000 Hz, got 0.5'),
+    ({'n_action_steps': -1}, 'n_action_steps: -1 is out of range'),
     ({'mode': 'bogus'}, "mode: 'bogus' is not one of"),
     ({'joint_names': ['a', 'b']}, 'joint_names: expected 6 distinct names'),
     ({'max_joint_step': [0.1, -0.1]}, 'max_joint_step'),

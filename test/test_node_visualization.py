@@ -20,6 +20,7 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
+from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE  # noqa: E402
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.core.kinematics import ForwardKinematics  # noqa: E402
 from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
@@ -103,7 +104,6 @@ def expected_chunk(checkpoint, image) -> np.ndarray:
     """The chunk the model computes for the harness's inputs, outside the node."""
     from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
     with PolicyRuntime(RuntimeConfig(checkpoint, execution='sync', contract=CONTRACT,
-                                     n_action_steps=CONTRACT.chunk_size,
                                      warmup=False)) as runtime:
         return runtime.predictor.predict(Observation(images={'top': image, 'wrist': image},
                                                      state=MEASURED))
@@ -149,7 +149,7 @@ def test_planned_path_is_forward_kinematics_of_the_chunk_being_played(
     assert topics[PATH_TOPIC] == ['nav_msgs/msg/Path']
     assert topics[MARKERS_TOPIC] == ['visualization_msgs/msg/MarkerArray']
     # The chunk being played, every action of it (async chunk mode queues the whole chunk).
-    assert chunk.actions.shape == (CONTRACT.chunk_size, CONTRACT.num_joints)
+    assert chunk.actions.shape == (SIM_CHUNK_SIZE, CONTRACT.num_joints)  # the tiny model's
     assert_path_is_fk_of(path, chunk.actions, fk, atol=1e-9)
     # ... and that is the model's chunk for these inputs, computed here independently.
     assert_path_is_fk_of(path, expected, fk, atol=1e-4)

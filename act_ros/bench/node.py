@@ -65,6 +65,7 @@ import time
 import numpy as np
 
 from act_ros.core.atomic import write_text_atomic
+from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE
 from act_ros.core.options import BACKEND_CHOICES, PRECISIONS
 from act_ros.core.precision import AUTO
 from act_ros.core.processes import ProcessSet
@@ -105,7 +106,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                    help='input size of the created checkpoint (default: the camera size); '
                    'the runtime resizes the cameras to it')
     p.add_argument('--chunk-size', type=int, default=None,
-                   help="chunk size of the created checkpoint (default: the contract's)")
+                   help=f'chunk size of the created checkpoint (default {SIM_CHUNK_SIZE}, the '
+                        "project's simulated arm's)")
     p.add_argument('--n-action-steps', type=int, default=None,
                    help='actions played per chunk in chunk mode (default: the chunk size)')
     p.add_argument('--device', default='auto')
@@ -315,9 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         if not model_path:
             from act_ros.core.checkpoint import create_checkpoint
             size = args.model_size or (args.height, args.width)
-            overrides = {'chunk_size': args.chunk_size} if args.chunk_size else {}
+            chunk = args.chunk_size or SIM_CHUNK_SIZE
+            overrides = {'chunk_size': chunk}
             print(f'[bench node] creating an untrained {args.preset} ACT checkpoint '
-                  f'({size[0]}x{size[1]} input, chunk {args.chunk_size or contract.chunk_size}; '
+                  f'({size[0]}x{size[1]} input, chunk {chunk}; '
                   f'{args.height}x{args.width} cameras)', flush=True)
             model_path = str(create_checkpoint(Path(tmp) / 'model', preset=args.preset,
                                                image_size=size, **overrides))
@@ -370,8 +373,8 @@ def main(argv: list[str] | None = None) -> int:
                               'x'.join(map(str, args.model_size)) if args.model_size
                               else 'camera size'),
                           chunk_size=args.chunk_size or given.get('chunk_size') or (
-                              'given' if args.model_path else contract.chunk_size),
-                          n_action_steps=n_action_steps or 'config/act.yaml',
+                              'given' if args.model_path else SIM_CHUNK_SIZE),
+                          n_action_steps=n_action_steps or "the checkpoint's",
                           mode=(f"{node['mode']}/{node['execution']}" if kind != 'mode'
                                 else f"compared/{node['execution']}"),
                           executor=node['executor'], backend=node['backend'],

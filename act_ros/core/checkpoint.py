@@ -23,7 +23,8 @@ import torch
 from act_ros.core.atomic import replace_dir
 # The JSON-only checks are shared with read_checkpoint_info (no torch, no LeRobot there).
 from act_ros.core.checkpoint_info import (CONFIG_FILE, POSTPROCESSOR_FILE,  # noqa: F401
-                                          PREPROCESSOR_FILE, WEIGHTS_FILE, CheckpointInfo,
+                                          PREPROCESSOR_FILE, SIM_CHUNK_SIZE, WEIGHTS_FILE,
+                                          CheckpointInfo,
                                           check_environment_state_normalization, check_files,
                                           check_policy_type, checkpoint_hash,
                                           environment_state_key, read_checkpoint_info,
@@ -41,8 +42,11 @@ PRESETS: dict[str, dict[str, Any]] = {
     'default': {},
     'cpu': dict(dim_model=256, n_heads=8, dim_feedforward=1024, n_encoder_layers=2,
                 n_decoder_layers=1, n_vae_encoder_layers=2, latent_dim=32),
+    # The tests' model plays short chunks, so that a few seconds of a test see several
+    # handovers.
     'tiny': dict(dim_model=64, n_heads=4, dim_feedforward=128, n_encoder_layers=1,
-                 n_decoder_layers=1, n_vae_encoder_layers=1, latent_dim=8),
+                 n_decoder_layers=1, n_vae_encoder_layers=1, latent_dim=8,
+                 chunk_size=SIM_CHUNK_SIZE, n_action_steps=SIM_CHUNK_SIZE),
 }
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
@@ -60,6 +64,7 @@ class LoadedCheckpoint:
     state_dim: int
     action_dim: int
     chunk_size: int
+    n_action_steps: int  # config.json's: actions select_action plays from each chunk
     env_state_key: str | None = None  # observation.environment_state when it is an input
     env_state_dim: int = 0
     source: ResolvedCheckpoint | None = None  # the name it was loaded by (a Hub id: which commit)
@@ -73,6 +78,7 @@ class LoadedCheckpoint:
         return CheckpointInfo(path=self.path, image_shapes=self.image_shapes,
                               image_features=tuple(self.image_shapes), state_dim=self.state_dim,
                               action_dim=self.action_dim, chunk_size=self.chunk_size,
+                              n_action_steps=self.n_action_steps,
                               env_state_key=self.env_state_key, env_state_dim=self.env_state_dim)
 
 
@@ -87,7 +93,8 @@ def make_act_config(contract: Contract, *, image_size: tuple[int, int] | None = 
     ``environment_state``). ``environment_state``: the object poses
     (``observation.environment_state``, ``ENV``) are an input too, normalized with
     ``MEAN_STD`` like the joint state. Overrides are ``ACTConfig`` fields (``chunk_size``,
-    ``n_action_steps``, ``dropout``...).
+    ``n_action_steps``, ``dropout``...). The chunk size is LeRobot's (100) unless the preset or
+    an override sets it; ``n_action_steps`` follows a given ``chunk_size`` unless given too.
     """
     from lerobot.configs.types import FeatureType, NormalizationMode, PolicyFeature
     from lerobot.policies.act.configuration_act import ACTConfig
@@ -114,10 +121,10 @@ def make_act_config(contract: Contract, *, image_size: tuple[int, int] | None = 
         inputs[cam.feature] = PolicyFeature(type=FeatureType.VISUAL, shape=(3, int(h), int(w)))
     outputs = {contract.action_feature: PolicyFeature(type=FeatureType.ACTION,
                                                       shape=(contract.num_joints,))}
-    params: dict[str, Any] = dict(chunk_size=contract.chunk_size,
-                                  n_action_steps=contract.chunk_size)
-    params.update(PRESETS[preset])
+    params: dict[str, Any] = dict(PRESETS[preset])
     params.update(overrides)
+    if 'chunk_size' in overrides and 'n_action_steps' not in overrides:
+        params['n_action_steps'] = overrides['chunk_size']
     params['pretrained_backbone_weights'] = overrides.get('pretrained_backbone_weights')
     if environment_state:  # LeRobot's ACT default leaves ENV unnormalized (IDENTITY)
         mapping = dict(params.get('normalization_mapping') or {
@@ -340,6 +347,7 @@ def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
     return LoadedCheckpoint(path=path, policy=policy, preprocessor=pre, postprocessor=post,
                             image_shapes=shapes, state_dim=contract.num_joints,
                             action_dim=contract.num_joints, chunk_size=int(config.chunk_size),
+                            n_action_steps=int(config.n_action_steps),
                             env_state_key=env_key,
                             env_state_dim=ENVIRONMENT_STATE_DIM if env_key else 0,
                             source=source)

@@ -28,6 +28,14 @@ WEIGHTS_FILE = 'model.safetensors'
 PREPROCESSOR_FILE = 'policy_preprocessor.json'
 POSTPROCESSOR_FILE = 'policy_postprocessor.json'
 
+# LeRobot's ACTConfig default chunk size (and n_action_steps): what a run trains with
+# unless its config sets chunk_size (test_checkpoint_errors checks it against LeRobot's).
+LEROBOT_ACT_CHUNK_SIZE = 100
+# The chunk of the project's simulated arm's policies (1 s at its 30 fps, as
+# config/train_sim.yaml trains them): the tests' model (the tiny preset) and the
+# benchmarks' untrained checkpoints keep it, so that their figures compare across versions.
+SIM_CHUNK_SIZE = 30
+
 # LeRobot's FeatureType values (a str enum there: its members compare equal to these).
 STATE, VISUAL, ENV, ACTION = 'STATE', 'VISUAL', 'ENV', 'ACTION'
 
@@ -42,6 +50,9 @@ class CheckpointInfo:
     state_dim: int
     action_dim: int
     chunk_size: int
+    # Actions LeRobot's select_action plays from each chunk (config.json n_action_steps);
+    # act_node's and the evaluator's default.
+    n_action_steps: int
     state_key: str = 'observation.state'  # the first STATE input (the graph's first input)
     action_key: str = 'action'  # the first ACTION output
     # The ENV input (object poses, act_ros.core.object_state), or None: the checkpoint
@@ -223,6 +234,25 @@ class _RawFeatures:
     output_features: dict[str, _Feature]
 
 
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def chunk_settings(raw: dict[str, Any], where: Path | str) -> tuple[int, int]:
+    """``(chunk_size, n_action_steps)`` of a checkpoint's ``config.json`` (``raw``): the
+    actions per model call and those LeRobot's ``select_action`` plays from each (its
+    ``n_action_steps``; the chunk size where the file has none)."""
+    chunk_size = raw.get('chunk_size')
+    if not _positive_int(chunk_size):
+        raise CheckpointError(f'{where}: chunk_size must be a positive integer, got '
+                              f'{chunk_size!r}')
+    steps = raw.get('n_action_steps', chunk_size)
+    if not _positive_int(steps) or steps > chunk_size:
+        raise CheckpointError(f'{where}: n_action_steps must be an integer in [1, chunk_size '
+                              f'{chunk_size}], got {steps!r}')
+    return chunk_size, steps
+
+
 def read_checkpoint_info(path: str | Path, contract: Contract) -> CheckpointInfo:
     """Check a checkpoint's files and features against ``contract`` from JSON alone.
 
@@ -240,16 +270,14 @@ def read_checkpoint_info(path: str | Path, contract: Contract) -> CheckpointInfo
     shapes = validate_features(features, contract, path)
     env_key = environment_state_key(features.input_features, where)
     check_environment_state_normalization(path, env_key)
-    chunk_size = raw.get('chunk_size')
-    if not isinstance(chunk_size, int) or isinstance(chunk_size, bool) or chunk_size < 1:
-        raise CheckpointError(f'{where}: chunk_size must be a positive integer, got '
-                              f'{chunk_size!r}')
+    chunk_size, n_action_steps = chunk_settings(raw, where)
     state_key = next(k for k, f in features.input_features.items() if f.type == STATE)
     action_key = next((k for k, f in features.output_features.items() if f.type == ACTION),
                       contract.action_feature)
     return CheckpointInfo(path=path, image_shapes=shapes, image_features=tuple(shapes),
                           state_dim=contract.num_joints, action_dim=contract.num_joints,
-                          chunk_size=chunk_size, state_key=state_key, action_key=action_key,
+                          chunk_size=chunk_size, n_action_steps=n_action_steps,
+                          state_key=state_key, action_key=action_key,
                           env_state_key=env_key,
                           env_state_dim=ENVIRONMENT_STATE_DIM if env_key else 0)
 

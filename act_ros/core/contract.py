@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+import logging
 from pathlib import Path
 import re
 from typing import Any
@@ -10,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from act_ros.core.paths import config_path, load_yaml_mapping
+
+logger = logging.getLogger(__name__)
 
 
 _IMAGE_SIZE_RE = re.compile(r'^\s*(\d+)\s*[xX]\s*(\d+)\s*$')
@@ -53,10 +56,12 @@ class Contract:
     joint_upper: tuple[float, ...]
     gripper_joint: str
     cameras: tuple[CameraSpec, ...]
+    # The arm's data rate: what its recordings and the policy trained on them are timed
+    # at, and act_node's control rate unless control_rate_hz is set. The chunk size is
+    # not the arm's: it is the checkpoint's (config.json).
+    fps: int
     state_feature: str = 'observation.state'
     action_feature: str = 'action'
-    chunk_size: int = 30
-    fps: int = 30
     task: str = ''
     source: str = field(default='<memory>', compare=False)
 
@@ -79,9 +84,8 @@ class Contract:
                              f'joint_names {list(self.joint_names)}')
         if not self.cameras:
             raise ValueError(f'{self.source}: no cameras defined')
-        if self.chunk_size < 1 or self.fps < 1:
-            raise ValueError(f'{self.source}: chunk_size and fps must be >= 1, '
-                             f'got {self.chunk_size} and {self.fps}')
+        if self.fps < 1:
+            raise ValueError(f'{self.source}: fps must be >= 1, got {self.fps}')
 
     @property
     def num_joints(self) -> int:
@@ -116,10 +120,15 @@ class Contract:
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = '<memory>') -> Contract:
         body = data.get('contract', data)
-        required = ('joint_names', 'joint_lower', 'joint_upper', 'gripper_joint', 'cameras')
+        required = ('joint_names', 'joint_lower', 'joint_upper', 'gripper_joint', 'cameras',
+                    'fps')
         missing = [k for k in required if k not in body]
         if missing:
             raise ValueError(f'{source}: missing keys {missing} under "contract"')
+        if 'chunk_size' in body:
+            logger.warning('%s: chunk_size is ignored: the chunk size is the checkpoint\'s '
+                           '(its config.json), and a training run\'s is its chunk_size setting '
+                           '(act-ros train --chunk-size)', source)
         cams = body['cameras']
         if not isinstance(cams, dict):
             raise ValueError(f'{source}: "cameras" must be a mapping name -> '
@@ -136,8 +145,7 @@ class Contract:
             cameras=cameras,
             state_feature=str(body.get('state_feature', 'observation.state')),
             action_feature=str(body.get('action_feature', 'action')),
-            chunk_size=int(body.get('chunk_size', 30)),
-            fps=int(body.get('fps', 30)),
+            fps=int(body['fps']),
             task=str(body.get('task', '')),
             source=source,
         )

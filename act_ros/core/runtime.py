@@ -91,7 +91,9 @@ class RuntimeConfig:
     device: str = 'auto'
     mode: str = 'chunk'
     execution: str = 'async'
-    n_action_steps: int = 30
+    # Actions played from each chunk (chunk and blend modes); None: the checkpoint's own
+    # n_action_steps (config.json), as LeRobot's select_action plays it.
+    n_action_steps: int | None = None
     ensemble_coeff: float = 0.01
     # mode 'blend': ticks over which the rest of the old chunk is crossfaded into the new
     # one (0: switch at once, as chunk mode).
@@ -133,7 +135,7 @@ class RuntimeConfig:
             raise ValueError(f"unknown mode '{self.mode}', expected one of {MODES}")
         if self.execution not in EXECUTIONS:
             raise ValueError(f"unknown execution '{self.execution}', expected one of {EXECUTIONS}")
-        if self.n_action_steps < 1:
+        if self.n_action_steps is not None and self.n_action_steps < 1:
             raise ValueError(f'n_action_steps must be >= 1, got {self.n_action_steps}')
         if self.blend_ticks < 0:
             raise ValueError(f'blend_ticks must be >= 0, got {self.blend_ticks}')
@@ -371,6 +373,8 @@ class PolicyRuntime:
                                           self.contract.upper)
             self.stats.startup['warmed_up'] = time.monotonic()
         self.chunk_size = self.info.chunk_size
+        # What is played of each chunk: the configured value, else the checkpoint's.
+        self.n_action_steps = config.n_action_steps or self.info.n_action_steps
         self._lock = threading.Lock()
         self._epoch = 0
         self._tick = 0
@@ -385,7 +389,7 @@ class PolicyRuntime:
         self._last_request_tick: int | None = None
         # Async chunk mode may play a chunk past n_action_steps while the next one is late,
         # rather than run dry; sync mode reproduces LeRobot's queue of n_action_steps.
-        self._queue = ChunkQueue(config.n_action_steps if config.execution == 'sync'
+        self._queue = ChunkQueue(self.n_action_steps if config.execution == 'sync'
                                  else self.chunk_size)
         self._ensembler = TickEnsembler(config.ensemble_coeff, max_chunks=self.chunk_size)
         self._blend = BlendQueue(config.blend_ticks)
@@ -419,8 +423,9 @@ class PolicyRuntime:
         return chunk
 
     def _check_chunk_size(self) -> None:
-        if self.config.n_action_steps > self.info.chunk_size:
-            raise ValueError(f'n_action_steps ({self.config.n_action_steps}) cannot exceed the '
+        steps = self.config.n_action_steps
+        if steps is not None and steps > self.info.chunk_size:
+            raise ValueError(f'n_action_steps ({steps}) cannot exceed the '
                              f"checkpoint's chunk_size ({self.info.chunk_size})")
         if self.config.mode == 'blend' and self.config.blend_ticks >= self.info.chunk_size:
             raise ValueError(f'blend_ticks ({self.config.blend_ticks}) must be below the '
@@ -572,7 +577,7 @@ class PolicyRuntime:
         """Actions played from each chunk before the next one is due: ``n_action_steps``
         (chunk mode; unused in ensemble mode); in blend mode at most ``chunk_size -
         blend_ticks``, so that the old chunk still holds the rows the crossfade needs."""
-        steps = self.config.n_action_steps
+        steps = self.n_action_steps
         if self.config.mode == 'blend':
             steps = min(steps, self.chunk_size - self.config.blend_ticks)
         return max(1, steps)

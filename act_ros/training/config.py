@@ -70,7 +70,8 @@ class TrainConfig:
     # recorded in every checkpoint so that act-ros evaluate runs the right environment.
     task: str = 'port_pick_align'
     # Actions per model call (ACT's chunk_size; the checkpoint's n_action_steps too, as in
-    # LeRobot, unless n_action_steps is given). None: the contract's chunk size.
+    # LeRobot, unless n_action_steps is given). None: the model preset's, else LeRobot's
+    # ACT default (100).
     chunk_size: int | None = None
     n_action_steps: int | None = None
     model_preset: str = 'tiny'

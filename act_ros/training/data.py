@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from act_ros.core.checkpoint import IMAGENET_MEAN, IMAGENET_STD
+from act_ros.core.checkpoint_info import LEROBOT_ACT_CHUNK_SIZE
 from act_ros.core.contract import CameraSpec, Contract
 from act_ros.core.errors import ActRosError
 from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
@@ -63,8 +64,9 @@ def select_cameras(contract: Contract, names: tuple[str, ...] | list[str] | None
 
 def open_dataset(root: Path, contract: Contract, *,
                  cameras: tuple[CameraSpec, ...] | None = None,
-                 environment_state: bool = False, option: str = '--dataset-root') -> Any:
-    """Open a local LeRobot v3 dataset with an action chunk of ``contract.chunk_size``.
+                 environment_state: bool = False, option: str = '--dataset-root',
+                 chunk_size: int = LEROBOT_ACT_CHUNK_SIZE) -> Any:
+    """Open a local LeRobot v3 dataset whose items hold an action chunk of ``chunk_size``.
 
     ``cameras``: the ones the policy takes (default: every contract camera);
     ``environment_state``: the dataset must hold ``observation.environment_state``.
@@ -94,7 +96,7 @@ def open_dataset(root: Path, contract: Contract, *,
                                 f' episodes, {meta.total_frames} frames); record episodes first')
     check_features(meta.features, contract, root, cameras=cameras,
                    environment_state=environment_state, option=option)
-    delta = {contract.action_feature: [i / meta.fps for i in range(contract.chunk_size)]}
+    delta = {contract.action_feature: [i / meta.fps for i in range(chunk_size)]}
     return LeRobotDataset(f'local/{root.name}', root=root, delta_timestamps=delta,
                           video_backend=video_backend(), return_uint8=True)
 
@@ -394,7 +396,8 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | 
                 cameras: tuple[CameraSpec, ...] | None = None,
                 environment_state: bool = False,
                 frame_dir: Path | None = None,
-                frames: np.ndarray | None = None) -> FrameStore:
+                frames: np.ndarray | None = None,
+                chunk_size: int = LEROBOT_ACT_CHUNK_SIZE) -> FrameStore:
     """Decode every frame of ``cameras`` (default: all) once, resized to ``image_size``,
     into a FrameStore; with ``environment_state`` the object poses come along as an input.
 
@@ -468,7 +471,7 @@ def load_frames(dataset: Any, contract: Contract, image_size: tuple[int, int] | 
         if not np.all(np.isfinite(values)):
             raise TrainingDataError(f"dataset column '{key}' contains NaN or infinite values")
     return FrameStore(state=state, action=action, images=images, seg_start=seg_start,
-                      seg_end=seg_end, chunk_size=contract.chunk_size,
+                      seg_end=seg_end, chunk_size=chunk_size,
                       state_key=contract.state_feature, action_key=contract.action_feature,
                       extras=extras, env_state=env_state)
 

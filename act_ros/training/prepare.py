@@ -16,7 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from act_ros.core.checkpoint import make_act_config
+from act_ros.core.checkpoint import PRESETS, make_act_config
+from act_ros.core.checkpoint_info import LEROBOT_ACT_CHUNK_SIZE
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.device import select_device
 from act_ros.training.config import TrainConfig
@@ -61,8 +62,9 @@ def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -
     contract = run_contract(config)
     cameras = select_cameras(contract, config.cameras)
     device = select_device(config.device) if device is None else device
+    chunk_size = chunk_settings(config)['chunk_size']
     dataset = open_dataset(config.dataset_root, contract, cameras=cameras,
-                           environment_state=config.environment_state)
+                           environment_state=config.environment_state, chunk_size=chunk_size)
     stored = dataset_image_size(dataset.meta, contract, cameras)
     size = (config.image_size or stored) if cameras else None
     if cameras and config.image_size and (stored[0] < size[0] or stored[1] < size[1]):
@@ -98,6 +100,7 @@ def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -
     store = load_frames(dataset, contract, size, seg_start=seg_start, seg_end=seg_end,
                         progress=config.progress, extra_keys=extra_keys, cameras=cameras,
                         environment_state=config.environment_state, frame_dir=frame_dir,
+                        chunk_size=chunk_size,
                         frames=read)
     stats = normalization_stats(dataset.meta.stats, contract, camera_stats=config.camera_stats,
                                 cameras=cameras, environment_state=config.environment_state)
@@ -108,16 +111,10 @@ def prepare_inputs(config: TrainConfig, *, device: torch.device | None = None) -
 
 
 def run_contract(config: TrainConfig) -> Contract:
-    """The run's contract: ``config.contract_path``, else the task robot's; with the run's
-    chunk size (``config.chunk_size``), which the data loading reads from it."""
-    import dataclasses
-
+    """The run's contract: ``config.contract_path``, else the task robot's."""
     from act_ros.sim.tasks import sim_task
 
-    contract = load_contract(config.contract_path or sim_task(config.task).contract_path())
-    if config.chunk_size:
-        contract = dataclasses.replace(contract, chunk_size=config.chunk_size)
-    return contract
+    return load_contract(config.contract_path or sim_task(config.task).contract_path())
 
 
 def frames_read(config: TrainConfig, split: Split, seg_start: np.ndarray) -> np.ndarray | None:
@@ -169,7 +166,7 @@ def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]
                                  kl_weight=config.kl_weight, optimizer_lr=config.lr,
                                  optimizer_lr_backbone=lr_backbone,
                                  optimizer_weight_decay=config.weight_decay,
-                                 **chunk_settings(config, inputs.contract), **config.model)
+                                 **chunk_settings(config), **config.model)
     torch.manual_seed(config.seed)
     policy = ACTPolicy(act_config).to(inputs.device)
     if config.init_from is not None:
@@ -178,10 +175,12 @@ def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]
     return policy, pre, post
 
 
-def chunk_settings(config: TrainConfig, contract: Contract) -> dict[str, int]:
-    """ACT's ``chunk_size`` and ``n_action_steps`` for a run: as configured, else the
-    contract's chunk size; ``n_action_steps`` defaults to the chunk size (LeRobot's ACT)."""
-    chunk = config.chunk_size or contract.chunk_size
+def chunk_settings(config: TrainConfig) -> dict[str, int]:
+    """ACT's ``chunk_size`` and ``n_action_steps`` for a run: as configured, else the model
+    preset's (act_ros.core.checkpoint.PRESETS), else LeRobot's ACT default;
+    ``n_action_steps`` defaults to the chunk size (LeRobot's ACT)."""
+    chunk = (config.chunk_size or PRESETS[config.model_preset].get('chunk_size')
+             or LEROBOT_ACT_CHUNK_SIZE)
     return {'chunk_size': chunk, 'n_action_steps': config.n_action_steps or chunk}
 
 

@@ -197,8 +197,6 @@ class SimPolicy:
             if mode != 'blend':
                 raise ValueError(f'blend_ticks applies to blend mode, got mode {mode!r}')
             steps['blend_ticks'] = blend_ticks
-        if 'n_action_steps' not in steps:
-            steps['n_action_steps'] = checkpoint_n_action_steps(checkpoint)
         self.contract = contract or load_contract()
         safety = safety or SafetySettings.from_node_config(self.contract)
         timing = (dict(execution='sync') if latency_ticks is None else
@@ -413,12 +411,3 @@ def summarize_task_results(task: Any, results: Sequence[Any]) -> dict[str, Any]:
 
     summary = summarize_results(results)
     return {**summary, 'success_rate': summary['align_rate']}
-
-
-def checkpoint_n_action_steps(checkpoint: str | Path) -> int:
-    """The actions a checkpoint plays from each chunk (its ``config.json``
-    ``n_action_steps``, else its ``chunk_size``), as LeRobot's ``select_action`` plays them."""
-    from act_ros.core.hub import resolve_checkpoint
-
-    config = json.loads((resolve_checkpoint(checkpoint).path / 'config.json').read_text())
-    return int(config.get('n_action_steps') or config['chunk_size'])

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from act_ros.core.checkpoint import PRESETS, parse_image_size
+from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE
 from act_ros.core.arguments import HelpFormatter
 
 if TYPE_CHECKING:
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 
 
 def synthetic_inputs(*, image_size: tuple[int, int], batch_size: int, device: str = 'cpu',
-                     seed: int = 0) -> RunInputs:
+                     seed: int = 0, chunk_size: int = SIM_CHUNK_SIZE) -> RunInputs:
     """A trainer's inputs without a dataset: random in-memory frames and fixed statistics.
 
     Shared by this measurement and the training/compile benchmarks (``act_ros.bench``).
@@ -50,7 +51,7 @@ def synthetic_inputs(*, image_size: tuple[int, int], batch_size: int, device: st
                                          generator=generator)
                 for c in contract.cameras},
         seg_start=np.zeros(n, np.int64), seg_end=np.full(n, n, np.int64),
-        chunk_size=contract.chunk_size, state_key=contract.state_feature,
+        chunk_size=chunk_size, state_key=contract.state_feature,
         action_key=contract.action_feature)
     joint = {'mean': torch.tensor(mid, dtype=torch.float32), 'std': torch.full((6,), 0.1)}
     stats = {contract.state_feature: joint, contract.action_feature: joint}
@@ -71,6 +72,7 @@ def synthetic_config(inputs: RunInputs, workdir: Path, **fields: Any) -> TrainCo
     from act_ros.training.config import TrainConfig
 
     fields.setdefault('progress', False)
+    fields.setdefault('chunk_size', inputs.store.chunk_size)
     fields.setdefault('feature_cache_dir', 'none')  # nothing on disk: see above
     return TrainConfig(dataset_root=workdir, output_dir=workdir, image_size=inputs.image_size,
                        device=str(inputs.device), **fields)

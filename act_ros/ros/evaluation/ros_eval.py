@@ -181,11 +181,8 @@ def node_command(args: argparse.Namespace, mode: str, model_path: str | None = N
     files: list[str] = []
     params: dict[str, Any] = {}
     if task is not None and task.is_aloha:
-        from act_ros.training.rollout import checkpoint_n_action_steps
-
         files = [str(task.node_params_path())]
         params['contract_path'] = str(task.contract_path())
-        params['n_action_steps'] = checkpoint_n_action_steps(model_path or args.checkpoint)
     if args.n_action_steps is not None:
         params['n_action_steps'] = args.n_action_steps
     params.update({'model_path': model_path or str(args.checkpoint.resolve()), 'mode': mode,

@@ -146,10 +146,19 @@ class ActNode(LifecycleNode):
             command += f' (interpolated at {s.command_stream_rate_hz:g} Hz)'
         self.get_logger().info(
             f'configured: model {runtime.source.describe()} on {runtime.device}, mode {mode}/'
-            f'{s.execution}, {s.trigger} trigger at {s.control_rate_hz:g} Hz, '
+            f'{s.execution}{self._played(s, runtime)}, {s.trigger} trigger at '
+            f'{s.control_rate_hz:g} Hz, '
             f'{command} on {self.resolve_topic_name(s.command_topic)}; inputs: joints, '
             f'{inputs}')
         return super().on_configure(state)
+
+    @staticmethod
+    def _played(s: NodeSettings, runtime: Any) -> str:
+        """What is played of each chunk, and whose setting that is, for the configured line."""
+        if s.mode == 'ensemble':
+            return f' ({runtime.chunk_size}-action chunks)'
+        whose = 'set' if s.n_action_steps else "the checkpoint's n_action_steps"
+        return f' ({runtime.stride} of each {runtime.chunk_size}-action chunk played, {whose})'
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self.lock:

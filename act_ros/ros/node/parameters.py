@@ -164,13 +164,15 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'Python interpreter lock (best on small CPUs); sync: the tick waits for the model '
           '(LeRobot select_action semantics, for lock-step evaluation).',
           choices=('async', 'process', 'sync')),
-        P('n_action_steps', 30, 'Actions executed from each chunk in chunk mode.',
-          low=1, high=1000),
+        P('n_action_steps', 0, "Actions played from each chunk (chunk and blend modes); 0: the "
+          "checkpoint's own n_action_steps (its config.json), as LeRobot's select_action "
+          'plays it.', low=0, high=1000),
         P('ensemble_coeff', 0.01, 'Temporal ensembling weight exp(-k*i), i = 0 for the oldest.',
           low=0.0, high=10.0),
         # Control loop.
-        P('control_rate_hz', 30.0, 'Control rate (timer trigger); one command per period.',
-          low=1.0, high=1000.0),
+        P('control_rate_hz', 0.0, "Control rate (timer trigger); one command per period. 0: "
+          "the contract's fps (the rate the policy's data was recorded at).",
+          low=0.0, high=1000.0),
         P('trigger', 'timer', 'timer: tick at control_rate_hz; observation: one tick per '
           'synchronized set of new messages (lock-step simulation).',
           choices=('timer', 'observation'), read_only=True),
@@ -390,7 +392,7 @@ class NodeSettings:
     warmup: bool
     mode: str
     execution: str
-    n_action_steps: int
+    n_action_steps: int | None  # None: the checkpoint's
     ensemble_coeff: float
     blend_ticks: int
     control_rate_hz: float
@@ -485,7 +487,12 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         if not topic:
             raise ValueError(f'{key}: topic name is empty')
     gate = {key.split('.', 1)[1]: v[key] for key in v if key.startswith('release_gate.')}
-    blend_ticks = blend_window_ticks(v['blend_window'], v['control_rate_hz'])
+    # 0 (the default) takes the contract's rate; any other value below 1 Hz is a mistake.
+    rate = v['control_rate_hz'] or float(contract.fps)
+    if rate < 1.0:
+        raise ValueError(f'control_rate_hz: expected 0 (the contract fps, {contract.fps}) or '
+                         f"1 to 1000 Hz, got {v['control_rate_hz']:g}")
+    blend_ticks = blend_window_ticks(v['blend_window'], rate)
     if v['command_trajectory'] == 'chunk' and v['command_type'] != 'JointTrajectory':
         raise ValueError('command_trajectory: chunk sends a multi-point JointTrajectory; '
                          f"command_type is {v['command_type']} (use command_stream_rate_hz "
@@ -494,18 +501,18 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
     if stream > 0 and v['command_type'] != 'Float64MultiArray':
         raise ValueError('command_stream_rate_hz applies to command_type Float64MultiArray; '
                          f"command_type is {v['command_type']} (use command_trajectory: chunk)")
-    if 0 < stream <= v['control_rate_hz']:
+    if 0 < stream <= rate:
         raise ValueError(f'command_stream_rate_hz ({stream:g}) must be above control_rate_hz '
-                         f"({v['control_rate_hz']:g}), or 0 for one command per tick")
+                         f'({rate:g}), or 0 for one command per tick')
     if not v['visualization.frame_id']:
         raise ValueError('visualization.frame_id: frame name is empty')
     return NodeSettings(
         model_path=v['model_path'], device=v['device'], compile_model=v['compile_model'],
         compile_mode=v['compile_mode'], precision=v['precision'], backend=v['backend'],
         torch_threads=v['torch_threads'], warmup=v['warmup'],
-        mode=v['mode'], execution=v['execution'], n_action_steps=v['n_action_steps'],
+        mode=v['mode'], execution=v['execution'], n_action_steps=v['n_action_steps'] or None,
         ensemble_coeff=v['ensemble_coeff'], blend_ticks=blend_ticks,
-        control_rate_hz=v['control_rate_hz'],
+        control_rate_hz=rate,
         trigger=v['trigger'], sync_tolerance_s=v['sync_tolerance_s'],
         max_obs_age_s=v['max_obs_age_s'], diagnostics_period_s=v['diagnostics_period_s'],
         joint_states_topic=v['joint_states_topic'], image_transport=v['image_transport'],
