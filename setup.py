@@ -133,7 +133,7 @@ setup(
             'record_node = act_ros.ros.recording.record_node:main',
             'train = act_ros.training.train:main',
             'evaluate = act_ros.training.evaluate:main',
-            'collect = act_ros.data.collect:main',
+            'collect = act_ros.training.collect:main',
         ],
     },
 )

@@ -10,7 +10,7 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    'collect': ('act_ros.data.collect', 'record scripted-expert demonstrations to a LeRobot dataset'),
+    'collect': ('act_ros.training.collect', 'record scripted-expert demonstrations to a LeRobot dataset'),
     'generate-synthetic': ('act_ros.data.synthetic', 'write a small random dataset for smoke tests'),
     'import-bag': ('act_ros.data.bag_import', 'rosbag2 recordings (MCAP, SQLite3) to a LeRobot '
                    'dataset'),

@@ -97,7 +97,7 @@ def result_provenance(command: str, argv: Sequence[str], *, output_path: object 
     it (``argv`` without the output option and the ``omit`` options, which name paths of
     this machine), the source revision and the machine with its CPU class (what the
     kernels depend on)."""
-    from act_ros.bench.check import cpu_class
+    from act_ros.core.precision import cpu_class
 
     words, skip = [], False
     for arg in argv:

@@ -271,7 +271,7 @@ def test_collect_writes_a_lerobot_dataset(tmp_path):
     LeRobot's own LeRobotDataset opens."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    from act_ros.data.collect import main
+    from act_ros.training.collect import main
 
     out = tmp_path / 'demos'
     assert main(['--task', 'aloha_transfer_cube', '--output', str(out), '--episodes', '1',

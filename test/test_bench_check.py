@@ -13,15 +13,16 @@ import numpy as np
 import pytest
 
 from act_ros.bench import check
+from act_ros.core.precision import cpu_class
 
 
 def test_cpu_class_follows_the_flags_that_pick_the_kernels():
-    assert check.cpu_class({'avx', 'avx2', 'fma'}, 'x86_64') == 'x86-avx2'
-    assert check.cpu_class({'avx2', 'avx512f'}, 'x86_64') == 'x86-avx512'
-    assert check.cpu_class({'avx2', 'avx512f', 'avx512_bf16'}, 'x86_64') == 'x86-avx512-bf16'
-    assert check.cpu_class({'avx2', 'avx512f', 'avx512_bf16', 'amx_bf16'}, 'x86_64') == 'x86-amx'
-    assert check.cpu_class({'sse4_2'}, 'x86_64') == 'x86'
-    assert check.cpu_class(set(), 'aarch64') == 'arm64'
+    assert cpu_class({'avx', 'avx2', 'fma'}, 'x86_64') == 'x86-avx2'
+    assert cpu_class({'avx2', 'avx512f'}, 'x86_64') == 'x86-avx512'
+    assert cpu_class({'avx2', 'avx512f', 'avx512_bf16'}, 'x86_64') == 'x86-avx512-bf16'
+    assert cpu_class({'avx2', 'avx512f', 'avx512_bf16', 'amx_bf16'}, 'x86_64') == 'x86-amx'
+    assert cpu_class({'sse4_2'}, 'x86_64') == 'x86'
+    assert cpu_class(set(), 'aarch64') == 'arm64'
 
 
 def _figure(name):

@@ -2,8 +2,11 @@
 the simulation, data and training packages) loads no ROS package: not rclpy, no message or
 service package, no ament or rosidl module."""
 
+import ast
 import importlib
+from pathlib import Path
 import pkgutil
+import re
 import subprocess
 import sys
 
@@ -42,19 +45,19 @@ def test_every_core_module_imports():
         importlib.import_module(f'act_ros.core.{name}')
 
 
-def _module_imports(path, package_root):
-    """act_ros modules imported at module level by ``path`` (TYPE_CHECKING blocks too;
-    imports inside functions are lazy by design and not counted)."""
-    import ast
+ROOT = Path(__file__).resolve().parents[1]
+ARCHITECTURE = ROOT / 'docs' / 'architecture.md'
+# The sentence of docs/architecture.md that states the layers, lowest first.
+LAYER_SENTENCE = 'Each layer imports only from the layers before it in this\nlist:'
 
+
+def _module_imports(path):
+    """act_ros modules imported by ``path``, every import: at module level, in a
+    ``TYPE_CHECKING`` block, or inside a function."""
     tree = ast.parse(path.read_text())
     found = set()
-    nodes = list(tree.body)
-    while nodes:
-        node = nodes.pop()
-        if isinstance(node, ast.If):
-            nodes.extend(node.body + node.orelse)
-        elif isinstance(node, ast.Import):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
             found.update(a.name for a in node.names if a.name.startswith('act_ros'))
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
                 and node.module.startswith('act_ros'):
@@ -63,20 +66,33 @@ def _module_imports(path, package_root):
     return found
 
 
-def test_no_import_cycles_between_modules():
-    from pathlib import Path
-
-    root = Path(__file__).resolve().parents[1] / 'act_ros'
+def _modules(root=ROOT / 'act_ros'):
     modules = {}
     for path in root.rglob('*.py'):
         rel = path.relative_to(root.parent).with_suffix('')
         name = '.'.join(rel.parts[:-1] if rel.name == '__init__' else rel.parts)
         modules[name] = path
-    graph = {name: {m for m in _module_imports(path, root) if m in modules and m != name}
-             for name, path in modules.items()}
-    # A package's __init__ importing its own submodules is not a cycle worth flagging.
-    for name, deps in graph.items():
-        graph[name] = {d for d in deps if not d.startswith(name + '.')}
+    return modules
+
+
+def import_graph(modules):
+    """module -> the package's modules it imports (a name imported from a package that is
+    a module of it counts as that module; a package's ``__init__`` importing its own
+    submodules is not an edge)."""
+    graph = {}
+    for name, path in modules.items():
+        deps = set()
+        for target in _module_imports(path):
+            while target and target not in modules:
+                target = target.rpartition('.')[0]
+            if target and target != name and not target.startswith(name + '.') \
+                    and target != 'act_ros':
+                deps.add(target)
+        graph[name] = deps
+    return graph
+
+
+def cycles_of(graph):
     state, stack, cycles = {}, [], []
 
     def visit(node):
@@ -93,4 +109,57 @@ def test_no_import_cycles_between_modules():
     for name in sorted(graph):
         if name not in state:
             visit(name)
+    return cycles
+
+
+def documented_layers():
+    """{layer name: rank} from docs/architecture.md; the names after 'on top' share a rank."""
+    text = ARCHITECTURE.read_text()
+    assert LAYER_SENTENCE in text, f'{ARCHITECTURE.name} no longer states the layers'
+    sentence = text.split(LAYER_SENTENCE, 1)[1].split('.', 1)[0]
+    below, _, top = sentence.partition('on top')
+    ranks = {name: rank for rank, name in enumerate(re.findall(r'`(\w+)`', below))}
+    ranks.update({name: len(ranks) for name in re.findall(r'`(\w+)`', top)})
+    return ranks
+
+
+def back_arrows(graph, ranks):
+    """Imports from a lower layer to a higher one: (importer, imported)."""
+    def rank(module):
+        return ranks[module.split('.')[1]]
+    return sorted((a, b) for a, deps in graph.items() for b in deps
+                  if a != 'act_ros' and rank(b) > rank(a))
+
+
+def test_no_import_cycles_between_modules():
+    cycles = cycles_of(import_graph(_modules()))
     assert not cycles, 'import cycles: ' + '; '.join(' -> '.join(c) for c in cycles)
+
+
+def test_imports_point_down_the_documented_layers():
+    """Every import, in a function too, goes from a layer to one below it, in the order
+    docs/architecture.md states; every module belongs to a stated layer."""
+    ranks = documented_layers()
+    assert list(ranks)[:3] == ['core', 'provenance', 'sim'] and 'report' in ranks
+    modules = _modules()
+    unplaced = sorted(m for m in modules if m != 'act_ros' and m.split('.')[1] not in ranks)
+    assert not unplaced, f'modules in no layer of {ARCHITECTURE.name}: {unplaced}'
+    arrows = back_arrows(import_graph(modules), ranks)
+    assert not arrows, 'imports that run up the layers: ' + ', '.join(
+        f'{a} -> {b}' for a, b in arrows)
+
+
+def test_a_function_level_back_import_is_caught(tmp_path):
+    """The check sees an import inside a function: planted in a copy of core, it fails."""
+    import shutil
+
+    root = tmp_path / 'act_ros'
+    shutil.copytree(ROOT / 'act_ros', root, ignore=shutil.ignore_patterns('__pycache__'))
+    safety = root / 'core' / 'safety.py'
+    safety.write_text(safety.read_text() + '\n\ndef _planted():\n'
+                      '    from act_ros.training.rollout import SimPolicy\n'
+                      '    return SimPolicy\n')
+    graph = import_graph(_modules(root))
+    assert back_arrows(graph, documented_layers()) == [
+        ('act_ros.core.safety', 'act_ros.training.rollout')]
+    assert cycles_of(graph)  # rollout imports the safety chain: a circle as well

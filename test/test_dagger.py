@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip('mujoco')
 pytest.importorskip('lerobot.datasets.lerobot_dataset')
 
-from act_ros.data import collect  # noqa: E402
+from act_ros.training import collect  # noqa: E402
 
 pytestmark = pytest.mark.sim
 

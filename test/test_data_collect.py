@@ -11,6 +11,7 @@ import yaml
 from act_ros.core.contract import load_contract
 from act_ros.core.paths import config_path
 from act_ros.data import collect, rollout
+from act_ros.training import collect as collect_command
 from act_ros.data.video_backend import video_backend
 
 pytest.importorskip('mujoco')
@@ -49,7 +50,7 @@ def _columns(root: Path, key: str) -> np.ndarray:
 @pytest.fixture(scope='module')
 def collected(module_tmp) -> Path:
     output = module_tmp('collect') / 'demos'
-    rc = collect.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
+    rc = collect_command.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
                        '--workers', '1', *COMMON])
     assert rc == 0
     return output
@@ -186,7 +187,7 @@ def test_failed_expert_episodes_are_not_written(tmp_path, monkeypatch, capsys):
 
     monkeypatch.setattr(rollout, 'run_expert_episode', fail_second_seed)
     output = tmp_path / 'skips'
-    assert collect.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
+    assert collect_command.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
                          *COMMON]) == 0
     out = capsys.readouterr()
     assert f'seed {SEED + 1}' in out.err and 'injected failure' in out.err
@@ -203,7 +204,7 @@ def test_no_dataset_when_the_expert_keeps_failing(tmp_path, capsys):
     sim_yaml = tmp_path / 'strict_sim.yaml'
     sim_yaml.write_text(yaml.safe_dump(settings))
     output = tmp_path / 'none'
-    rc = collect.main(['--output', str(output), '--episodes', '1', '--max-attempts', '1',
+    rc = collect_command.main(['--output', str(output), '--episodes', '1', '--max-attempts', '1',
                        '--sim-config', str(sim_yaml), *COMMON])
     assert rc == 1
     assert 'succeeded in only 0 of 1' in capsys.readouterr().err
@@ -221,7 +222,7 @@ def test_interrupted_collection_leaves_nothing(tmp_path, monkeypatch):
 
     monkeypatch.setattr(rollout, 'run_expert_episode', interrupt_second)
     output = tmp_path / 'interrupted'
-    assert collect.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
+    assert collect_command.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
                          *COMMON]) == 130
     assert list(tmp_path.iterdir()) == []
 
@@ -229,7 +230,7 @@ def test_interrupted_collection_leaves_nothing(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_parallel_workers_write_the_same_dataset(collected, tmp_path):
     output = tmp_path / 'parallel'
-    assert collect.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
+    assert collect_command.main(['--output', str(output), '--episodes', '2', '--seed', str(SEED),
                          '--workers', '2', *COMMON]) == 0
     for key in ('observation.state', 'action', 'episode_index', 'frame_index'):
         np.testing.assert_array_equal(_columns(output, key), _columns(collected, key))
@@ -252,7 +253,7 @@ def test_a_worker_that_cannot_build_the_sim_fails_the_run(tmp_path, capsys):
     sim_yaml = tmp_path / 'broken_sim.yaml'
     sim_yaml.write_text(yaml.safe_dump(settings))
     output = tmp_path / 'never'
-    rc = collect.main(['--output', str(output), '--episodes', '2', '--workers', '2',
+    rc = collect_command.main(['--output', str(output), '--episodes', '2', '--workers', '2',
                        '--sim-config', str(sim_yaml), *COMMON])
     assert rc == 1
     assert 'could not be built in a worker process' in capsys.readouterr().err

@@ -27,7 +27,7 @@ FENCE = re.compile(r'^\s*```(\S*)\s*$')
 SHELL_LANGS = {'bash', 'sh', 'shell'}
 # Executables of the package (setup.py console_scripts) that take argparse options.
 ROS2_RUN_MODULES = {'train': 'act_ros.training.train', 'evaluate': 'act_ros.training.evaluate',
-                    'collect': 'act_ros.data.collect'}
+                    'collect': 'act_ros.training.collect'}
 ROS_ARGS_EXECUTABLES = {'act_node', 'sim_bridge', 'record_node'}
 
 

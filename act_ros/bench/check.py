@@ -45,7 +45,6 @@ import datetime
 import json
 import os
 from pathlib import Path
-import platform
 import subprocess
 import statistics
 import sys
@@ -56,6 +55,7 @@ from typing import Any
 from act_ros.bench.margins import (CAP, REGRESSION, Figure, Margin, derive, from_json,
                                    margin_text, num, verdict)
 from act_ros.core.atomic import write_text_atomic
+from act_ros.core.precision import cpu_class
 from act_ros.bench.slowdown import check_factor, slowed_environment
 from act_ros.core.arguments import HelpFormatter
 
@@ -124,24 +124,6 @@ FIGURES = (
 
 
 # -- the machine --------------------------------------------------------------------------
-def cpu_class(flags: set[str] | None = None, machine: str | None = None) -> str:
-    """The CPU class whose baseline applies: what the kernels PyTorch, OpenVINO and ONNX
-    Runtime pick depend on (x86: AMX, AVX-512 with bf16, AVX-512, AVX2)."""
-    if flags is None:
-        from act_ros.core.precision import cpu_flags
-        flags = set(cpu_flags())
-    machine = (machine or platform.machine()).lower()
-    if machine in ('aarch64', 'arm64'):
-        return 'arm64'
-    if machine not in ('x86_64', 'amd64'):
-        return machine
-    for name, needs in (('x86-amx', ('amx_bf16',)), ('x86-avx512-bf16', ('avx512_bf16',)),
-                        ('x86-avx512', ('avx512f',)), ('x86-avx2', ('avx2',))):
-        if all(flag in flags for flag in needs):
-            return name
-    return 'x86'
-
-
 def machine_line() -> str:
     from act_ros.bench.report import machine_description
     return machine_description()
@@ -153,7 +135,7 @@ def part_runtime(work: Path, *, iters: int = 15, loop_s: float = 6.0) -> dict[st
     import torch
     from lerobot.policies.act.modeling_act import ACTPolicy
 
-    from act_ros.bench.runtime import _control_loop, _lerobot_tensors, _observations
+    from act_ros.bench.runtime import control_loop, lerobot_tensors, sample_observations
     from act_ros.core.checkpoint import create_checkpoint, load_checkpoint
     from act_ros.core.contract import load_contract
     from act_ros.core.inference import ChunkPredictor
@@ -167,8 +149,8 @@ def part_runtime(work: Path, *, iters: int = 15, loop_s: float = 6.0) -> dict[st
     ours = ChunkPredictor(ckpt, contract, device)
     lerobot = ACTPolicy(ckpt.config).to(device).eval()
     lerobot.load_state_dict(ckpt.policy.state_dict())
-    observations = _observations(contract, CAMERAS, max(iters, 30))
-    batches = [ckpt.preprocessor(_lerobot_tensors(o, contract, ckpt.image_shapes))
+    observations = sample_observations(contract, CAMERAS, max(iters, 30))
+    batches = [ckpt.preprocessor(lerobot_tensors(o, contract, ckpt.image_shapes))
                for o in observations[:iters + 2]]
     times: dict[str, list[float]] = {'lerobot': [], 'ours': []}
     with torch.no_grad():
@@ -185,7 +167,7 @@ def part_runtime(work: Path, *, iters: int = 15, loop_s: float = 6.0) -> dict[st
                                      execution='async', contract=contract))
     try:
         rt.reset()
-        durations, _ = _control_loop(rt.act, observations, loop_s, contract.fps)
+        durations, _ = control_loop(rt.act, observations, loop_s, contract.fps)
     finally:
         rt.close()
     lerobot_ms = float(np.median(lerobot_s)) * 1e3

@@ -42,7 +42,7 @@ from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 from act_ros.core.arguments import HelpFormatter
 
 
-def _observations(contract, size, count, seed=0):
+def sample_observations(contract, size, count, seed=0):
     rng = np.random.default_rng(seed)
     h, w = size
     base = {c: rng.integers(0, 256, (h, w, 3), dtype=np.uint8) for c in contract.camera_names}
@@ -53,7 +53,7 @@ def _observations(contract, size, count, seed=0):
     return obs
 
 
-def _lerobot_tensors(obs, contract, shapes):
+def lerobot_tensors(obs, contract, shapes):
     from act_ros.core.observation import image_to_tensor, state_to_tensor
     out = {contract.state_feature: state_to_tensor(obs.state, contract.num_joints)}
     for cam in contract.cameras:
@@ -61,7 +61,7 @@ def _lerobot_tensors(obs, contract, shapes):
     return out
 
 
-def _control_loop(step, observations, duration_s, fps):
+def control_loop(step, observations, duration_s, fps):
     """Call ``step(obs)`` once per period for ``duration_s``; return per-tick durations."""
     period = 1.0 / fps
     ticks = int(duration_s * fps)
@@ -94,11 +94,11 @@ def run_control_loops(path, contract, observations, duration_s, device, compile_
     policy.reset()
 
     def lerobot_step(obs):
-        post(policy.select_action(pre(_lerobot_tensors(obs, contract, shapes))))
+        post(policy.select_action(pre(lerobot_tensors(obs, contract, shapes))))
 
     lerobot_step(observations[0])  # warm-up, as for the runtime
     policy.reset()
-    durations, period = _control_loop(lerobot_step, observations, duration_s, contract.fps)
+    durations, period = control_loop(lerobot_step, observations, duration_s, contract.fps)
     rows.append(('LeRobot select_action (chunk, eager)', durations, None))
 
     for mode in ('chunk', 'ensemble'):
@@ -106,7 +106,7 @@ def run_control_loops(path, contract, observations, duration_s, device, compile_
                                          execution='async', compile_model=compile_model,
                                          contract=contract))
         rt.reset()
-        durations, _ = _control_loop(rt.act, observations, duration_s, contract.fps)
+        durations, _ = control_loop(rt.act, observations, duration_s, contract.fps)
         rt.wait_idle(30)
         label = f'act_ros async {mode}' + (' (compiled)' if compile_model else '')
         rows.append((label, durations, rt.stats))
@@ -183,7 +183,7 @@ def run_model_timing(path, contract, observations, iters, device, reduced, backe
     lerobot = ACTPolicy(ckpt.config).to(device).eval()
     lerobot.load_state_dict(ckpt.policy.state_dict())
 
-    batches = [ckpt.preprocessor(_lerobot_tensors(o, contract, ckpt.image_shapes))
+    batches = [ckpt.preprocessor(lerobot_tensors(o, contract, ckpt.image_shapes))
                for o in observations[:iters]]
 
     def run(name, batch):
@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             path = (resolve_checkpoint(args.checkpoint).path if args.checkpoint else
                     create_checkpoint(Path(tmp) / 'ckpt', preset=args.preset, image_size=size,
                                       seed=0))
-            observations = _observations(contract, size, max(args.iters, 30))
+            observations = sample_observations(contract, size, max(args.iters, 30))
             if not args.skip_loops:
                 print(f'{label}: control loops, {args.duration:.0f} s each at {contract.fps} Hz ...',
                       file=sys.stderr, flush=True)

@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 import functools
 from pathlib import Path
+import platform
 import sys
 from typing import Any
 
@@ -74,6 +75,24 @@ def cpu_flags() -> frozenset[str]:
     if capabilities is None:
         return frozenset()
     return frozenset(str(k).lower() for k, v in capabilities().items() if v is True)
+
+
+def cpu_class(flags: set[str] | None = None, machine: str | None = None) -> str:
+    """The CPU class whose baseline applies: what the kernels PyTorch, OpenVINO and ONNX
+    Runtime pick depend on (x86: AMX, AVX-512 with bf16, AVX-512, AVX2). Benchmarks compare
+    against the baseline of their class; recipes state their minutes per class."""
+    if flags is None:
+        flags = set(cpu_flags())
+    machine = (machine or platform.machine()).lower()
+    if machine in ('aarch64', 'arm64'):
+        return 'arm64'
+    if machine not in ('x86_64', 'amd64'):
+        return machine
+    for name, needs in (('x86-amx', ('amx_bf16',)), ('x86-avx512-bf16', ('avx512_bf16',)),
+                        ('x86-avx512', ('avx512f',)), ('x86-avx2', ('avx2',))):
+        if all(flag in flags for flag in needs):
+            return name
+    return 'x86'
 
 
 def parse_cpuinfo_flags(text: str) -> frozenset[str]:

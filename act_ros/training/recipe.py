@@ -45,7 +45,7 @@ class Stage:
     command: str
     args: tuple[str, ...]
     done: str
-    #: Minutes per CPU class (:func:`act_ros.bench.check.cpu_class`), or ``{ANY_CPU: m}``.
+    #: Minutes per CPU class (:func:`act_ros.core.precision.cpu_class`), or ``{ANY_CPU: m}``.
     expected_min: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f'act-ros recipe: {exc}', file=sys.stderr)
         return 2
-    from act_ros.bench.check import cpu_class
+    from act_ros.core.precision import cpu_class
 
     cpu = cpu_class()
     print(f'recipe {recipe.name}: {recipe.description}')
