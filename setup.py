@@ -132,8 +132,6 @@ setup(
             'sim_bridge = act_ros.ros.sim_bridge.bridge:main',
             'record_node = act_ros.ros.recording.record_node:main',
             'train = act_ros.training.train:main',
-            'evaluate = act_ros.training.evaluate:main',
-            'collect = act_ros.training.collect:main',
         ],
     },
 )

@@ -10,7 +10,8 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    'collect': ('act_ros.training.collect', 'record scripted-expert demonstrations to a LeRobot dataset'),
+    'collect': ('act_ros.training.collect', 'record scripted-expert demonstrations to a LeRobot '
+                'dataset (--dagger: a policy drives, the expert labels)'),
     'generate-synthetic': ('act_ros.data.synthetic', 'write a small random dataset for smoke tests'),
     'import-bag': ('act_ros.data.bag_import', 'rosbag2 recordings (MCAP, SQLite3) to a LeRobot '
                    'dataset'),
@@ -35,6 +36,14 @@ COMMANDS: dict[str, tuple[str, str]] = {
                'backends); --int8: quantize it with NNCF on dataset frames (precision int8)'),
     'report': ('act_ros.report', 'write the tables of figures in README.md and docs/ from the '
                'committed result files (--check: fail when a page is stale)'),
+    'ros-eval': ('act_ros.ros.evaluation.ros_eval', 'closed-loop evaluation over ROS 2: '
+                 'act_node and the simulation bridge in lock-step, every mode'),
+    'compare-evals': ('act_ros.ros.evaluation.compare', 'an in-process and an over-ROS '
+                      'evaluation of the same seeds, episode by episode'),
+    'expert-eval': ('act_ros.sim.expert_eval', "a task's scripted expert on N seeds: success "
+                    'and failure stages'),
+    'demo': ('act_ros.demo', 'the shipped policies doing the simulated tasks over ROS 2, beside '
+             'their experts (make demo)'),
     'plot-seams': ('act_ros.training.seam_plot', 'joint position and velocity around chunk '
                    'handovers, one panel per mode (chunk, ensemble, blend)'),
     'plot-plan': ('act_ros.ros.plan_plot', "a picture of act_node's planned path and release "

@@ -280,7 +280,7 @@ def _record_success(stages: Stages, checkpoint: Path, ros: dict, out: Path,
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog='act_ros.demo', description=__doc__,
+    parser = argparse.ArgumentParser(prog='act-ros demo', description=__doc__,
                                      formatter_class=HelpFormatter)
     parser.add_argument('--output-dir', type=Path, default=Path('outputs/demo'))
     parser.add_argument('--full-loop', action='store_true',
@@ -349,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
     from act_ros.provenance import result_provenance
 
     summary = {'provenance': result_provenance(
-                   'make demo (python -m act_ros.demo)',
+                   'make demo (act-ros demo)',
                    argv if argv is not None else sys.argv[1:], output_path=None,
                    output_option='--output-dir'),
                'plan': asdict(plan),

@@ -155,7 +155,7 @@ RECIPE_RUNS = (('the shipped policy\'s run (AVX2 CPU, shared)',
                 tuple(f'docs/results/sim_port_pick_align_poses/recipe_run2/{n}'
                       for n in _RECIPE_EVALUATION_NAMES)))
 
-# `python -m act_ros.bench.record` runs (record_node over minutes of two 480x640 cameras,
+# `act-ros bench record` runs (record_node over minutes of two 480x640 cameras,
 # act-ros import-bag of a bag as long): (CPU and what changed, file).
 RECORDING_DIR = 'docs/results/recording'
 RECORDING_RUNS = (
@@ -551,7 +551,7 @@ def part_expert_runs(src: Sources) -> str:
                if run.get('mean_position_error') is not None else 'not recorded')
         rows.append([f"`{run['args']}`", run['count'], round(run['align_rate'] * run['count']),
                      err])
-    return table(['`python -m act_ros.sim.expert_eval` run', 'episodes', 'aligned',
+    return table(['`act-ros expert-eval` run', 'episodes', 'aligned',
                   'mean position / yaw error'], rows)
 
 

@@ -334,10 +334,10 @@ def test_result_files_name_the_command_without_the_output_path():
     assert entry['commit'] and 'CPU class' in entry['machine']
     assert result_provenance('act-ros bench faults', ['--json=/a/b.json', '--rounds', '1'],
                              output_path='/a/b.json')['command'] == 'act-ros bench faults --rounds 1'
-    assert result_provenance('python -m act_ros.bench.record',
+    assert result_provenance('act-ros bench record',
                              ['store', '--workdir', '/w', '--output', '/o.json', '--workdir=/v'],
                              output_path='/o.json', output_option='--output',
-                             omit=('--workdir',))['command'] == 'python -m act_ros.bench.record store'
+                             omit=('--workdir',))['command'] == 'act-ros bench record store'
 
 
 # ---- act-ros bench faults: what recovered means ----------------------------------------------

@@ -26,8 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 FENCE = re.compile(r'^\s*```(\S*)\s*$')
 SHELL_LANGS = {'bash', 'sh', 'shell'}
 # Executables of the package (setup.py console_scripts) that take argparse options.
-ROS2_RUN_MODULES = {'train': 'act_ros.training.train', 'evaluate': 'act_ros.training.evaluate',
-                    'collect': 'act_ros.training.collect'}
+ROS2_RUN_MODULES = {'train': 'act_ros.training.train'}
 ROS_ARGS_EXECUTABLES = {'act_node', 'sim_bridge', 'record_node'}
 
 
@@ -114,10 +113,11 @@ def check_act_ros(argv: list[str]) -> None:
         check_ros_args(rest)
         return
     if name == 'bench':
-        from act_ros.bench.__main__ import BENCHMARKS
-        assert rest and (rest[0] in BENCHMARKS or rest[0] in ('all', 'check')), rest
-        if rest[0] in BENCHMARKS:
-            parse_with(BENCHMARKS[rest[0]], rest[1:])
+        from act_ros.bench.__main__ import BENCHMARKS, ON_DEMAND
+        modules = {**BENCHMARKS, **ON_DEMAND}
+        assert rest and (rest[0] in modules or rest[0] in ('all', 'check')), rest
+        if rest[0] in modules:
+            parse_with(modules[rest[0]], rest[1:])
         else:
             parse_with('act_ros.bench.__main__', rest)
         return
@@ -244,7 +244,7 @@ def test_the_readme_shows_the_two_commands():
 
 @pytest.mark.parametrize('command,problem', [
     ('act-ros evaluate --episodes 20 --seed 100000', '--checkpoint'),
-    ('python -m act_ros.ros.evaluation.ros_eval --episodes 20 --seed 100000', '--checkpoint'),
+    ('act-ros ros-eval --episodes 20 --seed 100000', '--checkpoint'),
     ('act-ros train --steps 10 --dataset-root data/x', '--output-dir'),
     ('act-ros train ... --resume', '--output-dir'),
     ('act-ros evaluate --checkpoint m --mode sideways', 'sideways'),

@@ -47,7 +47,7 @@ def test_episodes_are_matched_by_seed_and_differences_counted(tmp_path, capsys):
     assert written['seeds'] == [1, 2]
     # where it came from: its own command, and the two runs' provenance carried along
     assert written['provenance']['command'].startswith(
-        'python -m act_ros.ros.evaluation.compare')
+        'act-ros compare-evals')
     assert str(tmp_path / 'c.json') not in written['provenance']['command']
     assert written['sources'] == {'in_process': None, 'over_ros': None}
 

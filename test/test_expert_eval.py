@@ -1,4 +1,4 @@
-"""``python -m act_ros.sim.expert_eval --output FILE --run NAME``: the scripted expert's
+"""``act-ros expert-eval --output FILE --run NAME``: the scripted expert's
 runs written into one result file, atomically, each with its provenance, in the form
 ``act-ros report`` reads (``docs/results/expert/expert_eval.json``)."""
 

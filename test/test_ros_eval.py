@@ -125,7 +125,7 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_every_mode(
     provenance = written.pop('provenance')
     assert written == json.loads(json.dumps(results))
     # the command that made it, without this machine's paths
-    assert provenance['command'].startswith('python -m act_ros.ros.evaluation.ros_eval')
+    assert provenance['command'].startswith('act-ros ros-eval')
     assert str(tmp_path) not in provenance['command'] and provenance['commit']
     # Both processes really ran, and neither is left.
     logs = {p.name for p in (tmp_path / 'logs').glob('*.log')}

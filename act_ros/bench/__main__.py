@@ -33,6 +33,8 @@ BENCHMARKS = {
     'faults': 'act_ros.bench.faults',
     'executor': 'act_ros.bench.executor',
 }
+# Run only when asked for (not by `all`): minutes of recording per run.
+ON_DEMAND = {'record': 'act_ros.bench.record'}
 # Compile and training benchmark sizes for `all`: 'cpu' finishes in minutes on 2 cores.
 SIZES = {
     'cpu': ['--model-preset', 'cpu', '--image-size', '96x128', '--batch-size', '8'],
@@ -168,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ('-h', '--help'):
         print('usage: act-ros bench <benchmark> [options]   (act-ros bench <benchmark> --help: '
               'its options)\n\n' + __doc__.strip() + '\n\nbenchmarks: '
-              + ', '.join([*BENCHMARKS, 'all', 'check']))
+              + ', '.join([*BENCHMARKS, 'all', 'check']) + '; not in all: '
+              + ', '.join(ON_DEMAND))
         return 0
     name, rest = argv[0], argv[1:]
     if name == 'all':
@@ -176,11 +179,12 @@ def main(argv: list[str] | None = None) -> int:
     if name == 'check':  # the fast benchmarks against the committed baseline (make bench-check)
         from act_ros.bench.check import main as check
         return check(rest)
-    if name not in BENCHMARKS:
-        print(f"unknown benchmark '{name}' (have {', '.join([*BENCHMARKS, 'all', 'check'])})",
+    modules = {**BENCHMARKS, **ON_DEMAND}
+    if name not in modules:
+        print(f"unknown benchmark '{name}' (have {', '.join([*modules, 'all', 'check'])})",
               file=sys.stderr)
         return 2
-    return int(importlib.import_module(BENCHMARKS[name]).main(rest) or 0)
+    return int(importlib.import_module(modules[name]).main(rest) or 0)
 
 
 if __name__ == '__main__':

@@ -1,4 +1,4 @@
-"""``python -m act_ros.bench.record``: memory and dropped ticks of a long recording, and of
+"""``act-ros bench record``: memory and dropped ticks of a long recording, and of
 ``act-ros import-bag`` over a long bag.
 
 ``record``: a publisher process sends two 480x640 rgb8 cameras (a moving textured scene,
@@ -21,9 +21,9 @@ else runs; ``--minutes 1`` is a quick check of the harness itself.
 ``store``: the time of appending a saved episode to the dataset, at episode 1 and at
 episode ``--episodes`` (small PNG episodes: what the append costs, without encoding).
 
-    python -m act_ros.bench.record record --minutes 10
-    python -m act_ros.bench.record import --minutes 10
-    python -m act_ros.bench.record store --episodes 50 --episode-s 2
+    act-ros bench record record --minutes 10
+    act-ros bench record import --minutes 10
+    act-ros bench record store --episodes 50 --episode-s 2
 """
 
 from __future__ import annotations
@@ -356,7 +356,7 @@ def bench_import(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog='python -m act_ros.bench.record', description=__doc__,
+    p = argparse.ArgumentParser(prog='act-ros bench record', description=__doc__,
                                 formatter_class=HelpFormatter)
     p.add_argument('what', choices=('record', 'import', 'both', 'store'))
     p.add_argument('--episodes', type=int, default=50, help='store: episodes to append')
@@ -398,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         from act_ros.core.atomic import write_text_atomic
         from act_ros.provenance import result_provenance
 
-        provenance = result_provenance('python -m act_ros.bench.record',
+        provenance = result_provenance('act-ros bench record',
                                        argv if argv is not None else sys.argv[1:],
                                        output_path=args.output, output_option='--output',
                                        omit=('--workdir',))

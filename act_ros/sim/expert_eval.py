@@ -1,4 +1,4 @@
-"""Score the scripted expert over seeded episodes: ``python -m act_ros.sim.expert_eval``.
+"""Score the scripted expert over seeded episodes: ``act-ros expert-eval``.
 
 Prints the align rate and mean errors (the ceiling a trained policy is judged against),
 the release gate's verdict, and the simulation speed. Rendering is off unless asked for.
@@ -12,9 +12,9 @@ the summary becomes ``runs[NAME]`` of FILE and the file's other runs are kept, s
 runs share one file (``docs/results/expert/expert_eval.json``, which ``act-ros report``
 reads)::
 
-    python -m act_ros.sim.expert_eval --episodes 100 --seed 2000000 \\
+    act-ros expert-eval --episodes 100 --seed 2000000 \\
         --output docs/results/expert/expert_eval.json --run plain
-    python -m act_ros.sim.expert_eval --perturb --episodes 100 --seed 3000000 \\
+    act-ros expert-eval --perturb --episodes 100 --seed 3000000 \\
         --perturbation-seed 0 --output docs/results/expert/expert_eval.json --run perturbed
 
 Such a file's top-level ``provenance`` names every run's command, commit and machine, and
@@ -100,7 +100,7 @@ def evaluate_perturbed(env: PortPickAlignEnv, expert: ScriptedExpert, seeds: ran
     return summary
 
 
-COMMAND = 'python -m act_ros.sim.expert_eval'
+COMMAND = 'act-ros expert-eval'
 
 
 class OutputError(Exception):
@@ -222,7 +222,8 @@ def write_result(path: Path, record: dict, provenance: dict, run: str | None = N
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(formatter_class=HelpFormatter, description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog='act-ros expert-eval', formatter_class=HelpFormatter,
+                                     description=__doc__.splitlines()[0])
     parser.add_argument('--episodes', type=int, default=100, help='number of episodes')
     parser.add_argument('--seed', type=int, default=0, help='seed of the first episode')
     parser.add_argument('--config', default=None, help='sim config YAML (default config/sim.yaml)')

@@ -3,9 +3,9 @@
 ::
 
     act-ros evaluate --checkpoint CKPT --episodes 20 --seed 100000 --mode both --output inproc.json
-    python -m act_ros.ros.evaluation.ros_eval --checkpoint CKPT --episodes 20 --seed 100000 \\
+    act-ros ros-eval --checkpoint CKPT --episodes 20 --seed 100000 \\
         --mode both --output ros.json
-    python -m act_ros.ros.evaluation.compare inproc.json ros.json --output comparison.json
+    act-ros compare-evals inproc.json ros.json --output comparison.json
 
 The same checkpoint on the same seeds should end the same way both ways: the over-ROS run
 steps the simulation in lock-step with the node's commands, and the node runs the same
@@ -103,7 +103,7 @@ def format_comparison(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog='python -m act_ros.ros.evaluation.compare',
+    p = argparse.ArgumentParser(prog='act-ros compare-evals',
                                 description=__doc__,
                                 formatter_class=HelpFormatter)
     p.add_argument('in_process', type=Path, help='act-ros evaluate --output JSON')
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     # The two runs' own commands, commits and machines come along: the comparison holds
     # only if both ran the same source on the same machine.
     result = {'provenance': result_provenance(
-        'python -m act_ros.ros.evaluation.compare', argv if argv is not None else sys.argv[1:],
+        'act-ros compare-evals', argv if argv is not None else sys.argv[1:],
         output_path=args.output, output_option='--output'), **result,
         'sources': {'in_process': in_process.get('provenance'),
                     'over_ros': over_ros.get('provenance')}}

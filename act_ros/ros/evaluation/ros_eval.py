@@ -1,6 +1,6 @@
 """Evaluate a checkpoint over ROS 2: ``sim_bridge`` and ``act_node`` as separate processes.
 
-    python -m act_ros.ros.evaluation.ros_eval --checkpoint DIR --episodes 10 --mode both \
+    act-ros ros-eval --checkpoint DIR --episodes 10 --mode both \
         --image-size 96x128 --seed 1000
 
 What it does, per policy mode (``chunk``, ``ensemble``):
@@ -63,7 +63,7 @@ DEFAULT_IMAGE_SIZE = (96, 128)
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog='python -m act_ros.ros.evaluation.ros_eval',
+        prog='act-ros ros-eval',
         description='Run lock-step evaluation episodes of a checkpoint with sim_bridge and '
                     'act_node as separate ROS 2 processes.',
         formatter_class=HelpFormatter)
@@ -281,7 +281,7 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
         # The file carries where it came from beside the modes (which readers find as the
         # mappings with episodes); the returned results stay {mode: metrics}.
         provenance = result_provenance(
-            'python -m act_ros.ros.evaluation.ros_eval',
+            'act-ros ros-eval',
             argv if argv is not None else sys.argv[1:], output_path=args.output,
             output_option='--output', omit=('--log-dir',))
         args.output.parent.mkdir(parents=True, exist_ok=True)
