@@ -432,6 +432,42 @@ def test_console_script_drives_commands_with_the_model_in_a_child_process(
             f"child {pid} alive: {Path(f'/proc/{pid}/cmdline').read_bytes()!r}")
 
 
+def test_waiting_line_names_each_missing_input_with_its_topic_and_qos(
+        rclpy_context, ros_domain_id, checkpoint, image, tmp_path):
+    """``act_node`` in a namespace, its wrist camera remapped: while the wrist images never
+    come, the node's repeated line names that input with the topic it resolved (namespace
+    and remap applied), the message type and the QoS; inputs that arrive are not named."""
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    log = tmp_path / 'act_node.log'
+    with log.open('w') as out:
+        proc = subprocess.Popen(
+            [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args',
+             '-r', '__ns:=/arm1', '-r', 'camera/wrist/image_raw:=/elsewhere/wrist',
+             '-p', f'model_path:={checkpoint}', '-p', 'execution:=async', '-p', 'backend:=torch',
+             '-p', 'torch_threads:=1', '-p', 'release_gate.enabled:=false'],
+            stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
+    waiting = 'no command, inputs unusable: '
+
+    def settled_line():  # once the harness is discovered: only the wrist camera missing
+        lines = [line for line in log.read_text().splitlines() if waiting in line]
+        return next((line for line in lines if 'joint_states' not in line), None)
+
+    try:
+        harness = make_harness(rclpy_context, image, cameras=('top',), namespace='arm1')
+        with spinning(rclpy_context, harness):
+            line = wait_until(lambda: settled_line() or proc.poll() is not None, SETTLE_S)
+            assert line and proc.poll() is None, log.read_text()[-3000:]
+            line = settled_line()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            proc.kill()
+    assert line.split(waiting, 1)[1] == ('image/wrist on /elsewhere/wrist (sensor_msgs/Image, '
+                                         'best effort, depth 5): never received'), line
+
+
 def _child_pids(pid):
     tasks = Path(f'/proc/{pid}/task').glob('*/children')
     return [int(c) for task in tasks for c in task.read_text().split()]

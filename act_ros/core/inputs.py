@@ -12,7 +12,7 @@ the stream is required or optional (the release gate's pad and end-effector pose
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 import threading
 from typing import Any
@@ -73,8 +73,14 @@ class Snapshot:
         sample = self.samples.get(name)
         return None if sample is None else self.now_s - sample.received_s
 
-    def describe_problems(self) -> str:
-        return '; '.join(f'{name}: {why}' for name, why in sorted(self.problems.items()))
+    def describe_problems(self, sources: Mapping[str, str] | None = None) -> str:
+        """``'image/top: never received; ...'``; with ``sources`` (stream -> where it comes
+        from, e.g. the node's topic and QoS) each stream named with its source:
+        ``'image/top on /top/image_raw (sensor_msgs/Image, best effort, depth 5): never
+        received'``."""
+        sources = sources or {}
+        return '; '.join(f'{name} on {sources[name]}: {why}' if name in sources
+                         else f'{name}: {why}' for name, why in sorted(self.problems.items()))
 
 
 class InputStore:

@@ -328,8 +328,9 @@ class ActNode(LifecycleNode):
             result = self.loop.tick(snap)
             if result.command is None:
                 self.sender.hold()
-                if not snap.ok:
-                    self.get_logger().warning(f'no command, inputs unusable: {result.reason}',
+                if not snap.ok:  # each input named with its topic and QoS
+                    problems = snap.describe_problems(self.io.input_sources)
+                    self.get_logger().warning(f'no command, inputs unusable: {problems}',
                                               throttle_duration_sec=LOG_THROTTLE_S)
                 elif result.reason.startswith(CHUNKS_LATE):  # the verdict at configure said
                     self.get_logger().warning(f'no command: {result.reason}',

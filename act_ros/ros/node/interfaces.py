@@ -65,6 +65,16 @@ class PolicyNodeHooks(Protocol):
 
     def resolve_topic_name(self, topic: str, *, only_expand: bool = False) -> str: ...
 
+
+def describe_subscription(msg_type: Any, topic: str, qos: QoSProfile) -> str:
+    """Where a subscription listens, for the lines that say an input is missing:
+    ``'/top/image_raw (sensor_msgs/Image, best effort, depth 5)'``."""
+    package = msg_type.__module__.split('.')[0]
+    reliability = 'best effort' if qos.reliability == ReliabilityPolicy.BEST_EFFORT \
+        else 'reliable'
+    return f'{topic} ({package}/{msg_type.__name__}, {reliability}, depth {qos.depth})'
+
+
 #: Commands go to ros2_control controllers, whose command topics are reliable.
 COMMAND_QOS = QoSProfile(depth=1, reliability=ReliabilityPolicy.RELIABLE)
 DIAGNOSTICS_QOS = QoSProfile(depth=10, reliability=ReliabilityPolicy.RELIABLE)
@@ -82,6 +92,8 @@ class Interfaces:
     control_timer: Timer | None = None  # timer trigger; created cancelled, runs while active
     observation_ready: GuardCondition | None = None
     subscriptions: list[Subscription] = field(default_factory=list)
+    # Input stream -> its resolved topic, type and QoS (describe_subscription).
+    input_sources: dict[str, str] = field(default_factory=dict)
     # visualization.enabled: ~/planned_path and ~/markers with their low-rate timer.
     visualizer: PlanVisualizer | None = None
     seams_service: Service | None = None  # ~/seams: the seam figures as JSON
@@ -182,11 +194,14 @@ and, with ``visualization.enabled``, the plan's view
     """
     group = node.input_group
     subs = []
+    sources: dict[str, str] = {}
 
     def subscribe(msg_type: Any, topic: str, stream: str, convert: Callable[[Any], Any]) -> None:
         subs.append(node.create_subscription(
             msg_type, topic, lambda msg: node.store(stream, msg, convert),
             qos_profile_sensor_data, callback_group=group))
+        sources[stream] = describe_subscription(msg_type, subs[-1].topic_name,
+                                                qos_profile_sensor_data)
 
     names = settings.joint_names
     subscribe(JointState, settings.joint_states_topic, JOINT_STATES,
@@ -221,6 +236,9 @@ and, with ``visualization.enabled``, the plan's view
         subs.append(node.create_subscription(
             PoseStamped, topic, lambda msg, uses=tuple(uses): store_pose(msg, uses),
             qos_profile_sensor_data, callback_group=group))
+        sources.update((stream, describe_subscription(PoseStamped, topic,
+                                                      qos_profile_sensor_data))
+                       for stream, _ in uses)
 
     command_type = JointTrajectory if settings.command_type == 'JointTrajectory' \
         else Float64MultiArray
@@ -250,6 +268,7 @@ and, with ``visualization.enabled``, the plan's view
         control_timer=timer,
         observation_ready=guard,
         subscriptions=subs,
+        input_sources=sources,
         visualizer=PlanVisualizer(node, settings, contract.gripper_index,
                                   callback_group=node.visualization_group)
         if settings.visualization_enabled else None,

@@ -171,7 +171,7 @@ class NodeStatus:
                ('commands_published', 'commands_rejected', 'chunks_with_violations')}
         self._last_report = {k: counters[k] for k in new}
         if not snap.ok:
-            problems = snap.describe_problems()
+            problems = snap.describe_problems(node.io.input_sources)
             return DiagnosticStatus.ERROR, f'inputs unusable, no commands: {problems}', values
         if counters['inference_failing']:
             return DiagnosticStatus.ERROR, ('inference failing, no commands: '
