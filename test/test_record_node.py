@@ -488,3 +488,21 @@ def test_a_save_does_not_stop_sampling_on_one_thread(rclpy_context, tmp_path, mo
         executor.shutdown(timeout_sec=5.0)
         thread.join(timeout=5.0)
         recorder.destroy_node()
+
+
+def test_recording_page_states_each_codec_default():
+    """docs/recording.md says plainly which codec each tool uses when not told, as the code
+    declares it: record_node's video_codec parameter, import-bag's --video-codec."""
+    from act_ros.data.bag_import import build_parser
+    from act_ros.ros.recording.record_node import parameter_declarations
+
+    recorder = next(spec.default for spec in parameter_declarations()
+                    if spec.name == 'video_codec')
+    importer = next(a.default for a in build_parser()._actions
+                    if '--video-codec' in a.option_strings)
+    page = (Path(__file__).resolve().parents[1] / 'docs' / 'recording.md').read_text()
+    sentence = page.split('**Video codec.** ', 1)[1].split('\n\n', 1)[0].replace('\n', ' ')
+    first = sentence.split('. ')[0]
+    assert '`record_node` encodes' in first and f'(`video_codec: {recorder}`)' in first, first
+    assert '`act-ros import-bag` encodes' in first and \
+        f'(`--video-codec {importer}`)' in first, first
