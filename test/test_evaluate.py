@@ -62,6 +62,7 @@ def test_evaluate_cli_both_modes_with_video(tiny_checkpoint, tmp_path, capsys):
         assert result['episodes'][0]['steps'] == 20 and result['episodes'][0]['seed'] == 3
         video = Path(result['video'])
         assert video.name == f'ep_{mode}.mp4' and video.stat().st_size > 1000
+        assert f'video: {video} (episodes 0)' in printed  # where the video went
 
 
 def test_evaluate_workers_give_the_results_of_one_process(tiny_checkpoint, tmp_path, capsys):
@@ -220,3 +221,12 @@ def test_every_mode_records_the_seams_of_its_commands(tiny_checkpoint, tmp_path,
     for key in SEAM_KEYS:
         assert one[key] == pytest.approx(both[key]), key
     assert 'seam_samples' not in json.loads(two.read_text())['modes']['blend']
+
+
+def test_evaluate_help_says_what_checkpoint_takes_and_where_videos_go():
+    from act_ros.training.evaluate import build_parser
+
+    text = ' '.join(build_parser().format_help().split())
+    assert 'pretrained_model directory, or a Hugging Face Hub id' in text
+    assert 'NAME_chunk.mp4, NAME_ensemble.mp4); each path is printed' in text
+    assert '--episodes EPISODES default: 10' in text
