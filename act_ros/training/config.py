@@ -19,7 +19,7 @@ from act_ros.core.checkpoint import PRESETS, parse_image_size
 from act_ros.core.paths import config_path
 from act_ros.core.arguments import HelpFormatter
 
-TRAIN_PRESETS = ('synthetic', 'sim', 'aloha')
+TRAIN_PRESETS = ('synthetic', 'sim', 'aloha', 'arm')
 # Presets that select checkpoints by closed-loop episodes in their task's simulation.
 CLOSED_LOOP_PRESETS = ('sim', 'aloha')
 # Where the auxiliary object-pose head reads (act_ros.training.auxiliary).
@@ -383,7 +383,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--dataset-root', type=Path, help='LeRobot v3 dataset directory')
     p.add_argument('--output-dir', type=Path, required=True, help='run directory (checkpoints, '
                    'training_metrics.json, plots)')
-    p.add_argument('--preset', choices=TRAIN_PRESETS, default='synthetic')
+    p.add_argument('--preset', choices=TRAIN_PRESETS, default='synthetic',
+                   help='synthetic: smoke runs on act-ros generate-synthetic data; sim: the '
+                   "scripted expert's demonstrations, best/ by success in the simulation; "
+                   "aloha: gym-aloha's transfer cube, likewise; arm: a real arm's recordings "
+                   '(record_node, act-ros import-bag), nothing from the simulation needed, '
+                   'best/ by validation L1')
     p.add_argument('--model-preset', choices=sorted(PRESETS), help='model size (preset default)')
     p.add_argument('--image-size', type=parse_image_size, help='model input HxW (preset default)')
     p.add_argument('--task', help='the simulated task the dataset comes from: port_pick_align '
