@@ -3,15 +3,16 @@
 The commands are enumerated, never typed: setup.py's console_scripts, ``act_ros.cli.COMMANDS``
 and the benchmarks of ``act-ros bench``, so one that lands later is covered too. Each one
 runs as a process of its own in an empty working directory with an empty temporary
-folder and must print its usage on stdout, nothing on stderr, exit 0 within
-``HELP_TIMEOUT_S`` (a node or simulation started by mistake runs until killed) and leave
-both folders empty. In process, every option whose default is a value shows it, and the
-ROS executables list every declared parameter with its default.
+folder (``HELP_WORKERS`` at a time) and must print its usage on stdout, nothing on
+stderr, exit 0 within ``HELP_TIMEOUT_S`` (a node or simulation started by mistake runs
+until killed) and leave both folders empty. In process, every option whose default is a
+value shows it, and the ROS executables list every declared parameter with its default.
 """
 
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ThreadPoolExecutor
 import contextlib
 import importlib
 import io
@@ -26,6 +27,7 @@ from test_launch_act import console_scripts
 
 ROOT = Path(__file__).resolve().parents[1]
 HELP_TIMEOUT_S = 120.0
+HELP_WORKERS = min(4, os.cpu_count() or 1)  # --help processes at once
 
 
 def help_commands() -> list[tuple[str, str, list[str], str]]:
@@ -67,9 +69,33 @@ def _run(target: str, argv: list[str], tmp_path: Path) -> tuple[subprocess.Compl
     return proc, work, tmp
 
 
+@pytest.fixture(scope='module')
+def help_runs(request, tmp_path_factory) -> dict[str, tuple]:
+    """The ``--help`` run of every command selected in this module, ``HELP_WORKERS`` at a
+    time before the first check (each process imports much of the package: one after
+    another they take about a minute); label -> ``_run``'s result or its error."""
+    wanted = sorted({item.callspec.params['label'] for item in request.session.items
+                     if item.module is request.module
+                     and item.originalname == 'test_help_prints_usage_and_starts_nothing'})
+    commands = {c[0]: c for c in COMMANDS}
+
+    def one(label: str) -> tuple | AssertionError:
+        _, target, argv, _ = commands[label]
+        try:
+            return _run(target, [*argv, '--help'], tmp_path_factory.mktemp('help'))
+        except AssertionError as exc:
+            return exc
+
+    with ThreadPoolExecutor(HELP_WORKERS) as pool:
+        return dict(zip(wanted, pool.map(one, wanted)))
+
+
 @pytest.mark.parametrize('label,target,argv,home', COMMANDS, ids=[c[0] for c in COMMANDS])
-def test_help_prints_usage_and_starts_nothing(label, target, argv, home, tmp_path):
-    proc, work, tmp = _run(target, [*argv, '--help'], tmp_path)
+def test_help_prints_usage_and_starts_nothing(label, target, argv, home, help_runs):
+    result = help_runs[label]
+    if isinstance(result, AssertionError):
+        raise result
+    proc, work, tmp = result
     assert proc.returncode == 0, f'{label} --help: exit {proc.returncode}\n{proc.stderr[-2000:]}'
     assert proc.stdout.startswith('usage:'), f'{label} --help: {proc.stdout[:300]!r}'
     assert proc.stderr == '', f'{label} --help wrote on stderr:\n{proc.stderr[-2000:]}'
