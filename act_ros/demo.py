@@ -45,8 +45,8 @@ from act_ros.core.arguments import HelpFormatter
 EVAL_SEED = 100_000
 # (folder in models/, what the policy sees, modes the demo shows by default), in the
 # demo's order. The vision policy is the best one from cameras and joints alone (192x256;
-# it aligns about a quarter of unseen seeds, docs/training.md section 5); the 96x128 one it
-# started from stays in models/ as the vision recipe's starting backbone.
+# it aligns about a quarter of unseen seeds, docs/training_results.md section 4); the
+# 96x128 one it started from stays in models/ as the vision recipe's starting backbone.
 SHIPPED_MODELS = (('sim_port_pick_align_poses', 'cameras + object poses', ('chunk', 'ensemble')),
                   ('sim_port_pick_align_192x256', 'cameras only', ('chunk', 'ensemble')),
                   ('aloha_transfer_cube', 'ALOHA transfer cube: top camera', ('chunk',)))

@@ -1,8 +1,8 @@
 """Frozen backbone stages: their outputs computed once per frame, reused every step.
 
 On a CPU, ACT's training step is dominated by the ResNet backbone (convolutions forward
-and backward over every camera image of the batch; see ``docs/training.md``). A stage of
-the backbone that no longer trains need not run again: once the stages up to ``cut``
+and backward over every camera image of the batch; see ``docs/training_results.md``). A
+stage of the backbone that no longer trains need not run again: once the stages up to ``cut``
 (``layer2``, say, or the whole backbone, ``layer4``) are frozen, their output for every
 training frame and camera is computed once and kept in memory, and each later step runs
 only what follows ``cut`` (the remaining ResNet stages, then projection, transformer,
