@@ -184,13 +184,17 @@ def test_params_file_loads_into_the_node(ros_domain_id):
     from rclpy.lifecycle import TransitionCallbackReturn
 
     from act_ros.ros.node.act_node import ActNode
+    from act_ros.ros.node.parameters import get_value
 
     context = rclpy.context.Context()
     rclpy.init(context=context, domain_id=ros_domain_id,
                args=['--ros-args', '--params-file', str(PARAMS_FILE)])
     try:
         node = ActNode(context=context, namespace='arm')  # the /** key matches namespaces
-        assert node.get_parameter('max_joint_step').value == [0.1]
+        assert node.get_parameter('control_rate_hz').value == 30.0
+        # Speed limits left to the URDF: neither limit is set by the file.
+        assert get_value(node, 'max_joint_velocity') is None
+        assert get_value(node, 'max_joint_step') is None
         assert node.get_parameter('cameras.top.topic').value == 'camera/top/image_raw'
         assert node._parameter_errors == []
         # Everything in the file validates; only the checkpoint is missing.

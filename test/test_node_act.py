@@ -25,7 +25,8 @@ from std_srvs.srv import Trigger  # noqa: E402
 from act_ros.core.backends import installed_backends  # noqa: E402
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.ros.node.act_node import ActNode  # noqa: E402
-from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
+from act_ros.ros.harness import (FAST_ROBOT_MAX_JOINT_VELOCITY, RobotHarness,  # noqa: E402
+                                 fast_robot_model, spinning, wait_until)
 
 CONTRACT = load_contract()
 JOINTS = list(CONTRACT.joint_names)
@@ -56,13 +57,17 @@ def image():
     return rng.integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
 
 
-def make_node(context, checkpoint, **params) -> ActNode:
+def make_node(context, checkpoint, *, fast_joints: bool = False, **params) -> ActNode:
     # In-process inference keeps these tests fast; the default (a child process) is tested
     # below and through the console script.
     # backend torch: no ONNX export per checkpoint (backend auto: test_backends.py).
+    # fast_joints: commands pass the speed limit unchanged (the same kinematics, fast joints).
     values = {'model_path': checkpoint, 'autostart': False, 'torch_threads': 1,
               'backend': 'torch', 'execution': 'async', 'max_obs_age_s': FRESH_S,
               'diagnostics_period_s': 0.2, **params}
+    if fast_joints:
+        values.update(max_joint_velocity=FAST_ROBOT_MAX_JOINT_VELOCITY,
+                      urdf_path=str(fast_robot_model(Path(checkpoint).parent)))
     return ActNode(context=context,
                    parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
 
@@ -88,14 +93,15 @@ def wait_diagnostics(harness, predicate, timeout=10.0):
 def test_shuffled_joint_states_give_commands_in_contract_order(rclpy_context, checkpoint,
                                                                image, command_type):
     # JointState in reverse order with extra joints around; every command must be in
-    # contract order, inside the limits, each arm joint within max_joint_step of its
-    # measured position and the gripper within max_joint_step of its previous command
+    # contract order, inside the limits, each arm joint within a step (max_joint_velocity
+    # 1.5 rad/s at 30 Hz: 0.05 per tick) of its measured position and the gripper within a
+    # step of its previous command
     # (the first one, and one after a tick without a command: of its measured position).
     joints = {'camera_tilt': 2.5}
     joints.update({name: float(v) for name, v in reversed(list(zip(JOINTS, MEASURED)))})
     joints['conveyor'] = -3.0
     node = make_node(rclpy_context, checkpoint, command_type=command_type,
-                     max_joint_step=[0.05], **{'release_gate.enabled': False})
+                     max_joint_velocity=[1.5], **{'release_gate.enabled': False})
     harness = make_harness(rclpy_context, image, joints=joints, command_type=command_type)
     with spinning(rclpy_context, node, harness):
         assert node.start()
@@ -128,7 +134,7 @@ def expected_action(checkpoint, rgb, state, environment_state=None):
     return np.clip(action, LOWER, UPPER)
 
 
-EXACT = dict(execution='sync', n_action_steps=1, max_joint_step=[10.0],
+EXACT = dict(execution='sync', n_action_steps=1, fast_joints=True,
              **{'release_gate.enabled': False})
 
 
@@ -355,6 +361,13 @@ def _copy_image(msg):
     ({'mode': 'bogus'}, "mode: 'bogus' is not one of"),
     ({'joint_names': ['a', 'b']}, 'joint_names: expected 6 distinct names'),
     ({'max_joint_step': [0.1, -0.1]}, 'max_joint_step'),
+    ({'max_joint_velocity': [0.0]}, 'max_joint_velocity: expected 1 or 6 positive values'),
+    # The package's URDF allows 3 rad/s: more is refused, named per joint.
+    ({'max_joint_velocity': [3.0, 3.0, 3.0, 3.0, 4.5, 3.0]},
+     "max_joint_velocity is above the robot model's <limit velocity>"),
+    ({'max_joint_step': [0.2]}, 'max_joint_step [0.2] per tick at 30 Hz is above'),
+    ({'max_joint_step': [0.05], 'max_joint_velocity': [1.5]},
+     'max_joint_step is deprecated and replaced by max_joint_velocity'),
     ({'n_action_steps': 64}, 'n_action_steps (64) cannot exceed'),
     ({'model_only_calls': -1}, 'model_only_calls: -1 is out of range'),
 ])

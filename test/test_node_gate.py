@@ -7,6 +7,7 @@ its action statistics are rescaled so that a black image gives one end of the gr
 range and a white image the other (found by running the model on both).
 """
 
+from pathlib import Path
 import time
 
 import numpy as np
@@ -19,7 +20,8 @@ from rclpy.parameter import Parameter  # noqa: E402
 
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.ros.node.act_node import ActNode  # noqa: E402
-from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
+from act_ros.ros.harness import (FAST_ROBOT_MAX_JOINT_VELOCITY, RobotHarness,  # noqa: E402
+                                 fast_robot_model, spinning, wait_until)
 
 CONTRACT = load_contract()
 JOINTS = list(CONTRACT.joint_names)
@@ -42,7 +44,10 @@ def make_node(context, checkpoint, **params) -> ActNode:
     values = {'model_path': checkpoint, 'autostart': False, 'torch_threads': 1,
               'backend': 'torch',  # no ONNX export per checkpoint (auto: test_backends.py)
               'diagnostics_period_s': 0.2, 'execution': 'sync', 'n_action_steps': 1,
-              'max_joint_step': [10.0], 'pad_position_m': PAD,
+              'pad_position_m': PAD,
+              # Commands pass the speed limit unchanged: the same kinematics, fast joints.
+              'max_joint_velocity': FAST_ROBOT_MAX_JOINT_VELOCITY,
+              'urdf_path': str(fast_robot_model(Path(checkpoint).parent)),
               # Generous: a busy machine can hold the publishing thread back (test_node_act).
               'max_obs_age_s': 2.0, **params}
     return ActNode(context=context,

@@ -106,12 +106,13 @@ def test_chunk_as_one_trajectory_matches_the_chunk(rclpy_context, tiny_checkpoin
 
 
 def test_every_point_passes_the_safety_chain(rclpy_context, tiny_checkpoint, image48):
-    """A chunk that runs past the joint limits at 0.05 rad a row, with max_joint_step 0.02:
+    """A chunk that runs past the joint limits at 0.05 rad a row, with max_joint_velocity
+    0.6 rad/s at 30 Hz (0.02 per tick):
     every point of every trajectory stays inside the limits and moves at most 0.02 from the
     point before it; when the inputs go stale the node sends an empty trajectory, so the
     controller stops instead of playing out the plan."""
     node = make_node(rclpy_context, tiny_checkpoint, command_trajectory='chunk',
-                     max_joint_step=[0.02], max_obs_age_s=0.5)
+                     max_joint_velocity=[0.6], max_obs_age_s=0.5)
     harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, MEASURED)),
                            image=image48)
     with spinning(rclpy_context, node, harness):
@@ -131,6 +132,38 @@ def test_every_point_passes_the_safety_chain(rclpy_context, tiny_checkpoint, ima
     # The plan would have left the gripper's range (0.6 + 0.05 * 29): capped at its limit.
     assert max(np.array([p.positions for p in c.message.points])[:, GRIPPER].max()
                for c in planned) <= upper[GRIPPER]
+
+
+@pytest.mark.parametrize('rate_hz', [30.0, 100.0])
+def test_the_joint_speed_does_not_change_with_the_control_rate(rclpy_context, tiny_checkpoint,
+                                                                image48, rate_hz):
+    """The policy asks every joint to go 1 rad away (the gripper to open fully) and the arm
+    stays at MEASURED. Each command moves every arm joint by the URDF's 3 rad/s times the
+    period and asks for it within one period (time_from_start): 3 rad/s at 30 Hz and at
+    100 Hz alike, where the old default of 0.1 rad per tick asked 3 and 10 rad/s. The
+    gripper, limited against its previous command, opens at 3 per second too."""
+    speed = 3.0  # urdf/so101_class.urdf <limit velocity>; no limit configured
+    node = make_node(rclpy_context, tiny_checkpoint, control_rate_hz=rate_hz)
+    harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, MEASURED)),
+                           image=image48)
+    with spinning(rclpy_context, node, harness):
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS, \
+            node.last_configure_error
+        runtime = node.loop.runtime
+        runtime.predictor.predict = lambda obs: np.tile(MEASURED + 1.0, (runtime.chunk_size, 1))
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        assert wait_until(lambda: len(harness.commands) >= 10, SETTLE_S)
+        node.trigger_deactivate()
+    commands = [c.message for c in harness.commands]
+    for msg in commands:
+        (point,) = msg.points
+        reach_s = seconds(point.time_from_start)
+        assert reach_s == pytest.approx(1.0 / rate_hz, abs=1e-6)
+        moved = np.abs(np.array(point.positions) - MEASURED)
+        np.testing.assert_allclose(moved[:GRIPPER] / reach_s, speed, rtol=1e-6)
+    # The first gripper command moves from the measured opening, at the same speed.
+    first = np.array(commands[0].points[0].positions)
+    assert first[GRIPPER] - MEASURED[GRIPPER] == pytest.approx(speed / rate_hz)
 
 
 def test_interpolated_stream_between_ticks(rclpy_context, tiny_checkpoint, image48):

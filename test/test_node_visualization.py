@@ -7,6 +7,7 @@ robot is the :class:`~act_ros.ros.harness.RobotHarness` stand-in of the other no
 """
 
 import threading
+import pathlib
 import time
 
 import numpy as np
@@ -23,7 +24,8 @@ from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE  # noqa: E402
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.core.kinematics import ForwardKinematics  # noqa: E402
-from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
+from act_ros.ros.harness import (FAST_ROBOT_MAX_JOINT_VELOCITY, RobotHarness,  # noqa: E402
+                                 fast_robot_model, spinning, wait_until)
 from act_ros.ros.node.act_node import ActNode  # noqa: E402
 from act_ros.ros.node.visualization import (GATE_COLORS, VISUALIZATION_QOS,  # noqa: E402
                                             GateView, PlanView)
@@ -82,7 +84,10 @@ def make_node(context, checkpoint, **params) -> ActNode:
     values = {'model_path': checkpoint, 'autostart': False, 'torch_threads': 1,
               'backend': 'torch',  # no ONNX export per checkpoint (auto: test_backends.py)
               'execution': 'async', 'max_obs_age_s': 2.0, 'diagnostics_period_s': 0.2,
-              'max_joint_step': [10.0], 'pad_position_m': PAD,
+              'pad_position_m': PAD,
+              # Commands pass the speed limit unchanged: the same kinematics, fast joints.
+              'max_joint_velocity': FAST_ROBOT_MAX_JOINT_VELOCITY,
+              'urdf_path': str(fast_robot_model(pathlib.Path(checkpoint).parent)),
               'release_gate.release_radius_m': RADIUS, 'visualization.rate_hz': 10.0,
               **params}
     return ActNode(context=context,

@@ -466,7 +466,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from act_ros.core.checkpoint import create_checkpoint
     from act_ros.core.contract import load_contract
-    from act_ros.ros.harness import RobotHarness, make_gated_checkpoint, spinning, wait_until
+    from act_ros.ros.harness import (FAST_ROBOT_MAX_JOINT_VELOCITY, RobotHarness,
+                                     fast_robot_model, make_gated_checkpoint, spinning,
+                                     wait_until)
+    from act_ros.ros.node.parameters import format_parameter_value
 
     contract = load_contract()
     with tempfile.TemporaryDirectory(prefix='act_ros_faults_') as tmp:
@@ -481,7 +484,11 @@ def main(argv: list[str] | None = None) -> int:
         cmd = [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args',
                '-p', f'model_path:={model}', '-p', 'execution:=process', '-p', 'mode:=chunk',
                '-p', 'n_action_steps:=5', '-p', 'torch_threads:=1', '-p', 'device:=cpu',
-               '-p', f'max_obs_age_s:={MAX_OBS_AGE_S}', '-p', 'max_joint_step:=[10.0]',
+               '-p', f'max_obs_age_s:={MAX_OBS_AGE_S}',
+               # Commands pass the speed limit unchanged (the same kinematics, fast joints).
+               '-p', 'max_joint_velocity:='
+               + format_parameter_value(FAST_ROBOT_MAX_JOINT_VELOCITY),
+               '-p', f'urdf_path:={fast_robot_model(tmp)}',
                '-p', 'ee_source:=topic', '-p', 'pad_source:=topic',
                '-p', 'inference_timeout_s:=2.0', '-p', 'diagnostics_period_s:=0.5']
         procs = ProcessSet(Path(tmp) / 'logs', dict(os.environ))

@@ -49,7 +49,7 @@ NATIVE_BF16_FLAGS = ('avx512_bf16', 'amx_bf16')
 # Largest normalized action difference between bf16 and fp32 accepted by precision auto.
 # bf16 keeps 8 bits of mantissa (about 0.4 % relative); an ACT forward pass at 480x640
 # measured 0.01 on a CPU with AVX512-BF16 (issue 23). 0.05 standard deviations of an arm
-# joint is a few hundredths of a radian: well under max_joint_step (0.1 rad per tick).
+# joint is a few hundredths of a radian: well under a tick's step (0.1 rad at 3 rad/s, 30 Hz).
 DEFAULT_TOLERANCE = 0.05
 CHECK_OBSERVATIONS = 3  # the warm-up's observation and two seeded random ones
 # Flags with which an x86 CPU multiplies 8-bit integers into 32-bit sums (AVX-512 VNNI,

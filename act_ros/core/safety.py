@@ -1,7 +1,8 @@
 """Safety chain for joint commands, as pure functions.
 
 Every command passes, in order: finite check -> joint limits -> max step per tick -> release
-gate (:mod:`act_ros.core.release_gate`). The step limit protects the arm: each arm joint
+gate (:mod:`act_ros.core.release_gate`). The step per tick is a speed limit times the control
+period (:mod:`act_ros.core.speed_limits`). The step limit protects the arm: each arm joint
 moves at most ``max_step`` from its *measured* position. The gripper is rate-limited
 against its *previous command* instead: fingers blocked by a grasped object stay open
 however hard they are commanded, so a limit relative to where they are would cap the

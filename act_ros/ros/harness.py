@@ -279,6 +279,36 @@ def make_gated_checkpoint(base: str | Path, path: str | Path, *, size: tuple[int
     return str(path), images[opened], images[closed]
 
 
+#: Velocity limit of every joint of :func:`fast_robot_model` (per second).
+FAST_ROBOT_SPEED = 1000.0
+#: ``max_joint_velocity`` that lets a stand-in robot's commands pass unchanged: 300 per
+#: second, the 10 per tick at 30 Hz of a joint model that follows any command at once.
+FAST_ROBOT_MAX_JOINT_VELOCITY = [300.0]
+
+
+def fast_robot_model(directory: str | Path) -> Path:
+    """The package's robot model with every joint's ``<limit velocity>`` at
+    :data:`FAST_ROBOT_SPEED`, written once as ``directory/fast_robot.urdf``: the same
+    kinematics, for tests and benchmarks whose commands must pass the speed limit unchanged
+    (``urdf_path`` to it, ``max_joint_velocity`` :data:`FAST_ROBOT_MAX_JOINT_VELOCITY`). A
+    configured speed above a URDF's is refused, so a real model cannot serve them."""
+    import xml.etree.ElementTree as ET
+
+    from act_ros.core.kinematics import default_urdf_path
+
+    path = Path(directory) / 'fast_robot.urdf'
+    if not path.is_file():
+        root = ET.fromstring(default_urdf_path().read_text())
+        for limit in root.iter('limit'):
+            if limit.get('velocity') is not None:
+                limit.set('velocity', repr(FAST_ROBOT_SPEED))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix('.tmp')
+        tmp.write_text(ET.tostring(root, encoding='unicode'))
+        tmp.replace(path)
+    return path
+
+
 def wait_until(predicate: Callable[[], Any], timeout_s: float, interval_s: float = 0.02) -> Any:
     """Poll ``predicate`` until it returns something truthy (returned) or ``timeout_s`` passes."""
     deadline = time.monotonic() + timeout_s

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -25,12 +26,15 @@ import numpy as np
 import yaml
 
 from act_ros.core.contract import Contract, load_contract
+from act_ros.core.kinematics import default_urdf_path
 from act_ros.core.paths import config_path
 from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
 from act_ros.core.safety import SafetyLimits
 from act_ros.core.seams import SeamMeter, SeamSamples, arm_seam_meter
+from act_ros.core.speed_limits import STEP_PARAM, VELOCITY_PARAM, resolve_speed_limits
 
 EVAL_MODES = ('chunk', 'ensemble', 'blend')
+logger = logging.getLogger(__name__)
 # n_action_steps per mode: the ACT paper's chunk execution and per-tick ensembling; the
 # blended handover plays chunks as chunk mode does and crossfades them in (chunk and blend
 # modes: the checkpoint's own n_action_steps, as LeRobot's select_action plays it).
@@ -57,15 +61,23 @@ class SafetySettings:
         for value in data.values():
             if isinstance(value, dict) and 'ros__parameters' in value:
                 params = value['ros__parameters']
-        step = list(params.get('max_joint_step', [0.1]))
-        if len(step) == 1:
-            step = step * contract.num_joints
-        if len(step) != contract.num_joints:
-            raise ValueError(f'{path}: max_joint_step has {len(step)} values, expected 1 or '
-                             f'{contract.num_joints}')
+        # The node's speed limits at its control rate (the file's, else the contract's fps,
+        # as act_node takes it: the simulation's rate), the URDF's where the file sets none.
+        period_s = 1.0 / float(params.get('control_rate_hz') or contract.fps)
+        urdf_path = str(params.get('urdf_path', '') or '')
+        try:
+            speeds = resolve_speed_limits(
+                contract.joint_names, contract.lower, contract.upper,
+                grippers=(contract.gripper_index,), velocity=params.get(VELOCITY_PARAM),
+                step_per_tick=params.get(STEP_PARAM), period_s=period_s,
+                urdf_path=urdf_path or default_urdf_path())
+        except ValueError as exc:
+            raise ValueError(f'{path}: {exc}') from None
+        if speeds.deprecation:
+            logger.warning('%s: %s', path, speeds.deprecation)
         limits = SafetyLimits(lower=np.asarray(params.get('joint_lower', contract.lower)),
                               upper=np.asarray(params.get('joint_upper', contract.upper)),
-                              max_step=np.asarray(step, dtype=np.float64))
+                              max_step=speeds.per_tick(period_s))
         return cls(limits=limits, gate=ReleaseGateConfig(**params.get('release_gate', {})),
                    urdf_path=str(params.get('urdf_path', '') or ''),
                    ee_frame=str(params.get('ee_frame', 'ee_link')),

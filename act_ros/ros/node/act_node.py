@@ -219,6 +219,9 @@ class ActNode(LifecycleNode):
         if self._parameter_errors:
             raise ValueError('; '.join(self._parameter_errors))
         settings = read_settings(self, self.specs, self.contract)
+        if settings.speed_limits.deprecation:
+            self.get_logger().warning(settings.speed_limits.deprecation)
+        self.get_logger().info(settings.speed_limits.line(settings.period_s))
         self.counters = ControlCounters()
         self.settings = settings
         # execution 'process': this starts the inference child and returns; the model

@@ -126,10 +126,10 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
     caller waits for it with ``loop.runtime.wait_ready()``. The loop takes the cameras the
     checkpoint takes and, when it takes ``observation.environment_state``, the object
     poses from their pose streams (``loop.required_inputs``)."""
-    step = settings.max_joint_step
+    # Speeds per second to the largest step per tick of this control period.
     limits = SafetyLimits(lower=np.array(settings.joint_lower),
                           upper=np.array(settings.joint_upper),
-                          max_step=np.array(step if len(step) > 1 else step * contract.num_joints))
+                          max_step=settings.speed_limits.per_tick(settings.period_s))
     gate = ReleaseGate(ReleaseGateConfig(**settings.gate))
     gripper = contract.gripper_index
     ee_position = _ee_source(settings, gripper)

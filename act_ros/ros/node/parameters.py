@@ -27,9 +27,12 @@ from rclpy.parameter import Parameter
 
 from act_ros.core.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
 from act_ros.core.contract import Contract
+from act_ros.core.kinematics import default_urdf_path
 from act_ros.core.object_state import OBJECTS
 from act_ros.core.options import BACKEND_CHOICES
 from act_ros.core.precision import DEFAULT_TOLERANCE
+from act_ros.core.speed_limits import (DEFAULT_ARM_SPEED, DEFAULT_GRIPPER_TRAVEL_S, SpeedLimits,
+                                       resolve_speed_limits)
 
 COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
 COMMAND_TRAJECTORIES = ('point', 'chunk')
@@ -235,9 +238,17 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'Default: the contract.', type_=Parameter.Type.DOUBLE_ARRAY),
         P('joint_upper', upper, 'Upper position limits per joint. Default: the contract.',
           type_=Parameter.Type.DOUBLE_ARRAY),
-        P('max_joint_step', [0.1], 'Largest change per tick (rad; gripper normalized): arm joints '
-          'relative to their measured position, the gripper relative to its previous command; '
-          'one value for all joints or one per joint.'),
+        P('max_joint_velocity', None, 'Joint speed limits per second (rad/s; a gripper in its '
+          'units per second, its whole range for a normalized one): an arm joint moves at most '
+          'speed / control_rate_hz per tick from its measured position, the gripper from its '
+          'previous command. One value for all joints or one per joint. Not set: the URDF\'s '
+          '<limit velocity> of each joint (urdf_path; a gripper\'s scaled from its URDF travel '
+          f'to the contract range), else {DEFAULT_ARM_SPEED:g} rad/s for an arm joint and its '
+          f'whole range in {DEFAULT_GRIPPER_TRAVEL_S:g} s for a gripper. Above the URDF\'s: '
+          'configure fails.', type_=Parameter.Type.DOUBLE_ARRAY),
+        P('max_joint_step', None, 'Deprecated, use max_joint_velocity: the largest change per '
+          'tick, converted to a speed with control_rate_hz (with a warning). Setting both '
+          'fails configure.', type_=Parameter.Type.DOUBLE_ARRAY),
         # Release gate.
         P('release_gate.enabled', True, 'Gate the gripper: open only near the pad once holding.'),
         P('release_gate.release_radius_m', 0.10, 'End effector to pad distance under which a '
@@ -265,7 +276,8 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('ee_pose_topic', 'ee_pose', 'geometry_msgs/PoseStamped of the end effector in '
           'pose_frame_id, like the pad (ee_source topic); older than max_obs_age_s counts as '
           'unknown.', read_only=True),
-        P('urdf_path', '', 'Robot URDF for fk; empty means the package urdf/so101_class.urdf.'),
+        P('urdf_path', '', 'Robot URDF for fk and the default speed limits (max_joint_velocity); '
+          'empty means the package urdf/so101_class.urdf.'),
         P('ee_frame', 'ee_link', 'URDF frame whose origin is the end-effector position (fk).'),
     ]
     for cam in (contract.cameras if contract else ()):
@@ -408,7 +420,8 @@ class NodeSettings:
     joint_names: tuple[str, ...]
     joint_lower: tuple[float, ...]
     joint_upper: tuple[float, ...]
-    max_joint_step: tuple[float, ...]
+    # Per joint, per second, and where each came from (act_ros.core.speed_limits).
+    speed_limits: SpeedLimits
     gate: dict[str, Any] = field(default_factory=dict)
     pad_source: str = 'parameter'
     pad_position_m: tuple[float, ...] = (0.0, 0.0, 0.0)
@@ -470,9 +483,6 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
     bad = [names[i] for i in range(n) if not lower[i] < upper[i]]
     if bad:
         raise ValueError(f'joint_lower must be below joint_upper; not so for {bad}')
-    step = tuple(float(x) for x in v['max_joint_step'])
-    if len(step) not in (1, n) or not all(math.isfinite(x) and x > 0 for x in step):
-        raise ValueError(f'max_joint_step: expected 1 or {n} positive values, got {list(step)}')
     pad = tuple(float(x) for x in v['pad_position_m'])
     if len(pad) != 3 or not all(math.isfinite(x) for x in pad):
         raise ValueError(f'pad_position_m: expected 3 finite values (x, y, z), got {list(pad)}')
@@ -493,6 +503,10 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         raise ValueError(f'control_rate_hz: expected 0 (the contract fps, {contract.fps}) or '
                          f"1 to 1000 Hz, got {v['control_rate_hz']:g}")
     blend_ticks = blend_window_ticks(v['blend_window'], rate)
+    speed_limits = resolve_speed_limits(
+        names, contract.lower, contract.upper, grippers=(contract.gripper_index,),
+        velocity=v['max_joint_velocity'], step_per_tick=v['max_joint_step'],
+        period_s=1.0 / rate, urdf_path=v['urdf_path'] or default_urdf_path())
     if v['command_trajectory'] == 'chunk' and v['command_type'] != 'JointTrajectory':
         raise ValueError('command_trajectory: chunk sends a multi-point JointTrajectory; '
                          f"command_type is {v['command_type']} (use command_stream_rate_hz "
@@ -517,7 +531,7 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         max_obs_age_s=v['max_obs_age_s'], diagnostics_period_s=v['diagnostics_period_s'],
         joint_states_topic=v['joint_states_topic'], image_transport=v['image_transport'],
         camera_topics=topics, command_type=v['command_type'], command_topic=command_topic,
-        joint_names=names, joint_lower=lower, joint_upper=upper, max_joint_step=step,
+        joint_names=names, joint_lower=lower, joint_upper=upper, speed_limits=speed_limits,
         gate=gate, pad_source=v['pad_source'], pad_position_m=pad,
         pad_pose_topic=v['pad_pose_topic'], ee_source=v['ee_source'],
         ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'],
