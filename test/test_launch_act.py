@@ -191,7 +191,6 @@ def test_params_file_loads_into_the_node(ros_domain_id):
                args=['--ros-args', '--params-file', str(PARAMS_FILE)])
     try:
         node = ActNode(context=context, namespace='arm')  # the /** key matches namespaces
-        assert node.get_parameter('control_rate_hz').value == 30.0
         # Speed limits left to the URDF: neither limit is set by the file.
         assert get_value(node, 'max_joint_velocity') is None
         assert get_value(node, 'max_joint_step') is None
