@@ -76,6 +76,9 @@ setup(
         ('share/' + package_name, ['package.xml']),
         ('share/' + package_name + '/launch', _files('launch/*.launch.py')),
         ('share/' + package_name + '/config', _files('config/*.yaml') + _files('config/*.xml')),
+        # The example arms' contracts and node parameters (config/robots/<arm>/).
+        *((os.path.join('share', package_name, directory), _files(os.path.join(directory, '*.yaml')))
+          for directory in sorted({os.path.dirname(p) for p in _files('config/robots/*/*.yaml')})),
         ('share/' + package_name + '/urdf', _files('urdf/*')),
         ('share/' + package_name + '/rviz', _files('rviz/*.rviz')),
     ] + _models(),

@@ -17,7 +17,7 @@ def test_every_later_point_passes_the_chain():
                      [0.1, 5.0, 0.0],     # gripper closes: at most 0.2 a tick
                      [0.15, -1.0, 0.0]])
     command = np.array([0.01, 0.2, 1.0])
-    points = limit_plan(plan, command, LIMITS, gripper_index=2)
+    points = limit_plan(plan, command, LIMITS)
     np.testing.assert_allclose(points[0], command)
     np.testing.assert_allclose(points[:, 0], [0.01, 0.05, 0.1, 0.15])
     np.testing.assert_allclose(points[:, 1], [0.2, 0.3, 0.4, 0.3])   # limits, then max step
@@ -27,7 +27,7 @@ def test_every_later_point_passes_the_chain():
 
 def test_plan_ends_at_its_first_non_finite_point_and_holds_a_held_gripper():
     plan = np.array([[0.0, 0.0, 0.0], [0.1, 0.0, 1.0], [np.nan, 0.0, 1.0], [0.2, 0.0, 1.0]])
-    points = limit_plan(plan, np.zeros(3), LIMITS, gripper_index=2, hold_gripper=True)
+    points = limit_plan(plan, np.zeros(3), LIMITS, hold=(2,))
     assert points.shape == (2, 3)
     assert points[1, 2] == 0.0  # the gate holds: no opening in transit, whatever is planned
     with pytest.raises(ValueError, match='finite'):

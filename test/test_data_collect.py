@@ -76,7 +76,7 @@ def test_collected_dataset_loads_with_contract_features(collected):
     action = _columns(collected, 'action')
     lo, hi = contract.lower - 1e-3, contract.upper + 1e-3
     assert np.all((state >= lo) & (state <= hi))
-    gripper = action[:STEPS, contract.gripper_index]
+    gripper = action[:STEPS, contract.gripper_indices[0]]
     assert gripper.max() > 0.9 and gripper.min() < 0.1  # the expert opens and closes
 
 

@@ -437,7 +437,7 @@ def test_rescaled_l1_of_the_shards_averages_to_the_global_batch_loss():
     actions, hat = torch.randn(6, 30, 6, generator=g), torch.randn(6, 30, 6, generator=g)
     pad = torch.zeros(6, 30, dtype=torch.bool)
     pad[1, 20:], pad[4, 5:], pad[5, 29:] = True, True, True  # unequal padding per shard
-    weights = dimension_weights(6, gripper_index=5, gripper_weight=5.0)
+    weights = dimension_weights(6, grippers=(5,), gripper_weight=5.0)
     full = act_loss(hat, actions, action_is_pad=pad, dim_weights=weights).l1
     shards = [slice(0, 2), slice(2, 4), slice(4, 6)]
     valid = [int((~pad[s]).sum()) for s in shards]

@@ -35,7 +35,7 @@ def test_reductions_and_weights():
     assert none.loss.shape == (4,)
     total = act_loss(pred, target, reduction='sum')
     assert total.loss.item() == pytest.approx(none.loss.sum().item(), rel=1e-6)
-    w = dimension_weights(6, gripper_index=5, gripper_weight=5.0)
+    w = dimension_weights(6, grippers=(5,), gripper_weight=5.0)
     assert w.tolist() == [1, 1, 1, 1, 1, 5]
     weighted = act_loss(pred, target, dim_weights=w)
     err = (pred - target).abs()
@@ -43,7 +43,7 @@ def test_reductions_and_weights():
     with pytest.raises(ValueError, match='reduction'):
         act_loss(pred, target, reduction='avg')
     with pytest.raises(ValueError, match='gripper_weight'):
-        dimension_weights(6, gripper_index=5, gripper_weight=0)
+        dimension_weights(6, grippers=(5,), gripper_weight=0)
 
 
 def test_unit_weights_match_lerobot_act_forward(tiny_checkpoint):

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip('mujoco')
 
-from act_ros.core.release_gate import ReleaseGate  # noqa: E402
+from act_ros.core.release_gate import ReleaseGateConfig, gripper_gates  # noqa: E402
 from act_ros.core.safety import SafetyLimits, limit_command  # noqa: E402
 from act_ros.sim import PortPickAlignEnv, ScriptedExpert, SimConfig  # noqa: E402
 from act_ros.sim.ik import gripper_yaw  # noqa: E402
@@ -34,7 +34,7 @@ def _carry_through_the_safety_chain(env, seed, *, against_previous_command):
     expert = ScriptedExpert(env)
     contract = env.contract
     limits = SafetyLimits(contract.lower, contract.upper, max_step=0.1)
-    gate = ReleaseGate()
+    gate = gripper_gates(contract, ReleaseGateConfig())
     obs = env.reset(seed=seed)
     expert.reset(obs)
     previous = None
@@ -43,8 +43,8 @@ def _carry_through_the_safety_chain(env, seed, *, against_previous_command):
     while not env.done:
         action = expert.act(obs)
         result = limit_command(action, obs.joint_positions, limits,
-                               gripper_index=contract.gripper_index, gate=gate,
-                               ee_position=obs.ee_position, pad_position=obs.pad_pose[:3],
+                               grippers=contract.gripper_indices, gates=gate,
+                               ee_positions=(obs.ee_position,), pad_position=obs.pad_pose[:3],
                                previous_command=previous if against_previous_command else None)
         previous = result.command
         lifted = obs.box_pose[2] - env.config.box_size_m / 2 > 0.02
@@ -52,7 +52,7 @@ def _carry_through_the_safety_chain(env, seed, *, against_previous_command):
             forces.append(float(np.min(np.abs(env.data.actuator_force[finger_actuators]))))
             _, rotation = expert.ik.forward(obs.joint_positions[env.arm_index])
             relative_yaws.append(wrap_angle(obs.box_pose[3] - gripper_yaw(rotation)))
-            commands.append(float(result.command[contract.gripper_index]))
+            commands.append(float(result.command[env.gripper_index]))
         obs = env.step(result.command)
     return env.evaluate(), np.array(forces), np.unwrap(np.array(relative_yaws) * 4) / 4, commands
 

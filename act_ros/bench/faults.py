@@ -478,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         # The robot holds an object: its gripper measures 0.6 (fingers on the object). An
         # empty gripper (0) would make the gate free the gripper again, as it should.
         joints = {n: 0.0 for n in contract.joint_names}
-        joints[contract.gripper_joint] = HELD_GRIPPER_OPENING
+        joints[contract.gripper_joints[0]] = HELD_GRIPPER_OPENING
         model, open_image, closed_image = make_gated_checkpoint(
             base, Path(tmp) / 'gated', state=np.array([joints[n] for n in contract.joint_names]))
         cmd = [sys.executable, '-m', 'act_ros.ros.node.act_node', '--ros-args',
@@ -508,7 +508,7 @@ def main(argv: list[str] | None = None) -> int:
                           f'{node.log_tail(40)}', flush=True)
                     return 1
                 scenario = Scenario(harness, node.pid, open_image, closed_image,
-                                    hold_s=args.hold_s, gripper=contract.gripper_index)
+                                    hold_s=args.hold_s, gripper=contract.gripper_indices[0])
                 run_scenario(scenario, args.rounds)
                 report = scenario.report
                 report.alive_at_end = node.running()

@@ -11,8 +11,8 @@ passes the safety chain here, as the tick's own command does
   clamped to the joint limits, and moves each joint at most ``max_step`` from the point
   before it (one control period apart), so the plan never asks for more than the tick
   by tick commands could;
-- the gripper follows the release gate: while the gate holds an object, every later
-  point keeps the tick's (closed) gripper command; a release can only pass on a tick of
+- each gripper follows its release gate: while the gate holds an object, every later
+  point keeps the tick's (closed) command of that gripper; a release can only pass on a tick of
   its own, near the pad, when the gate sees it.
 
 :func:`plan_velocities` gives each point a velocity (central differences of the safe
@@ -22,17 +22,19 @@ rate above the policy's for a forward position controller.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from act_ros.core.safety import SafetyLimits
 
 
 def limit_plan(plan: np.ndarray, command: np.ndarray, limits: SafetyLimits, *,
-               gripper_index: int | None = None, hold_gripper: bool = False) -> np.ndarray:
+               hold: Sequence[int] = ()) -> np.ndarray:
     """The safe points of ``plan`` (``(T, J)``: the raw actions for this tick and the next
     ones), starting with ``command`` (the tick's command after the safety chain): ``(K, J)``,
-    ``1 <= K <= T`` (see the module docstring). ``hold_gripper``: the release gate holds an
-    object, so the gripper stays at ``command``'s value."""
+    ``1 <= K <= T`` (see the module docstring). ``hold``: the indices of the grippers whose
+    release gate holds an object; they stay at ``command``'s value."""
     plan = np.asarray(plan, dtype=np.float64)
     first = np.asarray(command, dtype=np.float64).reshape(-1)
     if plan.ndim != 2 or plan.shape[1] != limits.num_joints or plan.shape[0] < 1:
@@ -40,12 +42,12 @@ def limit_plan(plan: np.ndarray, command: np.ndarray, limits: SafetyLimits, *,
     if first.size != limits.num_joints or not np.all(np.isfinite(first)):
         raise ValueError(f'command must be {limits.num_joints} finite values, got {first}')
     points = [first]
+    held = list(hold)
     for row in plan[1:]:
         if not np.all(np.isfinite(row)):
             break
         target = np.clip(row, limits.lower, limits.upper)
-        if hold_gripper and gripper_index is not None:
-            target[gripper_index] = first[gripper_index]
+        target[held] = first[held]
         previous = points[-1]
         points.append(np.clip(target, previous - limits.max_step, previous + limits.max_step))
     return np.stack(points)

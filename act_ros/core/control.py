@@ -6,12 +6,12 @@ evaluator (:mod:`act_ros.training.rollout`) hands it the simulation's observatio
 the evaluation scores exactly what the node would send. The loop asks the policy runtime
 for this tick's action, checks every newly finished chunk against the limits, runs the
 action through the safety chain (finite -> joint limits -> max step relative to the
-measured joints -> release gate) and returns what may be sent, counting what it changed
+measured joints -> a release gate per gripper) and returns what may be sent, counting what it changed
 in :class:`ControlCounters`.
 
-End-effector and pad positions come from :func:`ee_from_kinematics`,
-:func:`position_from_stream` or :func:`fixed_position`, as configured
-(``ee_source``/``pad_source`` in ``config/act.yaml``). A position stream older than the
+End-effector (one per gated gripper) and pad positions come from
+:func:`ee_from_kinematics`, :func:`position_from_stream` or :func:`fixed_position`, as
+configured (``ee_source``/``pad_source`` in ``config/act.yaml``). A position stream older than the
 inputs' maximum age counts as unknown, and an unknown position counts as "away from the
 pad": the gate never releases on stale information.
 
@@ -33,15 +33,17 @@ import numpy as np
 
 from act_ros.core.command_plan import limit_plan
 from act_ros.core.errors import ObservationError
-from act_ros.core.inputs import (ENVIRONMENT_STATE, JOINT_STATES, Snapshot, image_stream,
-                                 object_pose_stream, required_streams)
+from act_ros.core.inputs import (EE_POSE, ENVIRONMENT_STATE, JOINT_STATES, Snapshot,
+                                 image_stream, object_pose_stream, required_streams)
 from act_ros.core.object_state import OBJECTS, environment_state_from_poses
 from act_ros.core.observation import Observation
-from act_ros.core.release_gate import GateState, ReleaseGate
+from act_ros.core.release_gate import GateState, GripperGate, ReleaseGateConfig, gripper_gates
 from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
 from act_ros.core.seams import SeamMeter
 
 if TYPE_CHECKING:
+    from act_ros.core.contract import Contract
+    from act_ros.core.kinematics import ForwardKinematics
     from act_ros.core.runtime import PolicyRuntime
 
 WAITING_FOR_CHUNK = 'waiting for the first chunk'
@@ -82,18 +84,45 @@ EePosition = Callable[[Snapshot, np.ndarray], 'np.ndarray | None']
 PadPosition = Callable[[Snapshot], 'np.ndarray | None']
 
 
-def ee_from_kinematics(joint_names: Sequence[str], gripper_index: int, *,
-                       urdf_path: str | Path | None = None,
-                       ee_frame: str = 'ee_link') -> EePosition:
-    """End effector by forward kinematics of the measured arm joints (the robot model)."""
-    from act_ros.core.kinematics import ForwardKinematics
-
-    arm = [name for i, name in enumerate(joint_names) if i != gripper_index]
-    fk = ForwardKinematics(urdf_path=urdf_path or None, ee_frame=ee_frame, joint_names=arm)
+def ee_from_kinematics(fk: ForwardKinematics, grippers: Sequence[int]) -> EePosition:
+    """End effector by forward kinematics (``fk``, of the arm joints:
+    :func:`act_ros.core.kinematics.gripper_kinematics`) of the measured joints without the
+    grippers (at ``grippers`` in contract order)."""
+    drop = list(grippers)
 
     def from_fk(snap: Snapshot, state: np.ndarray) -> np.ndarray | None:
-        return fk.ee_position(np.delete(state, gripper_index))
+        return fk.ee_position(np.delete(state, drop))
     return from_fk
+
+
+def release_gates(contract: Contract, config: ReleaseGateConfig, *, ee_source: str = 'fk',
+                  urdf_path: str | Path | None = None, ee_frame: str = '',
+                  max_age_s: float = 0.2, warn: Callable[[str], None] = lambda _line: None
+                  ) -> tuple[tuple[GripperGate, ...], list[EePosition]]:
+    """One release gate per gripper of ``contract`` with the source of its end effector
+    (:class:`ControlLoop`'s ``gates`` and ``ee_positions``): forward kinematics
+    (``ee_source`` ``'fk'``: :func:`act_ros.core.kinematics.gripper_kinematics` of
+    ``urdf_path`` or the contract's URDF) or the :data:`EE_POSE` stream (``'topic'``, one
+    gripper). None with the gate disabled (only the gates read an end effector), for an
+    arm without gripper, or when no robot model serves this arm: then the gates are off
+    and ``warn`` gets one line saying why (never an error)."""
+    from act_ros.core.kinematics import gripper_kinematics
+
+    gates = gripper_gates(contract, config)
+    if not gates:
+        return (), []
+    if ee_source == 'topic':
+        if len(gates) > 1:
+            raise ValueError(f'ee_source topic: ee_pose_topic is one end effector and the '
+                             f'contract has {len(gates)} grippers {list(contract.gripper_joints)}'
+                             ' (ee_source fk with an ee_frame per gripper in the contract, or '
+                             'release_gate.enabled false)')
+        return gates, [position_from_stream(EE_POSE, max_age_s)]
+    fks, why = gripper_kinematics(contract, urdf_path=urdf_path or None, ee_frame=ee_frame)
+    if why:
+        warn(f'release gate off: {why}')
+        return (), []
+    return gates, [ee_from_kinematics(fk, contract.gripper_indices) for fk in fks]
 
 
 def position_from_stream(stream: str, max_age_s: float) -> Callable[..., np.ndarray | None]:
@@ -154,11 +183,14 @@ class TickResult:
 
 
 class ControlLoop:
-    """Runtime + safety chain + release gate, driven one tick at a time.
+    """Runtime + safety chain + release gates, driven one tick at a time.
 
-    ``ee_position`` maps (snapshot, measured joints in contract order) to the end-effector
-    position or ``None`` when unknown; ``pad_position`` maps a snapshot to the pad position
-    or ``None``. Unknown positions count as "not near the pad" for the gate.
+    ``grippers``: the indices of the gripper joints (each rate-limited against its previous
+    command); ``gates``: one release gate per gated gripper (none: no gate), with
+    ``ee_positions`` beside them, each mapping (snapshot, measured joints in contract
+    order) to that gripper's end-effector position or ``None`` when unknown;
+    ``pad_position`` maps a snapshot to the pad position or ``None``. Unknown positions
+    count as "not near the pad" for the gates.
     ``cameras``: the cameras the runtime's checkpoint takes (``runtime.cameras``).
     ``environment_state``: where the object poses come from; needed (else ``ValueError``)
     when the checkpoint takes them, unused otherwise. ``seams``: measures the seams of
@@ -167,8 +199,9 @@ class ControlLoop:
     """
 
     def __init__(self, runtime: PolicyRuntime, *, cameras: tuple[str, ...],
-                 limits: SafetyLimits, gate: ReleaseGate, gripper_index: int,
-                 ee_position: EePosition, pad_position: PadPosition,
+                 limits: SafetyLimits, grippers: Sequence[int] = (),
+                 gates: Sequence[GripperGate] = (), ee_positions: Sequence[EePosition] = (),
+                 pad_position: PadPosition = lambda _snap: None,
                  counters: ControlCounters | None = None,
                  environment_state: EnvironmentStateSource | None = None,
                  seams: SeamMeter | None = None) -> None:
@@ -181,16 +214,20 @@ class ControlLoop:
                              'but the control loop was given no source of them')
         self._environment_state = environment_state if self.takes_environment_state else None
         self.limits = limits
-        self.gate = gate
-        self.gripper_index = gripper_index
-        self._ee_position = ee_position
+        if len(ee_positions) != len(gates):
+            raise ValueError(f'{len(gates)} release gates need as many end-effector sources, '
+                             f'got {len(ee_positions)}')
+        self.grippers = tuple(grippers)
+        self.gates = tuple(gates)
+        self._ee_positions = tuple(ee_positions)
         self._pad_position = pad_position
         self.counters = counters if counters is not None else ControlCounters()
         self.stale = False
-        self.last_distance_m: float | None = None
-        # The end-effector and pad positions the gate used on the last tick that reached
-        # it (None: unknown), kept for viewers (act_node's visualization): no extra work.
-        self.last_ee_position: np.ndarray | None = None
+        # Per gate, the end effector to pad distance and the end-effector position it used
+        # on the last tick that reached it, and the pad position (None: unknown), kept for
+        # viewers (act_node's diagnostics and visualization): no extra work.
+        self.last_distances_m: list[float | None] = [None] * len(self.gates)
+        self.last_ee_positions: list[np.ndarray | None] = [None] * len(self.gates)
         self.last_pad_position: np.ndarray | None = None
         # The command sent on the previous tick: the gripper is rate-limited against it
         # (core.safety). None at an episode start, after a tick without a command and
@@ -200,12 +237,13 @@ class ControlLoop:
     def reset(self) -> None:
         """New episode: empty queue/ensembler, gate back to FREE."""
         self.runtime.reset()
-        self.gate.reset()
+        for gated in self.gates:
+            gated.gate.reset()
         if self.seams is not None:
             self.seams.break_stream()
         self.stale = False
-        self.last_distance_m = None
-        self.last_ee_position = None
+        self.last_distances_m = [None] * len(self.gates)
+        self.last_ee_positions = [None] * len(self.gates)
         self.last_pad_position = None
         self.last_command = None
 
@@ -218,8 +256,19 @@ class ControlLoop:
         return required_streams(self.cameras, source.streams if source is not None else ())
 
     @property
-    def gate_state(self) -> GateState:
-        return self.gate.state
+    def gate_state(self) -> str:
+        """The gates' states in a word: a single gate's (FREE, HOLDING, RELEASED),
+        ``'<gripper> <STATE>, ...'`` for several, ``'off'`` without a gate."""
+        if len(self.gates) == 1:
+            return self.gates[0].gate.state.value
+        return ', '.join(f'{g.name} {g.gate.state.value}' for g in self.gates) or 'off'
+
+    @property
+    def last_distance_m(self) -> float | None:
+        """The nearest end effector to pad distance on the last gated tick (``None``:
+        unknown, or no gate)."""
+        known = [d for d in self.last_distances_m if d is not None]
+        return min(known) if known else None
 
     def tick(self, snap: Snapshot) -> TickResult:
         """Return this tick's command (or why there is none) for the inputs in ``snap``."""
@@ -242,8 +291,7 @@ class ControlLoop:
         if plan is None:
             return self.last_command[None].copy()
         return limit_plan(plan, self.last_command, self.limits,
-                          gripper_index=self.gripper_index,
-                          hold_gripper=self.gate.state == GateState.HOLDING)
+                          hold=[g.index for g in self.gates if g.gate.state == GateState.HOLDING])
 
     def _tick(self, snap: Snapshot) -> TickResult:
         c = self.counters
@@ -301,18 +349,19 @@ class ControlLoop:
                                   f'{stats.mean_inference_ms:.0f} ms)', obs_stamp)
             return TickResult(None, WAITING_FOR_CHUNK, obs_stamp)
 
-        ee = self._ee_position(snap, state)
+        ees = [ee_position(snap, state) for ee_position in self._ee_positions]
         pad = self._pad_position(snap)
-        self.last_ee_position, self.last_pad_position = ee, pad
-        suppressed_before = self.gate.suppressed_releases
-        lost_before = self.gate.objects_lost
-        result = limit_command(action, state, self.limits, gripper_index=self.gripper_index,
-                               gate=self.gate, ee_position=ee, pad_position=pad,
+        self.last_ee_positions, self.last_pad_position = ees, pad
+        gates = [g.gate for g in self.gates]
+        suppressed_before = sum(g.suppressed_releases for g in gates)
+        lost_before = sum(g.objects_lost for g in gates)
+        result = limit_command(action, state, self.limits, grippers=self.grippers,
+                               gates=self.gates, ee_positions=ees, pad_position=pad,
                                previous_command=self.last_command)
-        c.suppressed_releases += self.gate.suppressed_releases - suppressed_before
-        c.objects_lost += self.gate.objects_lost - lost_before
-        if result.gate is not None:
-            self.last_distance_m = result.gate.distance_m
+        c.suppressed_releases += sum(g.suppressed_releases for g in gates) - suppressed_before
+        c.objects_lost += sum(g.objects_lost for g in gates) - lost_before
+        if result.gates:
+            self.last_distances_m = [decision.distance_m for decision in result.gates]
         if result.reason:
             c.last_safety_reason = result.reason
         if result.rejected:

@@ -11,10 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from act_ros.core.paths import share_dir
+
+if TYPE_CHECKING:
+    from act_ros.core.contract import Contract
 
 DEFAULT_URDF_NAME = 'so101_class.urdf'
 
@@ -24,12 +28,47 @@ def default_urdf_path() -> Path:
     return share_dir() / 'urdf' / DEFAULT_URDF_NAME
 
 
+def gripper_kinematics(contract: Contract, *, urdf_path: str | Path | None = None,
+                       ee_frame: str = '') -> tuple[list[ForwardKinematics], str]:
+    """Forward kinematics of the end effectors of the arm that ``contract`` describes: one
+    :class:`ForwardKinematics` per gripper (its ``ee_frame``), of the arm's joints without
+    the grippers, from ``urdf_path`` or else the contract's own ``urdf``.
+
+    ``ee_frame`` names the one end effector instead (an arm with one gripper, or none).
+    Returns ``([], why)`` when no model serves this arm: none named, pinocchio missing, a
+    joint or a frame the model lacks. The features that need it (the release gate's end
+    effector, the planned path) then turn themselves off with ``why``: the package's own
+    model is never used for an arm whose contract does not name it.
+    """
+    if ee_frame and len(contract.grippers) > 1:
+        raise ValueError(f'ee_frame names one end effector; the contract has '
+                         f'{len(contract.grippers)} grippers {list(contract.gripper_joints)} '
+                         '(give each its ee_frame in the contract)')
+    path = urdf_path or contract.urdf_path
+    if not path:
+        return [], (f'no robot model: the contract ({contract.source}) names no urdf and '
+                    'urdf_path is not set')
+    if ee_frame:
+        frames = [ee_frame]
+    elif not contract.grippers:
+        return [], 'no end effector: the contract has no gripper and ee_frame is not set'
+    else:
+        missing = [g.joint for g in contract.grippers if not g.ee_frame]
+        if missing:
+            return [], (f'no end-effector frame for grippers {missing} (their ee_frame in '
+                        f'the contract {contract.source}, or the ee_frame parameter)')
+        frames = [g.ee_frame for g in contract.grippers]
+    try:
+        return [ForwardKinematics(path, frame, contract.arm_joint_names) for frame in frames], ''
+    except (ImportError, OSError, ValueError) as exc:
+        return [], str(exc)
+
+
 def _default_arm_joints() -> tuple[str, ...]:
-    """Contract joints without the gripper (the TCP does not move with the fingers)."""
+    """Contract joints without the grippers (the TCP does not move with the fingers)."""
     from act_ros.core.contract import load_contract
 
-    contract = load_contract()
-    return tuple(n for n in contract.joint_names if n != contract.gripper_joint)
+    return load_contract().arm_joint_names
 
 
 class ForwardKinematics:

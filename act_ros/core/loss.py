@@ -21,6 +21,7 @@ batch-pooled value above.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -41,14 +42,15 @@ class ACTLossOutput:
         return {'loss': self.loss.detach(), 'l1': self.l1.detach(), 'kl': self.kl.detach()}
 
 
-def dimension_weights(num_dims: int, *, gripper_index: int | None = None,
+def dimension_weights(num_dims: int, *, grippers: Sequence[int] = (),
                       gripper_weight: float = 5.0) -> Tensor:
-    """Per-dimension L1 weights: 1 everywhere, ``gripper_weight`` on the gripper."""
+    """Per-dimension L1 weights: 1 everywhere, ``gripper_weight`` on each gripper (its
+    index in ``grippers``)."""
     if gripper_weight <= 0:
         raise ValueError(f'gripper_weight must be > 0, got {gripper_weight}')
     weights = torch.ones(num_dims)
-    if gripper_index is not None:
-        weights[gripper_index] = gripper_weight
+    for i in grippers:
+        weights[i] = gripper_weight
     return weights
 
 

@@ -13,6 +13,10 @@ State machine per episode (docs/architecture.md section 6):
   object slipped out or was never grasped): there is nothing to release, and the gate
   goes back to ``FREE`` so that the policy can open the gripper and grasp again.
 - ``RELEASED``: commands pass unchanged until :meth:`ReleaseGate.reset`.
+
+Commands and thresholds are *openings* (0 closed, 1 open). An arm has one gate per gripper
+(:class:`GripperGate`), which converts its gripper's joint units to openings and back
+(:class:`act_ros.core.contract.GripperSpec`), or none.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import enum
 import math
 
 import numpy as np
+
+from act_ros.core.contract import Contract, GripperSpec
 
 
 class GateState(enum.Enum):
@@ -140,3 +146,26 @@ class ReleaseGate:
             self.suppressed_releases += 1
             return GateDecision(cfg.closed_command, requested, self.state, True, dist)
         return GateDecision(cfg.closed_command, requested, self.state, False, dist)
+
+
+@dataclass(frozen=True)
+class GripperGate:
+    """The release gate of one gripper: where the gripper sits in a command (``index``),
+    its units (``gripper``: joint positions to openings and back) and its gate."""
+
+    index: int
+    gripper: GripperSpec
+    gate: ReleaseGate
+
+    @property
+    def name(self) -> str:
+        return self.gripper.joint
+
+
+def gripper_gates(contract: Contract, config: ReleaseGateConfig) -> tuple[GripperGate, ...]:
+    """One gate per gripper of ``contract``, each with its own state; none when
+    ``config.enabled`` is false."""
+    if not config.enabled:
+        return ()
+    return tuple(GripperGate(i, g, ReleaseGate(config))
+                 for i, g in zip(contract.gripper_indices, contract.grippers))

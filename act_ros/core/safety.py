@@ -1,25 +1,27 @@
 """Safety chain for joint commands, as pure functions.
 
 Every command passes, in order: finite check -> joint limits -> max step per tick -> release
-gate (:mod:`act_ros.core.release_gate`). The step per tick is a speed limit times the control
-period (:mod:`act_ros.core.speed_limits`). The step limit protects the arm: each arm joint
-moves at most ``max_step`` from its *measured* position. The gripper is rate-limited
-against its *previous command* instead: fingers blocked by a grasped object stay open
-however hard they are commanded, so a limit relative to where they are would cap the
-command at ``measured - max_step`` and, under position control, the grip force with it
-(the force follows the command error). Against the previous command, a closing gripper
-reaches the full closed command within ``1 / max_step`` ticks and holds it.
+gate (:mod:`act_ros.core.release_gate`, one per gripper). The step per tick is a speed limit
+times the control period (:mod:`act_ros.core.speed_limits`). The step limit protects the
+arm: each arm joint moves at most ``max_step`` from its *measured* position. Each gripper
+(an arm has zero, one or several) is rate-limited against its *previous command* instead:
+fingers blocked by a grasped object stay open however hard they are commanded, so a limit
+relative to where they are would cap the command at ``measured - max_step`` and, under
+position control, the grip force with it (the force follows the command error). Against
+the previous command, a closing gripper reaches the full closed command within
+``1 / max_step`` ticks and holds it.
 Each step reports what it changed, so the node can count and publish it. Whole chunks
 are also checked against the limits when they arrive (:func:`check_chunk`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from act_ros.core.release_gate import GateDecision, ReleaseGate
+from act_ros.core.release_gate import GateDecision, GripperGate
 
 
 @dataclass(frozen=True)
@@ -57,14 +59,16 @@ class SafetyResult:
 
     ``command`` is what may be sent (``None`` when the command was rejected);
     ``limited``/``step_limited`` are boolean masks of the joints that were clamped;
-    ``reason`` names the first rejection or change, empty when nothing changed.
+    ``gates``: what each gripper's release gate decided (in the order of the gates given,
+    openings 0 closed to 1 open); ``reason`` names the first rejection or change, empty
+    when nothing changed.
     """
 
     command: np.ndarray | None
     requested: np.ndarray
     limited: np.ndarray
     step_limited: np.ndarray
-    gate: GateDecision | None = None
+    gates: tuple[GateDecision, ...] = ()
     reason: str = ''
 
     @property
@@ -74,7 +78,7 @@ class SafetyResult:
     @property
     def changed(self) -> bool:
         return (self.command is None or bool(self.limited.any() or self.step_limited.any())
-                or (self.gate is not None and self.gate.changed))
+                or any(decision.changed for decision in self.gates))
 
 
 @dataclass(frozen=True)
@@ -112,19 +116,20 @@ def check_chunk(chunk: np.ndarray, limits: SafetyLimits) -> ChunkReport:
 
 
 def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: SafetyLimits,
-                  *, gripper_index: int | None = None, gate: ReleaseGate | None = None,
-                  ee_position: np.ndarray | None = None,
+                  *, grippers: Sequence[int] = (), gates: Sequence[GripperGate] = (),
+                  ee_positions: Sequence[np.ndarray | None] = (),
                   pad_position: np.ndarray | None = None,
                   previous_command: np.ndarray | None = None) -> SafetyResult:
     """Run one command through the whole chain and return what may be sent.
 
     ``measured`` is the latest measured joint position (contract order); when it is
     ``None`` or not finite the step limit cannot be applied and the command is rejected.
-    ``previous_command`` is the command sent on the previous tick (``None`` at the start
-    of an episode or after a gap): the gripper's step is limited against it, every other
-    joint's against ``measured``; without it the gripper too is limited against
-    ``measured``. The gate is applied last, to the gripper entry, and only to commands
-    that passed.
+    ``grippers``: the indices of the gripper joints. ``previous_command`` is the command
+    sent on the previous tick (``None`` at the start of an episode or after a gap): each
+    gripper's step is limited against it, every other joint's against ``measured``;
+    without it the grippers too are limited against ``measured``. The gates (one per gated
+    gripper, each with the position of its end effector in ``ee_positions``) are applied
+    last, to their gripper entries, and only to commands that passed.
     """
     requested = np.asarray(command, dtype=np.float64).reshape(-1)
     n = limits.num_joints
@@ -145,11 +150,15 @@ def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: Safe
 
     clamped = np.clip(requested, limits.lower, limits.upper)
     limited = clamped != requested
+    if len(ee_positions) != len(gates):
+        raise ValueError(f'{len(gates)} gates need as many end-effector positions, '
+                         f'got {len(ee_positions)}')
     reference = measured.copy()
-    if gripper_index is not None and previous_command is not None:
+    if previous_command is not None:
         previous = np.asarray(previous_command, dtype=np.float64).reshape(-1)
-        if previous.size == n and np.isfinite(previous[gripper_index]):
-            reference[gripper_index] = previous[gripper_index]
+        for i in grippers:
+            if previous.size == n and np.isfinite(previous[i]):
+                reference[i] = previous[i]
     lo = reference - limits.max_step
     hi = reference + limits.max_step
     stepped = np.clip(clamped, lo, hi)
@@ -160,18 +169,22 @@ def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: Safe
     if step_limited.any():
         reasons.append(f'max step at {[int(i) for i in np.flatnonzero(step_limited)]}')
 
-    decision = None
-    if gate is not None and gripper_index is not None:
+    decisions = []
+    for gated, ee_position in zip(gates, ee_positions):
         # The gate judges the policy's intent (the limited request, before the step limit):
         # an open request that the step limit spreads over several ticks is still an open
         # request. A passed command keeps its step limit; the gate's closed command is a
         # grip and is sent as is (a held object must never loosen).
-        decision = gate.apply(clamped[gripper_index], ee_position, pad_position,
-                              measured_gripper=float(measured[gripper_index]))
+        i, gripper = gated.index, gated.gripper
+        decision = gated.gate.apply(gripper.opening(clamped[i]), ee_position, pad_position,
+                                    measured_gripper=gripper.opening(measured[i]))
         if decision.changed:
-            stepped[gripper_index] = np.clip(decision.command, limits.lower[gripper_index],
-                                             limits.upper[gripper_index])
-            step_limited[gripper_index] = False
+            stepped[i] = np.clip(gripper.position(decision.command), limits.lower[i],
+                                 limits.upper[i])
+            step_limited[i] = False
         if decision.suppressed_release:
-            reasons.append('release suppressed: end effector away from the pad')
-    return SafetyResult(stepped, requested, limited, step_limited, decision, '; '.join(reasons))
+            where = f' ({gated.name})' if len(gates) > 1 else ''
+            reasons.append(f'release suppressed{where}: end effector away from the pad')
+        decisions.append(decision)
+    return SafetyResult(stepped, requested, limited, step_limited, tuple(decisions),
+                        '; '.join(reasons))

@@ -46,13 +46,25 @@ def _trajectory(rng: np.random.Generator, contract: Contract, times_s: np.ndarra
     wave = np.sum(weight[None] * np.sin(2 * np.pi * freq_hz[None] * times_s[:, None, None]
                                         + phase[None]), axis=1)
     q = mid + half * np.clip(offset + 0.6 * wave, -0.95, 0.95)
-    g = contract.gripper_index
-    # Gripper: open, close for a while, open again (smoothed steps), like a pick and place.
-    t_close, t_open = np.sort(rng.uniform(times_s[0], times_s[-1] + 1e-6, size=2))
-    close = 1.0 / (1.0 + np.exp(-(times_s - t_close) * 12.0))
-    reopen = 1.0 / (1.0 + np.exp(-(times_s - t_open) * 12.0))
-    q[:, g] = np.clip(1.0 - close + reopen, 0.0, 1.0)
+    for g, gripper in zip(contract.gripper_indices, contract.grippers):
+        # Each gripper: open, close for a while, open again (smoothed steps), like a pick
+        # and place.
+        t_close, t_open = np.sort(rng.uniform(times_s[0], times_s[-1] + 1e-6, size=2))
+        close = 1.0 / (1.0 + np.exp(-(times_s - t_close) * 12.0))
+        reopen = 1.0 / (1.0 + np.exp(-(times_s - t_open) * 12.0))
+        opening = np.clip(1.0 - close + reopen, 0.0, 1.0)
+        q[:, g] = gripper.closed + opening * (gripper.open - gripper.closed)
     return q
+
+
+def _first_opening(q: np.ndarray, contract: Contract) -> np.ndarray:
+    """The first gripper's opening (0 closed, 1 open) in ``q`` (``(n,)`` or ``(T, n)``);
+    half open for an arm without gripper."""
+    if not contract.grippers:
+        return np.full(np.shape(q)[:-1], 0.5)
+    gripper = contract.grippers[0]
+    return (np.asarray(q)[..., contract.gripper_indices[0]] - gripper.closed) / (
+        gripper.open - gripper.closed)
 
 
 def _unit(value: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -71,8 +83,7 @@ def render_top(q: np.ndarray, contract: Contract, height: int, width: int) -> np
     image[..., 0] = (40 + 60 * xx / max(width - 1, 1)).astype(np.uint8)
     image[..., 1] = 60
     image[..., 2] = (40 + 60 * yy / max(height - 1, 1)).astype(np.uint8)
-    grip = float(_unit(q[contract.gripper_index], lo[contract.gripper_index],
-                       hi[contract.gripper_index]))
+    grip = float(np.clip(_first_opening(q, contract), 0.0, 1.0))
     image[inside] = (230, int(40 + 200 * grip), 40)
     return image
 
@@ -103,8 +114,7 @@ def synthetic_environment_state(q: np.ndarray, contract: Contract, seed: int) ->
     """Object poses ``(T, 10)`` for the joint trajectory ``q`` (T, n): the box rests where the
     gripper first closes and moves with it while closed; the pad lies where it reopens."""
     rng = np.random.default_rng([seed, 10])  # not the trajectory's stream: it stays as it was
-    g = contract.gripper_index
-    closed = q[:, g] < 0.5
+    closed = _first_opening(q, contract) < 0.5
     grasp = int(np.argmax(closed)) if closed.any() else 0
     release = grasp + int(np.argmax(~closed[grasp:])) if (~closed[grasp:]).any() else len(q) - 1
     box_yaw, pad_yaw = rng.uniform(-np.pi, np.pi, size=2)

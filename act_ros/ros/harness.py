@@ -255,7 +255,7 @@ def make_gated_checkpoint(base: str | Path, path: str | Path, *, size: tuple[int
     queries[:] = queries[0].clone()
     save_file(weights, str(path / 'model.safetensors'), metadata={'format': 'pt'})
     contract = load_contract()
-    gripper = contract.gripper_index
+    gripper = contract.gripper_indices[0]  # the package arm's one gripper
     state = np.zeros(contract.num_joints) if state is None else state
     black = np.zeros((*size, 3), dtype=np.uint8)
     white = np.full((*size, 3), 255, dtype=np.uint8)

@@ -11,6 +11,7 @@ simulation keep reading the URDF file itself. No ROS import: the launch file cal
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 import xml.etree.ElementTree as ET
 
@@ -20,21 +21,29 @@ GRIPPER_JOINT = 'gripper'
 
 
 def display_description(urdf_path: str | Path | None = None,
-                        gripper_joint: str = GRIPPER_JOINT) -> str:
+                        grippers: Sequence[str] = (GRIPPER_JOINT,)) -> str:
     """The URDF text for ``robot_state_publisher``'s ``robot_description`` (see above).
 
-    A model whose gripper joint is missing or not prismatic is returned unchanged.
+    ``grippers``: the contract's gripper joints (the package arm's one by default); each
+    that is a prismatic joint of the model becomes a normalized joint of that name. Any
+    other (missing, or not prismatic) is left unchanged.
     """
     path = Path(urdf_path) if urdf_path else default_urdf_path()
     root = ET.fromstring(path.read_text())
+    for gripper_joint in grippers:
+        _normalize_gripper(root, gripper_joint)
+    return ET.tostring(root, encoding='unicode')
+
+
+def _normalize_gripper(root: ET.Element, gripper_joint: str) -> None:
     joints = {j.get('name'): j for j in root.findall('joint')}
     finger = joints.get(gripper_joint)
     if finger is None or finger.get('type') != 'prismatic' or finger.find('mimic') is not None:
-        return ET.tostring(root, encoding='unicode')
+        return
     limit = finger.find('limit')
     travel = float(limit.get('upper', '0')) if limit is not None else 0.0
     if travel <= 0.0:
-        return ET.tostring(root, encoding='unicode')
+        return
     finger_name = f'{gripper_joint}_finger'
     finger.set('name', finger_name)
     # The normalized gripper of the contract, on a link of its own (no geometry).
@@ -55,4 +64,3 @@ def display_description(urdf_path: str | Path | None = None,
         if other is not finger and mimic is not None and mimic.get('joint') == gripper_joint:
             mimic.set('multiplier', repr(float(mimic.get('multiplier', '1')) * travel))
             mimic.set('offset', mimic.get('offset', '0'))
-    return ET.tostring(root, encoding='unicode')

@@ -127,9 +127,13 @@ class PortPickAlignEnv:
         self.model, self.urdf = build_model(self.config)
         self.data = mujoco.MjData(self.model)
         self.finger_open_m = float(self.urdf.joints[FINGER_JOINTS[0]].upper)
-        self._arm_names = [n for n in self.contract.joint_names if n != self.contract.gripper_joint]
+        grippers = self.contract.grippers
+        if len(grippers) != 1 or (grippers[0].closed, grippers[0].open) != (0.0, 1.0):
+            raise ValueError('the simulated arm has one gripper, normalized (closed 0, open 1); '
+                             f'the contract has {[(g.joint, g.closed, g.open) for g in grippers]}')
+        self._arm_names = list(self.contract.arm_joint_names)
         self.arm_index = [self.contract.joint_names.index(n) for n in self._arm_names]
-        self.gripper_index = self.contract.gripper_index
+        self.gripper_index = self.contract.gripper_indices[0]
         missing = [n for n in self._arm_names
                    if mujoco.mj_name2id(self.model, mujoco.mjtObj.mjOBJ_JOINT, n) < 0]
         if missing:

@@ -68,7 +68,8 @@ def probe_inputs(checkpoint: Path, *, episodes: int, seed: int, every: int = 30,
         if not predictor.cameras:
             raise ValueError(f'{checkpoint}: the policy takes no camera; nothing to probe')
         groups = [CAMERAS, JOINTS] + ([POSES] if predictor.env_state_key else []) + [ALL]
-        arm = [i for i in range(policy.contract.num_joints) if i != policy.contract.gripper_index]
+        arm = [i for i in range(policy.contract.num_joints)
+               if i not in policy.contract.gripper_indices]
         env = PortPickAlignEnv(make_sim_config(Path(checkpoint), render_size,
                                                episode_steps=episode_steps), policy.contract)
         recorded: list[tuple[dict[int, dict], np.ndarray]] = []

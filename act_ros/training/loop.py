@@ -130,7 +130,7 @@ class Trainer:
         self.optimizer, self.scheduler = build_optimizer(
             config, self.policy, self.aux.head.parameters() if self.aux else ())
         self.weights = dimension_weights(inputs.contract.num_joints,
-                                         gripper_index=inputs.contract.gripper_index,
+                                         grippers=inputs.contract.gripper_indices,
                                          gripper_weight=config.gripper_loss_weight).to(inputs.device)
         self.order = self._batch_order(inputs.split.train)
         self.history = History()

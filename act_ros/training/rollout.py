@@ -28,10 +28,12 @@ import yaml
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.kinematics import default_urdf_path
 from act_ros.core.paths import config_path
-from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
+from act_ros.core.release_gate import ReleaseGateConfig
 from act_ros.core.safety import SafetyLimits
 from act_ros.core.seams import SeamMeter, SeamSamples, arm_seam_meter
 from act_ros.core.speed_limits import STEP_PARAM, VELOCITY_PARAM, resolve_speed_limits
+
+log = logging.getLogger(__name__)
 
 EVAL_MODES = ('chunk', 'ensemble', 'blend')
 logger = logging.getLogger(__name__)
@@ -48,7 +50,7 @@ class SafetySettings:
     limits: SafetyLimits
     gate: ReleaseGateConfig
     urdf_path: str = ''
-    ee_frame: str = 'ee_link'
+    ee_frame: str = ''
     max_obs_age_s: float = 0.2
 
     @classmethod
@@ -68,9 +70,9 @@ class SafetySettings:
         try:
             speeds = resolve_speed_limits(
                 contract.joint_names, contract.lower, contract.upper,
-                grippers=(contract.gripper_index,), velocity=params.get(VELOCITY_PARAM),
+                grippers=contract.gripper_indices, velocity=params.get(VELOCITY_PARAM),
                 step_per_tick=params.get(STEP_PARAM), period_s=period_s,
-                urdf_path=urdf_path or default_urdf_path())
+                urdf_path=urdf_path or contract.urdf_path)
         except ValueError as exc:
             raise ValueError(f'{path}: {exc}') from None
         if speeds.deprecation:
@@ -80,7 +82,7 @@ class SafetySettings:
                               max_step=speeds.per_tick(period_s))
         return cls(limits=limits, gate=ReleaseGateConfig(**params.get('release_gate', {})),
                    urdf_path=str(params.get('urdf_path', '') or ''),
-                   ee_frame=str(params.get('ee_frame', 'ee_link')),
+                   ee_frame=str(params.get('ee_frame', '') or ''),
                    max_obs_age_s=float(params.get('max_obs_age_s', 0.2)))
 
 
@@ -192,8 +194,8 @@ class SimPolicy:
                  latency_ticks: int | None = None, precision: str = 'fp32',
                  precision_tolerance: float | None = None,
                  n_action_steps: int | None = None, blend_ticks: int | None = None) -> None:
-        from act_ros.core.control import (ControlLoop, ee_from_kinematics,
-                                          environment_state_from_stream, position_from_stream)
+        from act_ros.core.control import (ControlLoop, environment_state_from_stream,
+                                          position_from_stream, release_gates)
         from act_ros.core.inputs import ENVIRONMENT_STATE, PAD_POSE, InputStore
         from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
@@ -224,20 +226,19 @@ class SimPolicy:
             poses = (environment_state_from_stream(ENVIRONMENT_STATE)
                      if self.runtime.environment_state_dim else None)
             self.takes_poses = poses is not None
-            # The gate needs the end effector (forward kinematics) and the pad; a task
+            # The gates need the end effectors (forward kinematics) and the pad; a task
             # without a place-on-pad step runs with the gate off and needs neither.
-            self.gated = safety.gate.enabled
+            gates, ee_positions = release_gates(
+                self.contract, safety.gate, urdf_path=safety.urdf_path,
+                ee_frame=safety.ee_frame, warn=log.warning)
+            self.gated = bool(gates)
             self.loop = ControlLoop(
                 self.runtime, cameras=self.cameras, limits=safety.limits,
-                gate=ReleaseGate(safety.gate), gripper_index=self.contract.gripper_index,
-                ee_position=ee_from_kinematics(self.contract.joint_names,
-                                               self.contract.gripper_index,
-                                               urdf_path=safety.urdf_path,
-                                               ee_frame=safety.ee_frame)
-                if self.gated else (lambda _snap, _state: None),
+                grippers=self.contract.gripper_indices, gates=gates,
+                ee_positions=ee_positions,
                 pad_position=position_from_stream(PAD_POSE, safety.max_obs_age_s),
                 environment_state=poses,
-                seams=arm_seam_meter(self.contract.joint_names, (self.contract.gripper_index,),
+                seams=arm_seam_meter(self.contract.joint_names, self.contract.gripper_indices,
                                      1.0 / self.contract.fps))
         except BaseException:
             self.runtime.close()

@@ -175,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         trace: dict[str, Any] = {
             'checkpoint': str(args.checkpoint), 'seed': args.seed,
             'period_s': 1.0 / contract.fps, 'joint_names': list(contract.joint_names),
-            'grippers': [contract.joint_names[contract.gripper_index]],
+            'grippers': list(contract.gripper_joints),
             'blend_window': args.blend_window, 'blend_ticks': blend_ticks, 'modes': {}}
         for mode in modes:
             trace['modes'][mode] = record_episode(args.checkpoint, mode, args.seed,

@@ -226,7 +226,8 @@ class ActNode(LifecycleNode):
         self.settings = settings
         # execution 'process': this starts the inference child and returns; the model
         # loads there while the interfaces are created (and discovery with the robot runs).
-        self.loop = build_control_loop(settings, self.contract, self.counters)
+        self.loop = build_control_loop(settings, self.contract, self.counters,
+                                       warn=self.get_logger().warning)
         runtime = self.loop.runtime
         # The checkpoint's inputs (read from its JSON): its cameras, and the object poses
         # when it takes observation.environment_state.

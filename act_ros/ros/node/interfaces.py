@@ -1,7 +1,7 @@
 """What ``act_node`` builds at configure: the control loop and its ROS interfaces.
 
 Split from :mod:`act_ros.ros.node.act_node` so the node reads as lifecycle logic only. The
-cheap checks (limits, gate, kinematics) run before the checkpoint is loaded, so a bad
+cheap checks (limits, gates, kinematics) run before the checkpoint is loaded, so a bad
 parameter fails configure without waiting for the model. With ``execution: process`` the
 runtime only starts its inference child here (:func:`build_control_loop`); the node
 creates its interfaces while the child loads, then waits for it.
@@ -28,12 +28,12 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.core.contract import Contract
-from act_ros.core.release_gate import ReleaseGate, ReleaseGateConfig
+from act_ros.core.release_gate import ReleaseGateConfig
 from act_ros.core.safety import SafetyLimits
 from act_ros.ros import conversions as conv
-from act_ros.core.control import (ControlCounters, ControlLoop, EePosition, PadPosition,
-                                  ee_from_kinematics, environment_state_from_object_poses,
-                                  fixed_position, position_from_stream)
+from act_ros.core.control import (ControlCounters, ControlLoop, PadPosition,
+                                  environment_state_from_object_poses, fixed_position,
+                                  position_from_stream, release_gates)
 from act_ros.core.inputs import EE_POSE, JOINT_STATES, PAD_POSE, image_stream, object_pose_stream
 from act_ros.core.object_state import OBJECTS
 from act_ros.core.seams import arm_seam_meter
@@ -120,19 +120,23 @@ class Interfaces:
 
 
 def build_control_loop(settings: NodeSettings, contract: Contract,
-                       counters: ControlCounters) -> ControlLoop:
-    """Limits, gate, end-effector source and the policy runtime: loaded and warmed up,
-    except with ``execution: process``, where the inference child is started and the
-    caller waits for it with ``loop.runtime.wait_ready()``. The loop takes the cameras the
-    checkpoint takes and, when it takes ``observation.environment_state``, the object
-    poses from their pose streams (``loop.required_inputs``)."""
+                       counters: ControlCounters,
+                       warn: Callable[[str], None] = lambda _line: None) -> ControlLoop:
+    """Limits, a release gate per gripper with its end-effector source, and the policy
+    runtime: loaded and warmed up, except with ``execution: process``, where the inference
+    child is started and the caller waits for it with ``loop.runtime.wait_ready()``. The
+    loop takes the cameras the checkpoint takes and, when it takes
+    ``observation.environment_state``, the object poses from their pose streams
+    (``loop.required_inputs``). Gates that need forward kinematics without a robot model
+    of this arm are left off with one line to ``warn`` saying why."""
     # Speeds per second to the largest step per tick of this control period.
     limits = SafetyLimits(lower=np.array(settings.joint_lower),
                           upper=np.array(settings.joint_upper),
                           max_step=settings.speed_limits.per_tick(settings.period_s))
-    gate = ReleaseGate(ReleaseGateConfig(**settings.gate))
-    gripper = contract.gripper_index
-    ee_position = _ee_source(settings, gripper)
+    gates, ee_positions = release_gates(
+        contract, ReleaseGateConfig(**settings.gate), ee_source=settings.ee_source,
+        urdf_path=settings.urdf_path, ee_frame=settings.ee_frame,
+        max_age_s=settings.max_obs_age_s, warn=warn)
     pad_position = _pad_source(settings)
 
     # In-process execution loads torch and LeRobot here; 'process' leaves them to its child.
@@ -152,25 +156,15 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
     try:
         poses = environment_state_from_object_poses(*(object_pose_stream(obj) for obj in OBJECTS)) \
             if runtime.environment_state_dim else None
-        return ControlLoop(runtime, cameras=runtime.cameras, limits=limits, gate=gate,
-                           gripper_index=gripper, ee_position=ee_position,
-                           pad_position=pad_position, counters=counters,
-                           environment_state=poses,
-                           seams=arm_seam_meter(settings.joint_names, (gripper,),
+        return ControlLoop(runtime, cameras=runtime.cameras, limits=limits,
+                           grippers=contract.gripper_indices, gates=gates,
+                           ee_positions=ee_positions, pad_position=pad_position,
+                           counters=counters, environment_state=poses,
+                           seams=arm_seam_meter(settings.joint_names, contract.gripper_indices,
                                                 settings.period_s, settings.seam_window_ticks))
     except BaseException:
         runtime.close()  # its inference child must not outlive a failed configure
         raise
-
-
-def _ee_source(settings: NodeSettings, gripper: int) -> EePosition:
-    if not settings.gate.get('enabled', True):
-        # Only the release gate reads the end effector: without it no robot model is needed.
-        return lambda _snap, _state: None
-    if settings.ee_source == 'topic':
-        return position_from_stream(EE_POSE, settings.max_obs_age_s)
-    return ee_from_kinematics(settings.joint_names, gripper, urdf_path=settings.urdf_path,
-                              ee_frame=settings.ee_frame)
 
 
 def _pad_source(settings: NodeSettings) -> PadPosition:
@@ -269,7 +263,7 @@ and, with ``visualization.enabled``, the plan's view
         observation_ready=guard,
         subscriptions=subs,
         input_sources=sources,
-        visualizer=PlanVisualizer(node, settings, contract.gripper_index,
+        visualizer=PlanVisualizer(node, settings, contract,
                                   callback_group=node.visualization_group)
         if settings.visualization_enabled else None,
     )

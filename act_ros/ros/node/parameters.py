@@ -76,7 +76,9 @@ class ParamSpec:
 
 
 CONTRACT_PATH = ParamSpec(
-    'contract_path', '', 'I/O contract YAML; empty means the package config/contract.yaml.',
+    'contract_path', '', 'I/O contract YAML; empty means the package config/contract.yaml. A '
+    "relative path that is not a file in the working directory is looked up in the package's "
+    'config/ (robots/aloha/contract.yaml, robots/so101/contract.yaml: the example arms).',
     read_only=True)
 
 
@@ -234,23 +236,28 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('joint_names', joints, 'Robot joint names in contract order (JointState is matched '
           'by these names; commands carry them). Default: the contract names.',
           read_only=True, type_=Parameter.Type.STRING_ARRAY),
-        P('joint_lower', lower, 'Lower position limits per joint (rad; gripper normalized). '
-          'Default: the contract.', type_=Parameter.Type.DOUBLE_ARRAY),
+        P('joint_lower', lower, "Lower position limits per joint (the contract's units: rad "
+          'and a normalized gripper for the package arm). Default: the contract.',
+          type_=Parameter.Type.DOUBLE_ARRAY),
         P('joint_upper', upper, 'Upper position limits per joint. Default: the contract.',
           type_=Parameter.Type.DOUBLE_ARRAY),
         P('max_joint_velocity', None, 'Joint speed limits per second (rad/s; a gripper in its '
           'units per second, its whole range for a normalized one): an arm joint moves at most '
           'speed / control_rate_hz per tick from its measured position, the gripper from its '
           'previous command. One value for all joints or one per joint. Not set: the URDF\'s '
-          '<limit velocity> of each joint (urdf_path; a gripper\'s scaled from its URDF travel '
-          f'to the contract range), else {DEFAULT_ARM_SPEED:g} rad/s for an arm joint and its '
+          '<limit velocity> of each joint (urdf_path, else the contract\'s urdf; a '
+          'gripper\'s scaled from its URDF travel to the contract range), else '
+          f'{DEFAULT_ARM_SPEED:g} rad/s for an arm joint and its '
           f'whole range in {DEFAULT_GRIPPER_TRAVEL_S:g} s for a gripper. Above the URDF\'s: '
           'configure fails.', type_=Parameter.Type.DOUBLE_ARRAY),
         P('max_joint_step', None, 'Deprecated, use max_joint_velocity: the largest change per '
           'tick, converted to a speed with control_rate_hz (with a warning). Setting both '
           'fails configure.', type_=Parameter.Type.DOUBLE_ARRAY),
         # Release gate.
-        P('release_gate.enabled', True, 'Gate the gripper: open only near the pad once holding.'),
+        P('release_gate.enabled', True, "Gate each gripper of the contract (one gate each): "
+          'open only near the pad once holding. Thresholds and commands below are openings '
+          "(0 closed, 1 open), converted to each gripper's units by the contract's closed and "
+          'open positions.'),
         P('release_gate.release_radius_m', 0.10, 'End effector to pad distance under which a '
           'release may pass.', low=0.001, high=10.0),
         P('release_gate.release_threshold', 0.90, 'Gripper command at or above which a command '
@@ -276,9 +283,15 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('ee_pose_topic', 'ee_pose', 'geometry_msgs/PoseStamped of the end effector in '
           'pose_frame_id, like the pad (ee_source topic); older than max_obs_age_s counts as '
           'unknown.', read_only=True),
-        P('urdf_path', '', 'Robot URDF for fk and the default speed limits (max_joint_velocity); '
-          'empty means the package urdf/so101_class.urdf.'),
-        P('ee_frame', 'ee_link', 'URDF frame whose origin is the end-effector position (fk).'),
+        P('urdf_path', '', "Robot URDF for forward kinematics (the release gate's end "
+          'effectors with ee_source fk, the planned path) and the default speed limits '
+          "(max_joint_velocity); empty means the urdf the contract names (the package's "
+          'contract: urdf/so101_class.urdf). Without one, or when it lacks the contract\'s '
+          'joints or frames, the kinematic features turn themselves off with one warning '
+          'saying why; configure goes on.'),
+        P('ee_frame', '', 'URDF frame whose origin is the end-effector position (fk); empty '
+          "means each gripper's ee_frame in the contract. Names one end effector: an arm with "
+          'one gripper, or none (the planned path).'),
     ]
     for cam in (contract.cameras if contract else ()):
         specs.append(P(camera_topic_param(cam.name), f'camera/{cam.name}/image_raw',
@@ -429,7 +442,7 @@ class NodeSettings:
     ee_source: str = 'fk'
     ee_pose_topic: str = 'ee_pose'
     urdf_path: str = ''
-    ee_frame: str = 'ee_link'
+    ee_frame: str = ''
     inference_timeout_s: float = 30.0
     inference_nice: int = 0
     model_only_calls: int = 0
@@ -483,6 +496,11 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
     bad = [names[i] for i in range(n) if not lower[i] < upper[i]]
     if bad:
         raise ValueError(f'joint_lower must be below joint_upper; not so for {bad}')
+    if v['ee_frame'] and len(contract.grippers) > 1:
+        raise ValueError(f"ee_frame: '{v['ee_frame']}' names one end effector; the contract has "
+                         f'{len(contract.grippers)} grippers {list(contract.gripper_joints)} '
+                         '(leave ee_frame empty and give each gripper its ee_frame in the '
+                         'contract)')
     pad = tuple(float(x) for x in v['pad_position_m'])
     if len(pad) != 3 or not all(math.isfinite(x) for x in pad):
         raise ValueError(f'pad_position_m: expected 3 finite values (x, y, z), got {list(pad)}')
@@ -504,9 +522,9 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
                          f"1 to 1000 Hz, got {v['control_rate_hz']:g}")
     blend_ticks = blend_window_ticks(v['blend_window'], rate)
     speed_limits = resolve_speed_limits(
-        names, contract.lower, contract.upper, grippers=(contract.gripper_index,),
+        names, contract.lower, contract.upper, grippers=contract.gripper_indices,
         velocity=v['max_joint_velocity'], step_per_tick=v['max_joint_step'],
-        period_s=1.0 / rate, urdf_path=v['urdf_path'] or default_urdf_path())
+        period_s=1.0 / rate, urdf_path=v['urdf_path'] or contract.urdf_path)
     if v['command_trajectory'] == 'chunk' and v['command_type'] != 'JointTrajectory':
         raise ValueError('command_trajectory: chunk sends a multi-point JointTrajectory; '
                          f"command_type is {v['command_type']} (use command_stream_rate_hz "

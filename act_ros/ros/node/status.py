@@ -129,7 +129,7 @@ class NodeStatus:
             'obs_to_command_p99_ms': float(np.percentile(recent, 99)) if recent.size else 'n/a',
             'missed_periods': missed,  # since activation: periods the node sent nothing in
             'command_gap_max_ms': gap_max_ms,  # since the previous report
-            'gate_state': loop.gate_state.value,
+            'gate_state': loop.gate_state,  # 'off' without a gate
             'gate_distance_m': loop.last_distance_m if loop.last_distance_m is not None else 'n/a',
             'input_problems': snap.describe_problems() or 'none',
             # ~/planned_path and ~/markers (act_ros.ros.node.visualization)

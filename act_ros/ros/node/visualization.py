@@ -6,7 +6,8 @@ topics (``~`` is the node's name, ``/act_node`` at the root), in ``visualization
 
 - ``~/planned_path`` (``nav_msgs/Path``; reliable, transient local, depth 1: a late
   subscriber asking for transient local gets the latest at once): the end-effector pose
-  (forward kinematics of ``urdf_path``/``ee_frame``, position and orientation) of every
+  (forward kinematics of the arm's robot model, ``urdf_path`` or the contract's ``urdf``,
+  at the first gripper's ``ee_frame``; position and orientation) of every
   action of the chunk being played (:attr:`PolicyRuntime.current_chunk`: chunk mode, the
   queued chunk; ensemble mode, the newest one), as the policy wrote it, before the safety
   limits. Header stamp: the observation the chunk was computed from; pose ``i``: that
@@ -28,11 +29,16 @@ the chunk, the gate's positions); everything is built in this module's timer cal
 a callback group of its own, with forward kinematics once per new chunk (one pinocchio
 call per action: a few milliseconds for a chunk of 30, path message included, on a busy
 2-core machine; the markers well under one per period). The node's lock is held only to
-publish. ``visualization.enabled: false`` creates no publisher and no timer.
+publish. ``visualization.enabled: false`` creates no publisher and no timer. Without a robot
+model of the arm (the contract names no ``urdf`` and ``urdf_path`` is not set, or the
+model lacks the contract's joints or the end-effector frame) there is no path, with one
+warning saying why; the markers still show the gate. The package's own model is never
+used for an arm whose contract does not name it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +50,8 @@ from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
 from act_ros.core.chunking import TimedChunk
+from act_ros.core.contract import Contract
+from act_ros.core.kinematics import gripper_kinematics
 from act_ros.ros.conversions import seconds_to_time
 
 PATH_TOPIC = '~/planned_path'
@@ -83,9 +91,13 @@ class GateView:
 class PlanView:
     """Builds the messages (no ROS node needed): the path of a chunk, the markers."""
 
-    def __init__(self, fk: Any, gripper_index: int, frame_id: str, period_s: float) -> None:
+    def __init__(self, fk: Any, grippers: Sequence[int], frame_id: str, period_s: float,
+                 opening: Callable[[float], float] = float) -> None:
         self.fk = fk  # act_ros.core.kinematics.ForwardKinematics of the arm joints, or None
-        self.gripper_index = gripper_index
+        # The grippers' indices (left out of forward kinematics); the first one's requests
+        # colour the path, as openings (``opening``: its joint units to 0 closed, 1 open).
+        self.grippers = list(grippers)
+        self.opening = opening
         self.frame_id = frame_id
         self.period_s = period_s
 
@@ -94,7 +106,7 @@ class PlanView:
         quaternions (N, 4) w, x, y, z)."""
         rows, positions, quaternions = [], [], []
         for i, action in enumerate(np.asarray(actions, dtype=np.float64)):
-            arm = np.delete(action, self.gripper_index)
+            arm = np.delete(action, self.grippers)
             if not np.all(np.isfinite(arm)):
                 continue  # the safety chain never sends it either
             position, quaternion = self.fk.ee_pose(arm)
@@ -155,12 +167,13 @@ class PlanView:
         ee.color = _rgba(OPEN_COLOR if near else color, 1.0)
 
         plan = marker(PLANNED_GRIPPER, Marker.SPHERE_LIST,
-                      None if chunk is None or poses is None or not poses[0] else np.zeros(3))
+                      None if chunk is None or poses is None or not poses[0]
+                      or not self.grippers else np.zeros(3))
         if plan.action == Marker.ADD:
             plan.scale.x = plan.scale.y = plan.scale.z = PLAN_POINT_M
             rows, positions, _ = poses
-            requests = np.asarray(chunk.actions)[rows, self.gripper_index]
-            for p, g in zip(positions, requests):
+            requests = np.asarray(chunk.actions)[rows, self.grippers[0]]
+            for p, g in zip(positions, map(self.opening, requests)):
                 plan.points.append(Point(x=float(p[0]), y=float(p[1]), z=float(p[2])))
                 plan.colors.append(_rgba(OPEN_COLOR if g >= gate.release_threshold else
                                          CLOSED_COLOR if g < gate.hold_threshold else
@@ -194,24 +207,17 @@ def _rgba(rgb: tuple[float, float, float], alpha: float) -> ColorRGBA:
 class PlanVisualizer:
     """Publishers and the low-rate timer of the visualization (created at configure)."""
 
-    def __init__(self, node: Any, settings: Any, gripper_index: int,
+    def __init__(self, node: Any, settings: Any, contract: Contract,
                  callback_group: Any = None) -> None:
         self.node = node
         self.settings = settings
-        self.gripper_index = gripper_index
-        self.fk_error = ''
-        fk = None
-        arm = [n for i, n in enumerate(settings.joint_names) if i != gripper_index]
-        try:
-            from act_ros.core.kinematics import ForwardKinematics
-            fk = ForwardKinematics(urdf_path=settings.urdf_path or None,
-                                   ee_frame=settings.ee_frame, joint_names=arm)
-        except (ImportError, OSError, ValueError) as exc:
-            # Markers still show the gate; only the path needs the robot model.
-            self.fk_error = str(exc)
-            node.get_logger().warning(f'visualization: no planned path ({exc})')
-        self.view = PlanView(fk, gripper_index, settings.visualization_frame_id,
-                             settings.period_s)
+        fks, self.fk_error = gripper_kinematics(contract, urdf_path=settings.urdf_path or None,
+                                                ee_frame=settings.ee_frame)
+        if self.fk_error:  # markers still show the gate; only the path needs the model
+            node.get_logger().warning(f'visualization: no planned path ({self.fk_error})')
+        shown = contract.grippers[0].opening if contract.grippers else float
+        self.view = PlanView(fks[0] if fks else None, contract.gripper_indices,
+                             settings.visualization_frame_id, settings.period_s, shown)
         self.path_pub = node.create_lifecycle_publisher(Path, PATH_TOPIC, VISUALIZATION_QOS)
         self.markers_pub = node.create_lifecycle_publisher(MarkerArray, MARKERS_TOPIC,
                                                            VISUALIZATION_QOS)
@@ -262,16 +268,18 @@ class PlanVisualizer:
             self._shown = chunk
         gate_settings = self.settings.gate
         snap = inputs.snapshot(now)
+        # The first gate's (the first gripper's, the path's end effector).
+        first = loop.gates[0].gate.state.value if loop.gates else 'FREE'
         gate = GateView(
-            enabled=bool(gate_settings.get('enabled', True)),
-            state=loop.gate_state.value,
+            enabled=bool(loop.gates),
+            state=first,
             radius_m=float(gate_settings.get('release_radius_m', 0.10)),
             release_threshold=float(gate_settings.get('release_threshold', 0.90)),
             hold_threshold=float(gate_settings.get('hold_threshold', 0.90)),
             pad=_position(loop.last_pad_position if loop.last_pad_position is not None
                           else self._parameter_pad()),
-            ee=_position(loop.last_ee_position),
-            distance_m=loop.last_distance_m,
+            ee=_position(loop.last_ee_positions[0] if loop.gates else None),
+            distance_m=loop.last_distances_m[0] if loop.gates else None,
             ages_s={name: snap.age_s(name) for name in inputs.required})
         return path, self.view.markers(gate, now, chunk, self._poses)
 
