@@ -25,7 +25,7 @@ from act_ros.ros.harness import (FAST_ROBOT_MAX_JOINT_VELOCITY, RobotHarness,  #
 
 CONTRACT = load_contract()
 JOINTS = list(CONTRACT.joint_names)
-GRIPPER = CONTRACT.gripper_index
+GRIPPER, = CONTRACT.gripper_indices
 # The gripper measured at 0.6: fingers closed on an object (an empty gripper frees the gate).
 MEASURED = np.array([0.1, -0.3, 0.4, 0.2, 0.0, 0.6])
 PAD = [0.25, 0.0, 0.0]
@@ -158,8 +158,7 @@ def test_forward_kinematics_source_measures_the_distance_to_the_pad(rclpy_contex
     from act_ros.core.kinematics import ForwardKinematics
 
     checkpoint, _, closed_image = gated
-    arm = [n for n in JOINTS if n != CONTRACT.gripper_joint]
-    fk = ForwardKinematics(joint_names=arm)
+    fk = ForwardKinematics(joint_names=CONTRACT.arm_joint_names)
     expected = float(np.linalg.norm(fk.ee_position(np.delete(MEASURED, GRIPPER)) - PAD))
     node = make_node(rclpy_context, checkpoint)  # ee_source defaults to fk
     harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, MEASURED)),

@@ -32,8 +32,8 @@ from act_ros.ros.node.visualization import (GATE_COLORS, VISUALIZATION_QOS,  # n
 
 CONTRACT = load_contract()
 JOINTS = list(CONTRACT.joint_names)
-GRIPPER = CONTRACT.gripper_index
-ARM = [n for n in JOINTS if n != CONTRACT.gripper_joint]
+GRIPPER, = CONTRACT.gripper_indices
+ARM = list(CONTRACT.arm_joint_names)
 # The gripper measured at 0.6: fingers closed on an object (an empty gripper frees the gate).
 MEASURED = np.array([0.1, -0.3, 0.4, 0.2, 0.0, 0.6])
 PAD = [0.25, 0.0, 0.0]
@@ -259,7 +259,7 @@ def _gate(**overrides) -> GateView:
 
 
 def test_markers_of_an_unknown_pad_are_deleted_and_a_gate_off_is_grey(fk):
-    view = PlanView(fk, GRIPPER, 'base_link', 1 / 30)
+    view = PlanView(fk, (GRIPPER,), 'base_link', 1 / 30)
     markers = {m.ns: m for m in view.markers(_gate(pad=None, enabled=False), 5.0).markers}
     assert markers['release_region'].action == Marker.DELETE
     assert markers['end_effector'].action == Marker.DELETE  # unknown end effector
@@ -278,10 +278,10 @@ def test_a_chunk_without_an_observation_stamp_is_stamped_now_and_skips_nan_rows(
 
     actions = np.tile(MEASURED, (4, 1))
     actions[2, 0] = np.nan
-    path = PlanView(fk, GRIPPER, 'base_link', 0.1).path(TimedChunk(0, actions), now_s=12.5)
+    path = PlanView(fk, (GRIPPER,), 'base_link', 0.1).path(TimedChunk(0, actions), now_s=12.5)
     assert seconds(path.header.stamp) == pytest.approx(12.5)
     assert [round(seconds(p.header.stamp) - 12.5, 6) for p in path.poses] == [0.0, 0.1, 0.3]
-    empty = PlanView(fk, GRIPPER, 'base_link', 0.1).path(None, now_s=3.0)
+    empty = PlanView(fk, (GRIPPER,), 'base_link', 0.1).path(None, now_s=3.0)
     assert empty.poses == [] and empty.header.frame_id == 'base_link'
 
 
@@ -380,7 +380,7 @@ def test_plot_plan_draws_what_the_topics_carry(tmp_path, fk):
     from act_ros.core.chunking import TimedChunk
     from act_ros.ros.plan_plot import PlanRecord, draw
 
-    view = PlanView(fk, GRIPPER, 'base_link', 1 / 30)
+    view = PlanView(fk, (GRIPPER,), 'base_link', 1 / 30)
     actions = np.tile(MEASURED, (30, 1))
     actions[:, 1] += np.linspace(0.0, 0.5, 30)
     actions[15:, GRIPPER] = 1.0
