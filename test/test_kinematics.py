@@ -69,3 +69,37 @@ def test_missing_file_frame_and_joint_are_clear_errors(tmp_path: Path):
         ForwardKinematics(ee_frame='tool0')
     with pytest.raises(ValueError, match=r"joints \['elbow'\] not in the model"):
         ForwardKinematics(joint_names=['shoulder_pan', 'elbow'])
+
+
+def test_gripper_kinematics_serves_the_contracts_model_or_says_why_not(tmp_path):
+    """One model per gripper's end effector from the contract's URDF (or urdf_path); an arm
+    whose contract names no model, or whose joints or frames the model lacks, gets none
+    and the reason: the package's model is never taken for another arm."""
+    from dataclasses import replace
+
+    from act_ros.core.kinematics import gripper_kinematics
+
+    contract = load_contract()
+    fks, why = gripper_kinematics(contract)
+    assert why == '' and [fk.ee_frame for fk in fks] == ['ee_link']
+    assert fks[0].joint_names == contract.arm_joint_names
+    assert fks[0].urdf_path.resolve() == default_urdf_path().resolve()
+    # Same joint names, no urdf in the contract (an SO-101 in degrees): no model.
+    so101 = load_contract('robots/so101/contract.yaml')
+    assert so101.arm_joint_names == contract.arm_joint_names
+    fks, why = gripper_kinematics(so101)
+    assert fks == [] and 'no robot model' in why and 'urdf_path is not set' in why
+    # Given a model that lacks the contract's joints (the bimanual arm's): none, and why.
+    aloha = load_contract('robots/aloha/contract.yaml')
+    fks, why = gripper_kinematics(aloha, urdf_path=default_urdf_path(), ee_frame='')
+    assert fks == [] and 'no end-effector frame' in why
+    with_frames = replace(aloha, grippers=tuple(replace(g, ee_frame='ee_link')
+                                                for g in aloha.grippers))
+    fks, why = gripper_kinematics(with_frames, urdf_path=default_urdf_path())
+    assert fks == [] and 'left_arm_waist' in why and 'not in the model' in why
+    fks, why = gripper_kinematics(contract, urdf_path=tmp_path / 'none.urdf')
+    assert fks == [] and 'not found' in why
+    fks, why = gripper_kinematics(contract, ee_frame='tool0')
+    assert fks == [] and "no frame 'tool0'" in why
+    with pytest.raises(ValueError, match='names one end effector; the contract has 2 grippers'):
+        gripper_kinematics(aloha, ee_frame='ee_link')

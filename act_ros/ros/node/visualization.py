@@ -22,7 +22,8 @@ topics (``~`` is the node's name, ``/act_node`` at the root), in ``visualization
   chunk's gripper request: green open, red closed, yellow in between) and ``gate_state``
   (a text above the pad: gate state, end effector to pad distance, release radius and the
   age of every required input, as on ``/diagnostics``). A marker whose position is unknown
-  (a pad from a stale topic) is deleted.
+  (a pad from a stale topic) is deleted. On an arm with several grippers, the end
+  effector, the gripper requests and the gate shown are the first gripper's.
 
 Cost to the control tick: none. The tick already keeps what is shown (one reference to
 the chunk, the gate's positions); everything is built in this module's timer callback, in
