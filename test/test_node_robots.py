@@ -89,6 +89,7 @@ def test_example_arm_commands_every_joint_and_each_gripper_by_its_rule(rclpy_con
                            joints=dict(zip(contract.joint_names, state)), image=image)
     with spinning(rclpy_context, node, harness):
         assert node.start(), node.last_configure_error
+        assert node.robot_model_warning == ''  # the files turn both features off
         assert node.contract.joint_names == contract.joint_names  # from the parameter file
         assert node.settings.control_rate_hz == float(node_params(name)['control_rate_hz'])
         assert wait_until(lambda: len(harness.commands_since(0.0)) >= COMMANDS, WAIT_S), \
@@ -137,6 +138,9 @@ def test_features_without_a_robot_model_turn_off_and_configure_goes_on(rclpy_con
         assert node.start(), node.last_configure_error
         assert node.loop.gates == ()
         assert 'no robot model' in node.io.visualizer.fk_error
+        # One warning for both, naming why.
+        assert node.robot_model_warning.startswith(
+            'release gate and planned path off: no robot model: the contract')
         assert wait_until(lambda: len(harness.commands_since(0.0)) >= 2, WAIT_S)
         assert wait_until(lambda: harness.latest_diagnostics() is not None, WAIT_S)
         diagnostics = harness.latest_diagnostics()[2]

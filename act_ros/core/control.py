@@ -97,7 +97,7 @@ def ee_from_kinematics(fk: ForwardKinematics, grippers: Sequence[int]) -> EePosi
 
 def release_gates(contract: Contract, config: ReleaseGateConfig, *, ee_source: str = 'fk',
                   urdf_path: str | Path | None = None, ee_frame: str = '',
-                  max_age_s: float = 0.2, warn: Callable[[str], None] = lambda _line: None
+                  max_age_s: float = 0.2, off: Callable[[str], None] = lambda _why: None
                   ) -> tuple[tuple[GripperGate, ...], list[EePosition]]:
     """One release gate per gripper of ``contract`` with the source of its end effector
     (:class:`ControlLoop`'s ``gates`` and ``ee_positions``): forward kinematics
@@ -105,7 +105,7 @@ def release_gates(contract: Contract, config: ReleaseGateConfig, *, ee_source: s
     ``urdf_path`` or the contract's URDF) or the :data:`EE_POSE` stream (``'topic'``, one
     gripper). None with the gate disabled (only the gates read an end effector), for an
     arm without gripper, or when no robot model serves this arm: then the gates are off
-    and ``warn`` gets one line saying why (never an error)."""
+    and ``off`` is told why (never an error)."""
     from act_ros.core.kinematics import gripper_kinematics
 
     gates = gripper_gates(contract, config)
@@ -120,7 +120,7 @@ def release_gates(contract: Contract, config: ReleaseGateConfig, *, ee_source: s
         return gates, [position_from_stream(EE_POSE, max_age_s)]
     fks, why = gripper_kinematics(contract, urdf_path=urdf_path or None, ee_frame=ee_frame)
     if why:
-        warn(f'release gate off: {why}')
+        off(why)
         return (), []
     return gates, [ee_from_kinematics(fk, contract.gripper_indices) for fk in fks]
 

@@ -230,7 +230,8 @@ class SimPolicy:
             # without a place-on-pad step runs with the gate off and needs neither.
             gates, ee_positions = release_gates(
                 self.contract, safety.gate, urdf_path=safety.urdf_path,
-                ee_frame=safety.ee_frame, warn=log.warning)
+                ee_frame=safety.ee_frame,
+                off=lambda why: log.warning(f'release gate off: {why}'))
             self.gated = bool(gates)
             self.loop = ControlLoop(
                 self.runtime, cameras=self.cameras, limits=safety.limits,

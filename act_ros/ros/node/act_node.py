@@ -90,6 +90,9 @@ class ActNode(LifecycleNode):
         self.counters = ControlCounters()
         self.status = NodeStatus(self)
         self.last_configure_error = ''
+        # The one warning of the last configure about features off for want of a robot
+        # model of this arm (the release gate, the planned path); empty when none.
+        self.robot_model_warning = ''
         # From the process start to the first command (frozen once it is published).
         self.startup = StartupTimeline()
         self.startup.mark('imported', _IMPORTED_AT)
@@ -226,8 +229,9 @@ class ActNode(LifecycleNode):
         self.settings = settings
         # execution 'process': this starts the inference child and returns; the model
         # loads there while the interfaces are created (and discovery with the robot runs).
+        gate_off: list[str] = []
         self.loop = build_control_loop(settings, self.contract, self.counters,
-                                       warn=self.get_logger().warning)
+                                       gate_off=gate_off.append)
         runtime = self.loop.runtime
         # The checkpoint's inputs (read from its JSON): its cameras, and the object poses
         # when it takes observation.environment_state.
@@ -236,6 +240,11 @@ class ActNode(LifecycleNode):
         self.io = create_interfaces(self, settings, self.contract, cameras=runtime.cameras,
                                     object_poses=bool(runtime.environment_state_dim))
         self.sender = CommandSender(settings, self.io.command_pub.publish, self.now_s)
+        self.robot_model_warning = _robot_model_warning(
+            gate_off[0] if gate_off else '',
+            self.io.visualizer.fk_error if self.io.visualizer is not None else '')
+        if self.robot_model_warning:
+            self.get_logger().warning(self.robot_model_warning)
         if settings.execution == 'process':
             self.startup.add_overlapped('node_setup', time.monotonic() - setup_start)
         runtime.wait_ready()
@@ -388,6 +397,18 @@ class ActNode(LifecycleNode):
         response.success, response.message = True, 'episode reset: queue, ensembler and gate'
         self.get_logger().info(response.message)
         return response
+
+
+def _robot_model_warning(gate_why: str, path_why: str) -> str:
+    """One line for every feature that turned itself off for want of a robot model of the
+    arm (the release gate, the planned path), with why; empty when none did."""
+    off = [(name, why) for name, why in (('release gate', gate_why),
+                                         ('planned path', path_why)) if why]
+    if not off:
+        return ''
+    if len({why for _, why in off}) == 1:
+        return f"{' and '.join(name for name, _ in off)} off: {off[0][1]}"
+    return '; '.join(f'{name} off: {why}' for name, why in off)
 
 
 def _try_load_contract(node: LifecycleNode) -> tuple[Contract | None, str]:

@@ -121,14 +121,14 @@ class Interfaces:
 
 def build_control_loop(settings: NodeSettings, contract: Contract,
                        counters: ControlCounters,
-                       warn: Callable[[str], None] = lambda _line: None) -> ControlLoop:
+                       gate_off: Callable[[str], None] = lambda _why: None) -> ControlLoop:
     """Limits, a release gate per gripper with its end-effector source, and the policy
     runtime: loaded and warmed up, except with ``execution: process``, where the inference
     child is started and the caller waits for it with ``loop.runtime.wait_ready()``. The
     loop takes the cameras the checkpoint takes and, when it takes
     ``observation.environment_state``, the object poses from their pose streams
     (``loop.required_inputs``). Gates that need forward kinematics without a robot model
-    of this arm are left off with one line to ``warn`` saying why."""
+    of this arm are left off, and ``gate_off`` is told why."""
     # Speeds per second to the largest step per tick of this control period.
     limits = SafetyLimits(lower=np.array(settings.joint_lower),
                           upper=np.array(settings.joint_upper),
@@ -136,7 +136,7 @@ def build_control_loop(settings: NodeSettings, contract: Contract,
     gates, ee_positions = release_gates(
         contract, ReleaseGateConfig(**settings.gate), ee_source=settings.ee_source,
         urdf_path=settings.urdf_path, ee_frame=settings.ee_frame,
-        max_age_s=settings.max_obs_age_s, warn=warn)
+        max_age_s=settings.max_obs_age_s, off=gate_off)
     pad_position = _pad_source(settings)
 
     # In-process execution loads torch and LeRobot here; 'process' leaves them to its child.

@@ -212,10 +212,10 @@ class PlanVisualizer:
                  callback_group: Any = None) -> None:
         self.node = node
         self.settings = settings
+        # Without a robot model of the arm (fk_error says why; the node warns once for
+        # every feature off) the markers still show the gate; only the path needs it.
         fks, self.fk_error = gripper_kinematics(contract, urdf_path=settings.urdf_path or None,
                                                 ee_frame=settings.ee_frame)
-        if self.fk_error:  # markers still show the gate; only the path needs the model
-            node.get_logger().warning(f'visualization: no planned path ({self.fk_error})')
         shown = contract.grippers[0].opening if contract.grippers else float
         self.view = PlanView(fks[0] if fks else None, contract.gripper_indices,
                              settings.visualization_frame_id, settings.period_s, shown)
