@@ -146,3 +146,19 @@ def test_features_without_a_robot_model_turn_off_and_configure_goes_on(rclpy_con
         diagnostics = harness.latest_diagnostics()[2]
     assert diagnostics['gate_state'] == 'off'
     assert 'no path: no robot model' in diagnostics['visualization']
+
+
+def test_an_ee_frame_parameter_names_one_end_effector(rclpy_context, arm):
+    """One gripper: the parameter names its end effector (configure goes on; no model here,
+    so the gate is off). Two grippers: configure fails with one line saying why."""
+    name, contract, checkpoint = arm
+    node = make_node(rclpy_context, name, checkpoint, ee_frame='ee_link')
+    try:
+        if len(contract.grippers) == 1:
+            assert node.start(), node.last_configure_error
+        else:
+            assert not node.start()
+            assert ("ee_frame: 'ee_link' names one end effector; the contract has 2 grippers"
+                    in node.last_configure_error)
+    finally:
+        node.destroy_node()

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from act_ros.core.release_gate import GateState, ReleaseGate, ReleaseGateConfig
+from act_ros.core.release_gate import GateState, ReleaseGate, ReleaseGateConfig, gripper_gates
 
 PAD = np.array([0.25, 0.10, 0.0])
 NEAR = PAD + np.array([0.03, -0.02, 0.06])   # 0.07 m away
@@ -105,3 +105,26 @@ def test_an_empty_gripper_returns_the_gate_to_free():
 def test_empty_gripper_settings_are_validated(overrides, message):
     with pytest.raises(ValueError, match=message):
         ReleaseGateConfig(**overrides)
+
+
+def test_one_gate_per_gripper_none_without_gripper_or_with_the_gate_off():
+    from dataclasses import replace
+
+    from act_ros.core.contract import load_contract
+    from act_ros.core.control import release_gates
+
+    aloha = load_contract('robots/aloha/contract.yaml')
+    gates = gripper_gates(aloha, ReleaseGateConfig())
+    assert [(g.index, g.name) for g in gates] == [(6, 'left_arm_gripper'), (13, 'right_arm_gripper')]
+    assert gates[0].gate is not gates[1].gate  # each its own state
+    assert gripper_gates(aloha, ReleaseGateConfig(enabled=False)) == ()
+    assert gripper_gates(replace(aloha, grippers=()), ReleaseGateConfig()) == ()
+    # Forward kinematics without a model of the arm: the gates are off, and why is told.
+    told = []
+    assert release_gates(aloha, ReleaseGateConfig(), off=told.append) == ((), [])
+    assert len(told) == 1 and 'no robot model' in told[0]
+    # The package arm: its gate with the end effector from the contract's URDF.
+    gates, ees = release_gates(load_contract(), ReleaseGateConfig(), off=told.append)
+    assert len(gates) == len(ees) == 1 and len(told) == 1
+    with pytest.raises(ValueError, match='ee_pose_topic is one end effector'):
+        release_gates(aloha, ReleaseGateConfig(), ee_source='topic')
