@@ -6,14 +6,14 @@ evaluator (:mod:`act_ros.training.rollout`) hands it the simulation's observatio
 the evaluation scores exactly what the node would send. The loop asks the policy runtime
 for this tick's action, checks every newly finished chunk against the limits, runs the
 action through the safety chain (finite -> joint limits -> max step relative to the
-measured joints -> a release gate per gripper) and returns what may be sent, counting what it changed
-in :class:`ControlCounters`.
+measured joints -> a release gate per gripper) and returns what may be sent, counting what
+it changed in :class:`ControlCounters`.
 
 End-effector (one per gated gripper) and pad positions come from
 :func:`ee_from_kinematics`, :func:`position_from_stream` or :func:`fixed_position`, as
-configured (``ee_source``/``pad_source`` in ``config/act.yaml``). A position stream older than the
-inputs' maximum age counts as unknown, and an unknown position counts as "away from the
-pad": the gate never releases on stale information.
+configured (``ee_source``/``pad_source`` in ``config/act.yaml``; :func:`release_gates`).
+A position stream older than the inputs' maximum age counts as unknown, and an unknown
+position counts as "away from the pad": the gate never releases on stale information.
 
 A checkpoint that takes the object poses (``observation.environment_state``) gets them
 from an :class:`EnvironmentStateSource`: the node's pose subscriptions
