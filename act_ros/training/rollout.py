@@ -26,7 +26,6 @@ import numpy as np
 import yaml
 
 from act_ros.core.contract import Contract, load_contract
-from act_ros.core.kinematics import default_urdf_path
 from act_ros.core.paths import config_path
 from act_ros.core.release_gate import ReleaseGateConfig
 from act_ros.core.safety import SafetyLimits

@@ -27,7 +27,6 @@ from rclpy.parameter import Parameter
 
 from act_ros.core.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
 from act_ros.core.contract import Contract
-from act_ros.core.kinematics import default_urdf_path
 from act_ros.core.object_state import OBJECTS
 from act_ros.core.options import BACKEND_CHOICES
 from act_ros.core.precision import DEFAULT_TOLERANCE
