@@ -5,8 +5,9 @@ Each runs with its own contract and node parameter file as shipped, and a random
 initialised LeRobot ACT checkpoint built for that contract (its joints, cameras and
 units). The checkpoint's action statistics pin every gripper's request to fully open while
 the harness measures each gripper closed: the commands must ramp each gripper open by at
-most ``max_joint_step`` per tick from its own previous command (the safety chain's gripper
-rule), while every arm joint stays within ``max_joint_step`` of its measured position.
+most one tick's step (the file's ``max_joint_velocity`` over the contract's fps) from its
+own previous command (the safety chain's gripper rule), while every arm joint stays within
+one step of its measured position.
 """
 
 import numpy as np
@@ -81,7 +82,8 @@ def make_node(context, arm: str, checkpoint: str, **params) -> ActNode:
 
 def test_example_arm_commands_every_joint_and_each_gripper_by_its_rule(rclpy_context, arm):
     name, contract, checkpoint = arm
-    step = float(node_params(name)['max_joint_step'][0])
+    # The file's speed limit per second, one tick's worth at the contract's rate.
+    step = float(node_params(name)['max_joint_velocity'][0]) / contract.fps
     state = measured_state(contract)
     image = np.random.default_rng(3).integers(0, 256, size=(48, 64, 3), dtype=np.uint8)
     node = make_node(rclpy_context, name, checkpoint)
@@ -91,7 +93,7 @@ def test_example_arm_commands_every_joint_and_each_gripper_by_its_rule(rclpy_con
         assert node.start(), node.last_configure_error
         assert node.robot_model_warning == ''  # the files turn both features off
         assert node.contract.joint_names == contract.joint_names  # from the parameter file
-        assert node.settings.control_rate_hz == float(node_params(name)['control_rate_hz'])
+        assert node.settings.control_rate_hz == contract.fps  # the default: the contract's
         assert wait_until(lambda: len(harness.commands_since(0.0)) >= COMMANDS, WAIT_S), \
             f'expected {COMMANDS} commands, got {len(harness.commands_since(0.0))}'
         assert wait_until(lambda: harness.latest_diagnostics() is not None, WAIT_S)

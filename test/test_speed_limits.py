@@ -16,7 +16,7 @@ from act_ros.core.speed_limits import (DEFAULT_ARM_SPEED, DEFAULT_GRIPPER_TRAVEL
                                        resolve_speed_limits, urdf_velocity_limits)
 
 CONTRACT = load_contract()
-GRIPPER = CONTRACT.gripper_index
+GRIPPER = CONTRACT.gripper_indices[0]
 
 
 def package_arm(**kwargs):
@@ -53,7 +53,7 @@ def test_the_package_urdf_gives_the_default_speeds():
         if i != GRIPPER:
             assert limits.speed[i] == urdf[name].velocity  # rad/s as the URDF gives them
     # The gripper: the finger's m/s over its travel, in the contract's normalized range.
-    finger = urdf[CONTRACT.gripper_joint]
+    finger = urdf[CONTRACT.gripper_joints[0]]
     assert limits.speed[GRIPPER] == pytest.approx(
         finger.velocity / (finger.upper - finger.lower) * (CONTRACT.upper[GRIPPER]
                                                            - CONTRACT.lower[GRIPPER]))
@@ -75,16 +75,18 @@ def test_a_gripper_speed_is_scaled_from_its_urdf_travel_and_missing_limits_defau
 
 def test_without_a_urdf_arm_joints_and_grippers_take_the_conservative_defaults():
     aloha = load_contract(config_path('robots/aloha/contract.yaml'))
-    grip = aloha.gripper_index
+    grips = list(aloha.gripper_indices)  # both grippers
+    assert len(grips) == 2
     # The package's URDF names none of these joints: nothing comes from it.
     for urdf in (None, default_urdf_path()):
         limits = resolve_speed_limits(aloha.joint_names, aloha.lower, aloha.upper,
-                                      grippers=(grip,), period_s=0.02, urdf_path=urdf)
+                                      grippers=grips, period_s=0.02, urdf_path=urdf)
         assert set(limits.sources) == {'default'} and limits.urdf_path == ''
-        arm = [i for i in range(aloha.num_joints) if i != grip]
+        arm = [i for i in range(aloha.num_joints) if i not in grips]
         np.testing.assert_allclose(limits.speed[arm], DEFAULT_ARM_SPEED)
-        assert limits.speed[grip] == pytest.approx(
-            (aloha.upper[grip] - aloha.lower[grip]) / DEFAULT_GRIPPER_TRAVEL_S)
+        for grip in grips:
+            assert limits.speed[grip] == pytest.approx(
+                (aloha.upper[grip] - aloha.lower[grip]) / DEFAULT_GRIPPER_TRAVEL_S)
 
 
 @pytest.mark.parametrize('kwargs, words', [
@@ -131,7 +133,7 @@ def travel(rate_hz: float, seconds: float, speeds) -> np.ndarray:
     position = CONTRACT.lower
     previous = None
     for _ in range(int(round(seconds * rate_hz))):
-        result = limit_command(CONTRACT.upper, position, limits, gripper_index=GRIPPER,
+        result = limit_command(CONTRACT.upper, position, limits, grippers=(GRIPPER,),
                                previous_command=previous)
         previous = position = result.command
     return position - CONTRACT.lower
