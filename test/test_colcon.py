@@ -15,9 +15,11 @@ import sys
 import pytest
 
 import extras
+from test_launch_act import console_scripts
 
 ROOT = Path(__file__).resolve().parents[1]
-EXECUTABLES = ('act_node', 'sim_bridge', 'record_node', 'train', 'evaluate', 'collect')
+# The ROS executables (setup.py's console scripts but act-ros), as `ros2 run` finds them.
+EXECUTABLES = tuple(name for name in console_scripts() if name != 'act-ros')
 
 pytestmark = extras.needs(importlib.util.find_spec('colcon_core') is not None, 'colcon', 'dev')
 
