@@ -46,6 +46,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
              'their experts (make demo)'),
     'plot-seams': ('act_ros.training.seam_plot', 'joint position and velocity around chunk '
                    'handovers, one panel per mode (chunk, ensemble, blend)'),
+    'call': ('act_ros.ros.tools.call', 'call a std_srvs/srv/Trigger service (ros2 service call, '
+             'without a ROS install)'),
+    'topics': ('act_ros.ros.tools.topics', 'the topics this machine sees, with their types '
+               '(ros2 topic list -t)'),
+    'hz': ('act_ros.ros.tools.hz', 'the message rate of a topic (ros2 topic hz)'),
+    'share-dir': ('act_ros.core.paths', "the folder of the package's config/ and models/ "
+                  '(ros2 pkg prefix act_ros + /share/act_ros)'),
     'plot-plan': ('act_ros.ros.plan_plot', "a picture of act_node's planned path and release "
                   'gate, from its visualization topics'),
 }

@@ -55,3 +55,26 @@ def load_yaml_mapping(path: str | Path, what: str = 'config') -> dict:
     if not isinstance(data, dict):
         raise ValueError(f'{path}: expected a mapping at top level, got {type(data).__name__}')
     return data
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``act-ros share-dir``: print :func:`share_dir`, as ``ros2 pkg prefix act_ros`` (plus
+    ``/share/act_ros``) prints it where ROS is installed."""
+    import argparse
+
+    from act_ros.core.arguments import HelpFormatter
+
+    p = argparse.ArgumentParser(
+        prog='act-ros share-dir', formatter_class=HelpFormatter,
+        description="print the folder that holds the package's config/, models/, urdf/ and "
+                    'launch/ (the repository checkout of a pip install -e),\nfor example '
+                    'FASTDDS_DEFAULT_PROFILES_FILE=$(act-ros share-dir)/config/'
+                    'fastdds_large_images.xml;\nwhere ROS is installed the same as '
+                    '$(ros2 pkg prefix act_ros)/share/act_ros')
+    p.parse_args(argv)
+    try:
+        print(share_dir())
+    except FileNotFoundError as exc:
+        print(f'act-ros share-dir: {exc}', file=sys.stderr)
+        return 1
+    return 0
