@@ -7,6 +7,13 @@ parser's `parse_args` is intercepted right after it succeeds. A command that lac
 required option, names an unknown one, or gives a value the parser refuses fails here.
 `ros2 launch act_ros FILE name:=value` must name a launch file of the package and
 arguments that file declares (read with `ast`, launch is not needed).
+
+The pip/virtualenv setup has no `ros2`: every other `ros2 <verb>` a page shows, in a shell
+block or inline, has its stand-in on the same page (`ROS2_STAND_INS`; `ros2 launch` and
+`ros2 run`, and what their lines substitute, need a ROS install, as the README says).
+Beyond parsing, the commands that can run here do: the package paths the pages build with
+`$(act-ros share-dir)` or `$(ros2 pkg prefix act_ros)` exist, and the recorder started as
+shown answers every `act-ros call` shown.
 """
 
 from __future__ import annotations
@@ -19,6 +26,9 @@ import io
 from pathlib import Path
 import re
 import shlex
+import subprocess
+import sys
+import time
 
 import pytest
 
@@ -266,3 +276,129 @@ def test_blocks_are_read_whole():
             'make demo && make test\n```\n```\nnot shell\n```\n')
     assert shell_commands(text) == ['act-ros train --preset sim --output-dir o', 'make demo',
                                     'make test']
+
+
+# ros2 (verb, sub-verb) -> what stands for it without a ROS install (on the same page).
+ROS2_STAND_INS = {
+    ('service', 'call'): 'act-ros call',
+    ('topic', 'list'): 'act-ros topics',
+    ('topic', 'hz'): 'act-ros hz',
+    ('pkg', 'prefix'): 'act-ros share-dir',
+    ('param', 'describe'): 'act_node --help',
+}
+ROS_INSTALL_ONLY = ('launch', 'run')
+INLINE_CODE = re.compile(r'`([^`\n]+)`')
+ROS2_VERB = re.compile(r'\bros2 (\w+)(?: (\w+))?')
+
+
+def code_texts(text: str) -> list[str]:
+    """The code of a page as written (substitutions kept): each command line of its shell
+    blocks (continuations joined) and each inline code span outside blocks."""
+    texts, block, lang = [], None, None
+    for line in text.splitlines():
+        fence = FENCE.match(line)
+        if fence:
+            if block is None:
+                block, lang = [], fence.group(1)
+            else:
+                if lang in SHELL_LANGS:
+                    texts += '\n'.join(block).replace('\\\n', ' ').splitlines()
+                block = None
+            continue
+        if block is not None:
+            block.append(line)
+        else:
+            texts += INLINE_CODE.findall(line)
+    return texts
+
+
+def ros2_commands(texts: list[str]) -> list[tuple[str, str]]:
+    """The ``ros2 (verb, sub-verb)`` pairs in ``texts`` outside ``ros2 launch``/``run``."""
+    found = []
+    for code in texts:
+        if re.match(rf'^\s*ros2 ({"|".join(ROS_INSTALL_ONLY)})\b', code):
+            continue  # a ROS install's command, its substitutions too
+        found += [(verb, sub) for verb, sub in ROS2_VERB.findall(code)
+                  if verb not in ROS_INSTALL_ONLY]
+    return found
+
+
+def test_every_ros2_command_shown_has_its_stand_in_on_the_page():
+    missing = []
+    for page in pages():
+        texts = code_texts(page.read_text())
+        for verb, sub in ros2_commands(texts):
+            stand_in = ROS2_STAND_INS.get((verb, sub))
+            if stand_in is None:
+                missing.append(f'{page.name}: ros2 {verb} {sub}: no stand-in known (add one '
+                               'to ROS2_STAND_INS and show it on the page)')
+            elif not any(stand_in in code for code in texts):
+                missing.append(f'{page.name}: ros2 {verb} {sub} without `{stand_in}` beside it')
+    assert not missing, '\n'.join(missing)
+
+
+def test_a_ros2_command_without_its_stand_in_is_caught():
+    text = ('Check with `ros2 topic hz /x`.\n```bash\nros2 launch act_ros act.launch.py '
+            'model_path:=$(ros2 pkg prefix act_ros)/m\nros2 service call /a/b x/srv/Y\n'
+            'act-ros call /a/b\n```\n')
+    texts = code_texts(text)
+    assert ros2_commands(texts) == [('topic', 'hz'), ('service', 'call')]
+    assert any('act-ros call' in t for t in texts)
+    assert not any('act-ros hz' in t for t in texts)
+
+
+SHARE_PATH = re.compile(r'\$\((?:act-ros share-dir|ros2 pkg prefix act_ros)\)'
+                        r'(?:/share/act_ros)?(?:/([\w./-]+))?')
+
+
+def test_package_paths_shown_exist():
+    """``act-ros share-dir`` runs and every path a page builds on it, or on ``ros2 pkg
+    prefix act_ros``, is a file of the package there."""
+    proc = subprocess.run([sys.executable, '-m', 'act_ros.cli', 'share-dir'],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, proc.stderr
+    share = Path(proc.stdout.strip())
+    shown = {(page.name, m) for page in pages() for m in SHARE_PATH.findall(page.read_text())
+             if m}
+    assert any(m.startswith('config/fastdds') for _, m in shown), shown
+    absent = sorted(f'{page}: {m}' for page, m in shown if not (share / m).exists())
+    assert not absent, f'not in {share}: {absent}'
+
+
+def test_the_recorder_started_as_shown_answers_each_call_shown(tmp_path, ros_domain_id):
+    """The pip setup's recording session on each page: ``act-ros record`` as shown (its
+    output folder moved to a temporary one), then every ``act-ros call`` shown, as shown."""
+    import os
+
+    sessions = {}
+    for page, command in COMMANDS:
+        tokens = shlex.split(command)
+        if tokens[:2] in (['act-ros', 'record'], ['act-ros', 'call']):
+            sessions.setdefault(page, []).append(tokens)
+    sessions = {page: c for page, c in sessions.items() if c[0][1] == 'record'
+                and any(t[1] == 'call' for t in c)}
+    assert 'docs/deployment.md' in sessions, 'deployment.md shows no recording session'
+    env = dict(os.environ, ROS_DOMAIN_ID=str(ros_domain_id))
+    for page, commands in sessions.items():
+        record = [re.sub(r'^output:=.*', f'output:={tmp_path / "demos"}', t)
+                  for t in commands[0]]
+        log = tmp_path / 'record.log'
+        with log.open('w') as out:
+            recorder = subprocess.Popen([sys.executable, '-m', 'act_ros.cli', *record[1:]],
+                                        stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            deadline = time.monotonic() + 180
+            while 'recording to' not in log.read_text() and recorder.poll() is None \
+                    and time.monotonic() < deadline:
+                time.sleep(0.2)
+            assert 'recording to' in log.read_text(), log.read_text()[-3000:]
+            for call in (t for t in commands if t[1] == 'call'):
+                proc = subprocess.run([sys.executable, '-m', 'act_ros.cli', *call[1:]],
+                                      capture_output=True, text=True, timeout=120, env=env,
+                                      check=False)
+                # Answered (success or not: no camera streams here), not missing.
+                assert proc.returncode in (0, 1) and proc.stdout.startswith('success: '), \
+                    f'{page}: {shlex.join(call)}: exit {proc.returncode}: {proc.stderr[-1000:]}'
+        finally:
+            recorder.terminate()
+            recorder.wait(timeout=60)

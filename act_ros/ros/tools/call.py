@@ -65,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                                 epilog='exit status:' + epilog.rstrip(),
                                 formatter_class=HelpFormatter)
     p.add_argument('service', help="the service's name, e.g. /record_node/start_episode")
-    p.add_argument('--timeout', type=float, default=5.0,
+    # Not ros2's forever, but long enough for a recorder opening its encoders (seconds
+    # on a loaded 2-core machine).
+    p.add_argument('--timeout', type=float, default=30.0,
                    help='seconds to wait for the service to appear and answer')
     args = p.parse_args(argv)
     if args.timeout <= 0:
