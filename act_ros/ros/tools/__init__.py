@@ -49,6 +49,19 @@ def spin_until(executor: Any, predicate: Callable[[], Any], timeout_s: float) ->
         executor.spin_once(timeout_sec=min(0.1, max(0.0, deadline - time.monotonic())))
 
 
+def wait_in_graph(executor: Any, lookup: Callable[[], list], name: str, what: str,
+                  timeout_s: float) -> list[str]:
+    """The types of ``name`` once ``lookup()`` (a node's ``get_topic_names_and_types`` or
+    ``get_service_names_and_types``) lists it; ``TimeoutError`` naming ``what`` (topic,
+    service) after ``timeout_s`` seconds without it."""
+    found = spin_until(executor, lambda: dict(lookup()).get(name, []), timeout_s)
+    if not found:
+        raise TimeoutError(f'no {what} {name} appeared within {timeout_s:g} s (is its node '
+                           'running, with the same ROS_DOMAIN_ID? `act-ros topics` lists '
+                           'what this machine sees)')
+    return found
+
+
 def absolute(name: str) -> str:
     """A topic or service name as the graph lists it (relative names resolve in ``/``)."""
     return name if name.startswith('/') else '/' + name

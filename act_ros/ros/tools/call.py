@@ -30,19 +30,13 @@ def call_trigger(service: str, timeout_s: float) -> tuple[bool, str]:
 
     from std_srvs.srv import Trigger
 
-    from act_ros.ros.tools import absolute, graph_node, spin_until
+    from act_ros.ros.tools import absolute, graph_node, wait_in_graph
 
     name = absolute(service)
     deadline = time.monotonic() + timeout_s
     with graph_node('act_ros_call') as (node, executor):
-        def types() -> list[str]:
-            return dict(node.get_service_names_and_types()).get(name, [])
-
-        found = spin_until(executor, types, timeout_s)
-        if not found:
-            raise TimeoutError(f'no service {name} appeared within {timeout_s:g} s (is its node '
-                               'running, with the same ROS_DOMAIN_ID? `act-ros topics` lists '
-                               'what this machine sees)')
+        found = wait_in_graph(executor, node.get_service_names_and_types, name, 'service',
+                              timeout_s)
         if TRIGGER not in found:
             raise TypeError(f'{name} is a {", ".join(found)}; act-ros call calls {TRIGGER} '
                             'services')

@@ -50,7 +50,8 @@ def measure_rate(topic: str, seconds: float, timeout_s: float) -> Rate:
     ``TimeoutError`` when it does not appear, ``ValueError`` when its type is unknown."""
     from rclpy.qos import qos_profile_sensor_data
 
-    from act_ros.ros.tools import absolute, graph_node, message_class, spin_until
+    from act_ros.ros.tools import (absolute, graph_node, message_class, spin_until,
+                                   wait_in_graph)
 
     name = absolute(topic)
     stamps: list[float] = []
@@ -60,14 +61,8 @@ def measure_rate(topic: str, seconds: float, timeout_s: float) -> Rate:
         stamps.append(stamp * 1e-9 if stamp else time.monotonic())
 
     with graph_node('act_ros_hz') as (node, executor):
-        def types() -> list[str]:
-            return dict(node.get_topic_names_and_types()).get(name, [])
-
-        found = spin_until(executor, types, timeout_s)
-        if not found:
-            raise TimeoutError(f'no topic {name} appeared within {timeout_s:g} s (is its '
-                               'publisher running, with the same ROS_DOMAIN_ID? `act-ros '
-                               'topics` lists what this machine sees)')
+        found = wait_in_graph(executor, node.get_topic_names_and_types, name, 'topic',
+                              timeout_s)
         node.create_subscription(message_class(found[0]), name, arrived,
                                  qos_profile_sensor_data, raw=True)
         spin_until(executor, lambda: False, seconds)
