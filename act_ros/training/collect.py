@@ -8,9 +8,11 @@ above both, since the second needs the trained policy's in-process wiring
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 import os
 from pathlib import Path
 import sys
+from typing import Any
 
 from act_ros.core.arguments import HelpFormatter
 from act_ros.core.contract import load_contract, parse_image_size
@@ -87,40 +89,54 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``act-ros collect``."""
-    from act_ros.data.writer import quiet_library_output
-
     args = build_parser().parse_args(argv)
     os.environ.setdefault('MUJOCO_GL', 'egl')  # headless rendering unless the user chose
     if args.dagger is not None:
         return _main_dagger(args)
-    try:
+
+    def expert_config() -> collect.CollectConfig:
         (height, width), use_video = _frame_layout(args)
-        config = collect.CollectConfig(
+        return collect.CollectConfig(
             output=args.output, episodes=args.episodes, seed=args.seed, image_height=height,
             image_width=width, use_video=use_video, workers=args.workers,
             max_attempts=args.max_attempts, episode_steps=args.episode_steps,
             overwrite=args.overwrite, exploration_noise_rad=args.exploration_noise,
             contract_path=args.contract, sim_config_path=args.sim_config,
             base_dataset=args.join, task=args.task)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f'act-ros collect: {exc}', file=sys.stderr)
-        return 2
-    quiet_library_output()
-    try:
-        stats = collect.collect(config, progress=not args.no_progress)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
-        print(f'act-ros collect: {exc}', file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print('act-ros collect: interrupted; no dataset was written', file=sys.stderr)
-        return 130
+
+    code, config, stats = _run(expert_config, collect.collect, args)
+    if code:
+        return code
     attempts = len(stats.recorded_seeds) + len(stats.failed)
     print(f'recorded {len(stats.recorded_seeds)} episodes ({stats.frames} frames, '
-          f'{height}x{width}, {"video" if config.use_video else "images"}) to {config.output} '
+          f'{config.image_height}x{config.image_width}, '
+          f'{"video" if config.use_video else "images"}) to {config.output} '
           f'in {stats.seconds:.1f} s ({stats.frames_per_second:.1f} frames/s, '
           f'{config.workers} worker(s)); expert failures: {len(stats.failed)} of {attempts}'
           + (f' (seeds {[r.seed for r in stats.failed]})' if stats.failed else ''))
     return 0
+
+
+def _run(make_config: Callable[[], Any], run: Callable[..., Any], args: argparse.Namespace
+         ) -> tuple[int, Any, Any]:
+    """``(exit code, config, stats)`` of one collection: 2 for a config ``make_config``
+    refuses, 1 for a run that fails, 130 for Ctrl-C (nothing written), else 0."""
+    from act_ros.data.writer import quiet_library_output
+
+    try:
+        config = make_config()
+    except (ValueError, FileNotFoundError) as exc:
+        print(f'act-ros collect: {exc}', file=sys.stderr)
+        return 2, None, None
+    quiet_library_output()
+    try:
+        return 0, config, run(config, progress=not args.no_progress)
+    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
+        print(f'act-ros collect: {exc}', file=sys.stderr)
+        return 1, config, None
+    except KeyboardInterrupt:
+        print('act-ros collect: interrupted; no dataset was written', file=sys.stderr)
+        return 130, config, None
 
 
 def _frame_layout(args: argparse.Namespace) -> tuple[tuple[int, int], bool]:
@@ -138,27 +154,15 @@ def _frame_layout(args: argparse.Namespace) -> tuple[tuple[int, int], bool]:
 
 def _main_dagger(args: argparse.Namespace) -> int:
     from act_ros.training.dagger import DaggerConfig, collect_dagger
-    from act_ros.data.writer import quiet_library_output
 
-    try:
-        config = DaggerConfig(
-            checkpoint=args.dagger, output=args.output, episodes=args.episodes, seed=args.seed,
-            iteration=args.dagger_iteration, beta=args.beta, base_dataset=args.join,
-            mode=args.mode, workers=args.workers, overwrite=args.overwrite,
-            episode_steps=args.episode_steps, contract_path=args.contract,
-            sim_config_path=args.sim_config)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f'act-ros collect: {exc}', file=sys.stderr)
-        return 2
-    quiet_library_output()
-    try:
-        stats = collect_dagger(config, progress=not args.no_progress)
-    except (ValueError, FileNotFoundError, FileExistsError, RuntimeError) as exc:
-        print(f'act-ros collect: {exc}', file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print('act-ros collect: interrupted; no dataset was written', file=sys.stderr)
-        return 130
+    code, config, stats = _run(lambda: DaggerConfig(
+        checkpoint=args.dagger, output=args.output, episodes=args.episodes, seed=args.seed,
+        iteration=args.dagger_iteration, beta=args.beta, base_dataset=args.join,
+        mode=args.mode, workers=args.workers, overwrite=args.overwrite,
+        episode_steps=args.episode_steps, contract_path=args.contract,
+        sim_config_path=args.sim_config), collect_dagger, args)
+    if code:
+        return code
     summary = stats.summary(config)
     print(f'DAgger iteration {config.iteration}: {summary["episodes"]} episodes labelled '
           f'({stats.frames} frames) in {stats.seconds:.1f} s; the policy aligned '
