@@ -44,10 +44,10 @@ def pages() -> list[Path]:
     return [ROOT / 'README.md'] + sorted((ROOT / 'docs').rglob('*.md'))
 
 
-def shell_commands(text: str) -> list[str]:
-    """The commands of the text's shell code blocks: continuation lines joined, comments
-    dropped, `&&` / `;` / `|` chains split."""
-    commands, block, lang = [], None, None
+def page_parts(text: str) -> list[tuple[str, str]]:
+    """The page in order as ``(kind, text)``: ``('shell', body)`` for each shell code block
+    (continuation lines joined), ``('line', line)`` for each line outside code blocks."""
+    parts, block, lang = [], None, None
     for line in text.splitlines():
         fence = FENCE.match(line)
         if fence:
@@ -55,12 +55,21 @@ def shell_commands(text: str) -> list[str]:
                 block, lang = [], fence.group(1)
             else:
                 if lang in SHELL_LANGS:
-                    commands += _split('\n'.join(block).replace('\\\n', ' '))
+                    parts.append(('shell', '\n'.join(block).replace('\\\n', ' ')))
                 block = None
             continue
         if block is not None:
             block.append(line)
-    return commands
+        else:
+            parts.append(('line', line))
+    return parts
+
+
+def shell_commands(text: str) -> list[str]:
+    """The commands of the text's shell code blocks: continuation lines joined, comments
+    dropped, `&&` / `;` / `|` chains split."""
+    return [command for kind, body in page_parts(text) if kind == 'shell'
+            for command in _split(body)]
 
 
 def _split(body: str) -> list[str]:
@@ -294,21 +303,9 @@ ROS2_VERB = re.compile(r'\bros2 (\w+)(?: (\w+))?')
 def code_texts(text: str) -> list[str]:
     """The code of a page as written (substitutions kept): each command line of its shell
     blocks (continuations joined) and each inline code span outside blocks."""
-    texts, block, lang = [], None, None
-    for line in text.splitlines():
-        fence = FENCE.match(line)
-        if fence:
-            if block is None:
-                block, lang = [], fence.group(1)
-            else:
-                if lang in SHELL_LANGS:
-                    texts += '\n'.join(block).replace('\\\n', ' ').splitlines()
-                block = None
-            continue
-        if block is not None:
-            block.append(line)
-        else:
-            texts += INLINE_CODE.findall(line)
+    texts = []
+    for kind, body in page_parts(text):
+        texts += body.splitlines() if kind == 'shell' else INLINE_CODE.findall(body)
     return texts
 
 

@@ -20,6 +20,7 @@ from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.core.observation import Observation  # noqa: E402
 from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
 from act_ros.ros.node.act_node import ActNode  # noqa: E402
+from test_runtime_parity import lerobot_reference  # noqa: E402
 
 CONTRACT = load_contract()
 H, W = 40, 56
@@ -62,28 +63,6 @@ def lerobot_checkpoint(path, *, chunk_size, n_action_steps):
     for part in (policy, pre, post):
         part.save_pretrained(path)
     return path
-
-
-def lerobot_actions(path, observations):
-    """LeRobot's own inference: select_action (its queue of n_action_steps) and the
-    postprocessor, as lerobot-eval runs a policy."""
-    import torch
-    from lerobot.configs.policies import PreTrainedConfig
-    from lerobot.policies.act.modeling_act import ACTPolicy
-    from lerobot.policies.factory import make_pre_post_processors
-
-    config = PreTrainedConfig.from_pretrained(path)
-    policy = ACTPolicy.from_pretrained(path, config=config, strict=True)
-    pre, post = make_pre_post_processors(config, pretrained_path=str(path))
-    policy.reset()
-    actions = []
-    for obs in observations:
-        batch = {'observation.state': torch.tensor(obs.state, dtype=torch.float32)}
-        for cam, img in obs.images.items():
-            batch[f'observation.images.{cam}'] = torch.from_numpy(img).permute(2, 0, 1).float() / 255
-        with torch.inference_mode():
-            actions.append(post(policy.select_action(pre(batch)))[0].double().numpy())
-    return np.stack(actions)
 
 
 def observations(seed):
@@ -169,7 +148,7 @@ def stock_checkpoint(module_tmp):
 def test_stock_lerobot_checkpoint_commands_equal_select_action(rclpy_context,
                                                                stock_checkpoint):
     obs_list = observations(11)
-    expected = lerobot_actions(stock_checkpoint, obs_list)
+    expected = lerobot_reference(stock_checkpoint, observations=obs_list)
     got, (chunk, played, rate), chunks = run_lock_step(rclpy_context, stock_checkpoint,
                                                        obs_list)
     assert (chunk, played) == (100, 100)  # from config.json
@@ -188,7 +167,7 @@ def test_a_short_chunk_checkpoint_configures_and_plays_its_own_steps(rclpy_conte
     path = lerobot_checkpoint(module_tmp('short') / 'pretrained_model', chunk_size=20,
                               n_action_steps=10)
     obs_list = observations(12)[:25]
-    expected = lerobot_actions(path, obs_list)
+    expected = lerobot_reference(path, observations=obs_list)
     got, (chunk, played, _), chunks = run_lock_step(rclpy_context, path, obs_list)
     assert (chunk, played, chunks) == (20, 10, 3)
     np.testing.assert_allclose(got, expected, atol=1e-5, rtol=0)

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -86,7 +87,7 @@ def test_hz_measures_a_publishers_rate(rclpy_context, ros_domain_id):
 
     def publish():
         publisher.publish(JointState(name=['a'], position=[float(len(sent))]))
-        sent.append(1)
+        sent.append(time.monotonic())
 
     node.create_timer(1.0 / RATE_HZ, publish)
     with spinning(rclpy_context, node, num_threads=1):
@@ -96,8 +97,10 @@ def test_hz_measures_a_publishers_rate(rclpy_context, ros_domain_id):
     line = proc.stdout.strip()
     assert line.startswith('/rate_test/joint_states: average rate '), line
     hz = float(line.split('average rate ')[1].split()[0])
-    # A loaded machine delays the timer and the subscriber: a generous band.
-    assert 0.5 * RATE_HZ <= hz <= 1.5 * RATE_HZ, line
+    # Against the rate the publisher achieved (a busy machine delays its timer), not the
+    # nominal one: the average over seconds of arrivals follows the sends.
+    achieved = (len(sent) - 1) / (sent[-1] - sent[0])
+    assert 0.5 * achieved <= hz <= 1.5 * achieved, (line, achieved)
 
 
 def test_hz_fails_clearly_on_a_silent_or_missing_topic(services, ros_domain_id):

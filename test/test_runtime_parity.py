@@ -81,13 +81,17 @@ def _observations(seed: int):
                 rng.uniform(-0.3, 0.3, 3), rng.uniform(-np.pi, np.pi)))
 
 
-def _lerobot_reference(path, *, n_action_steps, ensemble_coeff, observations):
+def lerobot_reference(path, *, observations, n_action_steps=None, ensemble_coeff=None):
+    """LeRobot's own inference over ``observations``: select_action (its queue of
+    n_action_steps, or its temporal ensembler) and the postprocessor, as lerobot-eval runs
+    a policy; ``n_action_steps`` None keeps the checkpoint's."""
     from lerobot.configs.policies import PreTrainedConfig
     from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.policies.factory import make_pre_post_processors
 
     config = PreTrainedConfig.from_pretrained(path)
-    config.n_action_steps = n_action_steps
+    if n_action_steps is not None:
+        config.n_action_steps = n_action_steps
     config.temporal_ensemble_coeff = ensemble_coeff
     policy = ACTPolicy.from_pretrained(path, config=config, strict=True)
     pre, post = make_pre_post_processors(config, pretrained_path=str(path))
@@ -110,7 +114,7 @@ def _lerobot_reference(path, *, n_action_steps, ensemble_coeff, observations):
     ('ensemble', 1, 0.01),
 ])
 def test_sync_matches_lerobot_select_action(lerobot_checkpoint, mode, n_action_steps, coeff):
-    expected = _lerobot_reference(lerobot_checkpoint, n_action_steps=n_action_steps,
+    expected = lerobot_reference(lerobot_checkpoint, n_action_steps=n_action_steps,
                                   ensemble_coeff=coeff, observations=_observations(7))
     runtime = PolicyRuntime(RuntimeConfig(
         model_path=lerobot_checkpoint, device='cpu', mode=mode, execution='sync',

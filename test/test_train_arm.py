@@ -14,10 +14,11 @@ from pathlib import Path
 import shlex
 import time
 
+import importlib.util
+
 import pytest
 
-pytest.importorskip('lerobot.datasets.lerobot_dataset')
-
+import extras
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.data.episode import DatasetLayout  # noqa: E402
 from act_ros.data.synthetic import synthetic_episode  # noqa: E402
@@ -65,7 +66,7 @@ def recorder_dataset(root: Path) -> Path:
 
 def imported_dataset(root: Path, tmp: Path) -> Path:
     """Two episodes of one rosbag2 file (an episode marker between them), imported."""
-    pytest.importorskip('rosbags')
+    extras.skip_unless(importlib.util.find_spec('rosbags') is not None, 'rosbags', 'bag')
     import numpy as np
 
     from act_ros.data.bag_import import import_bags
