@@ -26,8 +26,6 @@ CONTRACT = load_contract()
 H, W = 40, 56
 TICKS = 130  # past the first chunk of 100
 SETTLE_S = 120.0  # a bound on waiting for what must come, not a speed requirement
-# An observation not answered within this is published again (see run_lock_step.step).
-ANSWER_S, RESENDS = 15.0, 8
 # A pose inside every joint's limits; the policy's actions stay within a few hundredths of
 # a radian of it (action std 0.01), so no safety rule changes them and the comparison is
 # the model's, tick by tick.
@@ -101,21 +99,13 @@ def run_lock_step(context, model_path, obs_list):
         return harness.publish_once()
 
     def step(obs):
-        """Publish ``obs`` until the node answers it with one command, and return that
-        command. Camera images go best effort: on a loaded machine one of a set can be
-        lost, and the node, which ticks on a whole synchronized set, then never answers
-        that stamp; the same observation is published again under a new stamp. One tick
-        per answered set: the policy sees each observation once."""
+        """Publish ``obs`` until the node answers it (a set that lost an image is sent again
+        under a new stamp) with one command: one tick per answered set, so the policy sees
+        each observation once."""
         seq = node.counters.commands_published
-        for _ in range(RESENDS):
-            publish(obs)
-            if wait_until(lambda: node.counters.commands_published > seq, ANSWER_S):
-                break
-        assert node.counters.commands_published == seq + 1, 'observation never answered'
-        assert wait_until(lambda: bool(harness.commands) and harness.commands[-1]
-                          .publication_seq == seq + 1, SETTLE_S), 'command never arrived'
+        command = harness.publish_until_answered(node, publish=lambda: publish(obs))
         assert node.counters.commands_published == seq + 1
-        return harness.commands[-1].positions
+        return command.positions
 
     with spinning(context, node, harness):
         assert node.start()

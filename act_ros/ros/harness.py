@@ -171,6 +171,43 @@ class RobotHarness(Node):
         self.published += 1
         return stamp.sec + stamp.nanosec * 1e-9
 
+    def publish_until_answered(self, node: Any, *, publish: Callable[[], float] | None = None,
+                               answer_s: float = 15.0, resends: int = 8,
+                               arrive_s: float = 120.0) -> ReceivedCommand:
+        """One lock-step tick with an ``act_node`` triggered by observations: publish a set
+        (``publish``, by default :meth:`publish_once`; it returns the set's stamp) until the
+        node has answered that stamp, then wait until the node's latest command has arrived
+        here (by the publisher's sequence number), and return it.
+
+        Camera images go best effort: on a loaded machine one image of a set can be lost,
+        and the node, which ticks on a whole synchronized set, never answers that stamp; a
+        set not answered within ``answer_s`` is published again under a new stamp (up to
+        ``resends`` times). The caller counts the node's commands where it needs one per
+        set. Raises ``AssertionError`` saying what was seen when no set is answered or the
+        command never arrives."""
+        publish = publish or self.publish_once
+        for _ in range(resends):
+            stamp = publish()
+            if wait_until(lambda s=stamp: node.status.last_obs_stamp_s == s, answer_s):
+                break
+        else:
+            raise AssertionError(f'the node answered none of {resends} observations sent '
+                                 f'{answer_s} s apart (last answered stamp '
+                                 f'{node.status.last_obs_stamp_s}, this one {stamp})')
+        published = node.counters.commands_published
+
+        def arrived() -> bool:
+            with self._lock:
+                return bool(self.commands) and self.commands[-1].publication_seq == published
+        if not wait_until(arrived, arrive_s):
+            with self._lock:
+                seqs = [c.publication_seq for c in self.commands[-5:]]
+            raise AssertionError(f'command {published} was published but did not arrive '
+                                 f'within {arrive_s} s (last sequence numbers received: '
+                                 f'{seqs})')
+        with self._lock:
+            return self.commands[-1]
+
     def _sends(self, stream: str) -> bool:
         if not self.enabled.get(stream, True):
             return False
