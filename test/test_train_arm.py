@@ -120,3 +120,38 @@ def test_the_documented_check_runs_on_real_arm_data(source, tmp_path):
     assert metrics['history']['val'], 'no validation: nothing to select best/ by'
     assert list(metrics['best']) == ['val_l1'] and metrics['best']['val_l1']['path'] == 'best'
     assert (run / 'best' / 'model.safetensors').is_file()
+
+
+def test_without_a_preset_the_dataset_decides(tmp_path, caplog):
+    """No ``--preset``: a recorder's dataset (and any robot this package does not simulate)
+    trains with ``arm``; the datasets of the package's own simulations and generator with
+    theirs; an unreadable dataset gets ``arm`` and is refused later by what opens it."""
+    from act_ros.data.episode import (ROBOT_TYPE_ALOHA_SIM, ROBOT_TYPE_SIM,
+                                      ROBOT_TYPE_SYNTHETIC)
+    from act_ros.training.config import build_parser, config_from_args, preset_for_dataset
+
+    recorded = recorder_dataset(tmp_path / 'recorded')
+    args = check_command()[1:]  # after 'train'
+    args = args[:args.index('--preset')] + args[args.index('--preset') + 2:]
+    args[args.index('--dataset-root') + 1] = str(recorded)
+    with caplog.at_level('INFO', logger='act_ros.training.config'):
+        config = config_from_args(build_parser().parse_args(args))
+    assert config.preset == 'arm' and config.aux_object_pose_weight == 0.0
+    assert config.closed_loop_val_episodes == 0
+    assert "preset arm (not given; the dataset's robot_type is 'ros2': a real arm's data)" \
+        in caplog.text
+
+    for robot_type, expected in ((ROBOT_TYPE_SIM, 'sim'), (ROBOT_TYPE_ALOHA_SIM, 'aloha'),
+                                 (ROBOT_TYPE_SYNTHETIC, 'synthetic'), ('so101_follower', 'arm'),
+                                 (None, 'arm')):
+        root = tmp_path / f'info_{robot_type}'
+        (root / 'meta').mkdir(parents=True)
+        (root / 'meta' / 'info.json').write_text(json.dumps({'robot_type': robot_type}))
+        assert preset_for_dataset(root) == expected, robot_type
+    assert preset_for_dataset(tmp_path / 'missing') == 'arm'
+    (tmp_path / 'broken' / 'meta').mkdir(parents=True)
+    (tmp_path / 'broken' / 'meta' / 'info.json').write_text('{not json')
+    assert preset_for_dataset(tmp_path / 'broken') == 'arm'
+    # Given, the preset wins over the dataset's robot type.
+    args += ['--preset', 'synthetic']
+    assert config_from_args(build_parser().parse_args(args)).preset == 'synthetic'

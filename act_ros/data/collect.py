@@ -21,7 +21,7 @@ import sys
 import time
 
 from act_ros.core.contract import load_contract
-from act_ros.data.episode import DatasetLayout
+from act_ros.data.episode import ROBOT_TYPE_ALOHA_SIM, DatasetLayout
 from act_ros.data import rollout
 from act_ros.data.rollout import SIM_EXTRA_FEATURES, RolloutResult
 
@@ -192,7 +192,7 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
 
         layout = DatasetLayout(contract=contract, image_height=config.image_height,
                                image_width=config.image_width, use_video=config.use_video,
-                               robot_type='aloha_sim', extra_features=ALOHA_EXTRA_FEATURES)
+                               robot_type=ROBOT_TYPE_ALOHA_SIM, extra_features=ALOHA_EXTRA_FEATURES)
         initargs: tuple = (
             functools.partial(aloha_env, task.aloha_task, contract.camera_names,
                               (config.image_height, config.image_width), config.episode_steps),

@@ -70,6 +70,14 @@ class Episode:
         return int(self.state.shape[0])
 
 
+# ``robot_type`` in ``meta/info.json`` of the datasets this package writes from its simulations
+# and its synthetic generator: ``act-ros train`` picks its preset by it (a dataset of any
+# other robot type is a real arm's).
+ROBOT_TYPE_SIM = 'so101_sim'
+ROBOT_TYPE_ALOHA_SIM = 'aloha_sim'
+ROBOT_TYPE_SYNTHETIC = 'synthetic'
+
+
 @dataclass(frozen=True)
 class DatasetLayout:
     """What a dataset written from the contract holds: features, image size, fps, task.
@@ -89,7 +97,7 @@ class DatasetLayout:
     image_height: int
     image_width: int
     use_video: bool = True
-    robot_type: str = 'so101_sim'
+    robot_type: str = ROBOT_TYPE_SIM
     extra_features: tuple[tuple[str, tuple[str, ...]], ...] = ()
     task_text: str = ''
 

@@ -27,7 +27,7 @@ from act_ros.core.contract import Contract, load_contract
 from act_ros.core.contract import parse_image_size
 from act_ros.core.object_state import (ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES,
                                        environment_state)
-from act_ros.data.episode import DatasetLayout, Episode
+from act_ros.data.episode import ROBOT_TYPE_SYNTHETIC, DatasetLayout, Episode
 from act_ros.core.arguments import HelpFormatter
 
 ACTION_LEAD_FRAMES = 5
@@ -170,7 +170,7 @@ def write_synthetic_dataset(root: str | Path, *, episodes: int, frames: int,
     height, width = image_size
     extra = ((ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES),) if environment_state else ()
     layout = DatasetLayout(contract=contract, image_height=height, image_width=width,
-                           use_video=video, robot_type='synthetic', extra_features=extra)
+                           use_video=video, robot_type=ROBOT_TYPE_SYNTHETIC, extra_features=extra)
     with AtomicDatasetWriter(layout, Path(root), overwrite=overwrite) as writer:
         for k in range(episodes):
             writer.add_episode(synthetic_episode(layout, frames, seed + k))
@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
         contract = load_contract(args.contract)
         height, width = args.image_size
         DatasetLayout(contract=contract, image_height=height, image_width=width,
-                      use_video=args.video, robot_type='synthetic')  # checks the size
+                      use_video=args.video, robot_type=ROBOT_TYPE_SYNTHETIC)  # checks the size
         check_output(args.output, args.overwrite)
     except (ValueError, FileNotFoundError, FileExistsError) as exc:
         print(f'act-ros generate-synthetic: {exc}', file=sys.stderr)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import asdict, dataclass, field, fields
+import json
 import logging
 import math
 from pathlib import Path
@@ -18,8 +19,16 @@ import yaml
 from act_ros.core.checkpoint import PRESETS, parse_image_size
 from act_ros.core.paths import config_path
 from act_ros.core.arguments import HelpFormatter
+from act_ros.data.episode import ROBOT_TYPE_ALOHA_SIM, ROBOT_TYPE_SIM, ROBOT_TYPE_SYNTHETIC
 
 TRAIN_PRESETS = ('synthetic', 'sim', 'aloha', 'arm')
+# The preset a dataset trains with when --preset is not given, by the robot_type in its
+# meta/info.json: this package's simulations and synthetic generator name theirs; any other
+# dataset (record_node's 'ros2', import-bag's 'ros2_bag', lerobot-record's robot names) is
+# a real arm's.
+PRESET_FOR_ROBOT_TYPE = {ROBOT_TYPE_SIM: 'sim', ROBOT_TYPE_ALOHA_SIM: 'aloha',
+                         ROBOT_TYPE_SYNTHETIC: 'synthetic'}
+DEFAULT_PRESET = 'arm'
 # Presets that select checkpoints by closed-loop episodes in their task's simulation.
 CLOSED_LOOP_PRESETS = ('sim', 'aloha')
 # Where the auxiliary object-pose head reads (act_ros.training.auxiliary).
@@ -372,6 +381,24 @@ def load_preset(name: str, path: str | Path | None = None) -> dict[str, Any]:
     return dict(body)
 
 
+def preset_for_dataset(root: str | Path | None) -> str:
+    """The preset for a dataset when none is given: by the ``robot_type`` in its
+    ``meta/info.json`` (:data:`PRESET_FOR_ROBOT_TYPE`), else :data:`DEFAULT_PRESET` (a real
+    arm's recordings). Logs which it took and why. A dataset that cannot be read here gets
+    the default; opening it later says what is wrong with it."""
+    robot_type = None
+    if root is not None:
+        try:
+            robot_type = json.loads((Path(root) / 'meta' / 'info.json').read_text()).get(
+                'robot_type')
+        except (OSError, ValueError, AttributeError):
+            robot_type = None
+    name = PRESET_FOR_ROBOT_TYPE.get(robot_type, DEFAULT_PRESET)
+    logger.info('preset %s (not given; the dataset\'s robot_type is %r%s)', name, robot_type,
+                '' if robot_type in PRESET_FOR_ROBOT_TYPE else ": a real arm's data")
+    return name
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Parser of ``act-ros train``; options left unset take the preset's value."""
     p = argparse.ArgumentParser(
@@ -383,8 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--dataset-root', type=Path, help='LeRobot v3 dataset directory')
     p.add_argument('--output-dir', type=Path, required=True, help='run directory (checkpoints, '
                    'training_metrics.json, plots)')
-    p.add_argument('--preset', choices=TRAIN_PRESETS, default='synthetic',
-                   help='synthetic: smoke runs on act-ros generate-synthetic data; sim: the '
+    p.add_argument('--preset', choices=TRAIN_PRESETS,
+                   help="default: by the dataset's robot_type (meta/info.json): this package's "
+                   "simulations' and generator's datasets take theirs, any other dataset "
+                   "'arm'. synthetic: smoke runs on act-ros generate-synthetic data; sim: the "
+
                    "scripted expert's demonstrations, best/ by success in the simulation; "
                    "aloha: gym-aloha's transfer cube, likewise; arm: a real arm's recordings "
                    '(record_node, act-ros import-bag), nothing from the simulation needed, '
@@ -505,9 +535,10 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     calibration, shifts, the pose head) do not apply and are dropped (logged); the same
     settings given on the command line are an error.
     """
-    values = load_preset(args.preset)
+    name = args.preset or preset_for_dataset(args.dataset_root)
+    values = load_preset(name)
     preset = dict(values)
-    values['preset'] = args.preset
+    values['preset'] = name
     for f in fields(TrainConfig):
         given = getattr(args, f.name, None)
         if given is not None:
@@ -521,7 +552,7 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
             del values[name]
         if dropped:
             logger.info('--cameras none: preset %s settings %s act on camera images and are '
-                        'left off', args.preset, dropped)
+                        'left off', name, dropped)
     if values.get('dataset_root') is None:
         raise ValueError('--dataset-root is required (a LeRobot v3 dataset directory)')
     return TrainConfig(**values)
