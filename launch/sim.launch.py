@@ -40,9 +40,9 @@ def generate_launch_description() -> LaunchDescription:
                         'observation (reproducible); realtime: 30 Hz wall clock. Not given: '
                         'bridge_params_file, else lockstep.'),
         DeclareLaunchArgument(
-            'policy_mode', default_value='', choices=['', 'chunk', 'ensemble'],
-            description='Policy execution: chunk (play n_action_steps of each chunk) or '
-                        'ensemble (temporal ensembling).'
+            'policy_mode', default_value='', choices=['', 'chunk', 'ensemble', 'blend'],
+            description='Policy execution: chunk (play n_action_steps of each chunk), '
+                        'ensemble (temporal ensembling) or blend (crossfaded handovers).'
                         ' Empty (default): the params file decides.'),
         DeclareLaunchArgument(
             'seed', default_value='',

@@ -134,7 +134,9 @@ def expected_action(checkpoint, rgb, state, environment_state=None):
     return np.clip(action, LOWER, UPPER)
 
 
-EXACT = dict(execution='sync', n_action_steps=1, fast_joints=True,
+# The runtime's action as it is: a chunk per tick (sync, one step), played as computed
+# (chunk mode: blend, the default, would crossfade each new chunk into the last).
+EXACT = dict(execution='sync', n_action_steps=1, mode='chunk', fast_joints=True,
              **{'release_gate.enabled': False})
 
 
@@ -425,7 +427,7 @@ def test_console_script_drives_commands_with_the_model_in_a_child_process(
             proc.kill()
     output = log.read_text()
     assert proc.returncode == 0, output[-3000:]
-    assert 'mode chunk/process' in output and 'single_threaded executor' in output
+    assert 'mode blend/process' in output and 'single_threaded executor' in output
     # backend auto: openvino where it is installed (make test installs it), else torch.
     chosen = 'openvino' if 'openvino' in installed_backends() else 'torch'
     assert f'backend: {chosen} (auto: ' in output, output[-3000:]

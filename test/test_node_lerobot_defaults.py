@@ -2,6 +2,9 @@
 in act_node with nothing but the model path, the arm's contract and what the arm lacks (no
 pad: the release gate off): lock-step over real topics, its commands equal LeRobot's own
 ``select_action`` + postprocessor tick by tick, across the chunk boundary at tick 100.
+LeRobot's ``select_action`` plays chunk after chunk, so the node is asked for ``mode:
+chunk``; its default, ``blend``, crossfades the handover (docs/seams.md) and differs from
+LeRobot there by design.
 The played actions per chunk and the control rate come from the checkpoint and the
 contract, not from the node's parameter file."""
 
@@ -76,9 +79,10 @@ def observations(seed):
 
 def node_with_defaults(context, model_path):
     """act_node as a user starts it for a stock checkpoint: the model path, lock-step, and
-    the release gate off (the arm has no pad); nothing about chunks or rates."""
+    the release gate off (the arm has no pad); nothing about chunks or rates. LeRobot's
+    playback (``mode: chunk``) to compare with it."""
     values = {'model_path': str(model_path), 'autostart': False, 'trigger': 'observation',
-              'execution': 'sync', 'release_gate.enabled': False,
+              'execution': 'sync', 'release_gate.enabled': False, 'mode': 'chunk',
               # The tests' usual: one thread, no ONNX export, no RViz path.
               'torch_threads': 1, 'backend': 'torch', 'visualization.enabled': False}
     return ActNode(context=context,

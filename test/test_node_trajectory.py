@@ -43,7 +43,10 @@ def image48():
 
 
 def make_node(context, checkpoint, **params):
+    # Chunk mode unless a test says otherwise: the plans below are the chunk's rows as they
+    # are (blend, the node's default, crossfades each new chunk in).
     values = {'model_path': str(checkpoint), 'autostart': False, 'torch_threads': 1,
+              'mode': 'chunk',
               'backend': 'torch', 'execution': 'sync', 'max_obs_age_s': 2.0,
               'diagnostics_period_s': 0.2, 'control_rate_hz': RATE_HZ,
               'release_gate.enabled': False, 'visualization.enabled': False, **params}

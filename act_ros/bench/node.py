@@ -3,7 +3,7 @@
 A harness in this process publishes two 480x640 rgb8 cameras and joint states at 30 Hz;
 ``act_node`` runs as its own process (the console-script entry point), with a default-size
 ACT checkpoint and the node's own parameters (``config/act.yaml``: model in a child
-process, chunk mode, its executor, backend and threads) unless an option says otherwise.
+process, blended handovers, its executor, backend and threads) unless an option says otherwise.
 After start-up the benchmark measures for ``--duration`` seconds and prints:
 
 - command rate (Hz) and missed periods over the whole window: every control period
@@ -113,7 +113,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument('--device', default='auto')
     # None: the node's own value (config/act.yaml), not passed on its command line.
     p.add_argument('--mode', default=None,
-                   help="act_node's mode (default: the node's, chunk), or a comma list of "
+                   help="act_node's mode (default: the node's, blend), or a comma list of "
                    f'them measured side by side in one run; from {NODE_MODES}')
     p.add_argument('--execution', default=None, choices=('async', 'process', 'sync'),
                    help="default: the node's (process: the model in a child process)")

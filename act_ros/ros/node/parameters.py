@@ -151,7 +151,7 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'Higher lets the node\'s own threads (tick, message handling, publishing) take the '
           'CPU first when both want it, at some cost in model time on a small CPU.',
           low=0, high=19),
-        P('mode', 'chunk', 'chunk: play n_action_steps of each chunk, then the next; ensemble: '
+        P('mode', 'blend', 'chunk: play n_action_steps of each chunk, then the next; ensemble: '
           'temporal ensembling of every chunk covering the tick (a model call per tick); '
           'blend: play each chunk until the next arrives, keep the actions already sent and '
           'crossfade the rest of the old chunk into the new one over blend_window from its '
