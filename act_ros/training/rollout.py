@@ -270,8 +270,12 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
 
     from tqdm import tqdm
 
+    from act_ros.core.hub import resolve_checkpoint
+
     if episodes < 1:
         raise ValueError(f'episodes must be >= 1, got {episodes}')
+    # Resolved once: the task, the policy's runtime and the simulation read this directory.
+    checkpoint = resolve_checkpoint(checkpoint)
     task = _checkpoint_task(checkpoint)
     if contract is None and task.is_aloha:
         contract = load_contract(task.contract_path())
@@ -345,7 +349,7 @@ def make_task_env(task: Any, checkpoint: str | Path, policy: SimPolicy, *,
                         episode_steps=episode_steps, terminate_on_success=True)
     from act_ros.sim import PortPickAlignEnv
 
-    config = sim_config or make_sim_config(Path(checkpoint))
+    config = sim_config or make_sim_config(checkpoint)
     if not render:
         config = dataclasses.replace(config, render=False)
     return PortPickAlignEnv(config, policy.contract)
