@@ -7,7 +7,8 @@ the evaluation scores exactly what the node would send. The loop asks the policy
 for this tick's action, checks every newly finished chunk against the limits, runs the
 action through the safety chain (finite -> joint limits -> max step relative to the
 measured joints -> a release gate per gripper) and returns what may be sent, counting what
-it changed in :class:`ControlCounters`.
+it changed in :class:`ControlCounters`. Both build it with :func:`build_control_loop`, from
+a :class:`~act_ros.core.runtime.RuntimeConfig` and :class:`SafetySettings`.
 
 End-effector (one per gated gripper) and pad positions come from
 :func:`ee_from_kinematics`, :func:`position_from_stream` or :func:`fixed_position`, as
