@@ -66,6 +66,22 @@ def test_id_resolves_to_the_snapshot_refs_main_names(cache, tiny_checkpoint):
     assert loaded.chunk_size == 30
 
 
+def test_the_runtime_resolves_an_id_once_and_hands_it_on(cache, tiny_checkpoint):
+    """The runtime's resolution reaches the loader and the JSON reader as it is: the model
+    loaded knows the commit it came from (a second resolution of the snapshot's directory
+    would know a local path only)."""
+    from act_ros.core.checkpoint_info import read_checkpoint_info
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+    folder = populate(cache, tiny_checkpoint)
+    with PolicyRuntime(RuntimeConfig(model_path=REPO, device='cpu', execution='sync',
+                                     warmup=False)) as rt:
+        assert rt.checkpoint.source is rt.source, rt.checkpoint.source
+        assert rt.source.commit == COMMIT and rt.info.path == folder
+    assert resolve_checkpoint(rt.source) is rt.source
+    assert read_checkpoint_info(rt.source, rt.contract).path == folder
+
+
 def test_id_at_a_branch_and_at_a_commit(cache, tiny_checkpoint):
     populate(cache, tiny_checkpoint, refs={'main': COMMIT})
     folder = populate(cache, tiny_checkpoint, commit=OTHER, refs={'main': COMMIT, 'v2': OTHER})

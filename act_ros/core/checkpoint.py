@@ -291,7 +291,7 @@ def import_lerobot() -> None:
     import safetensors.torch  # noqa: F401
 
 
-def load_checkpoint(path: str | Path, *, contract: Contract | None = None,
+def load_checkpoint(path: str | Path | ResolvedCheckpoint, *, contract: Contract | None = None,
                     device: str | torch.device = 'cpu') -> LoadedCheckpoint:
     """Load a LeRobot ACT ``pretrained_model`` directory for inference, offline.
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from act_ros.core.contract import Contract
 from act_ros.core.errors import CheckpointError, ContractMismatchError
-from act_ros.core.hub import SYNTAX as HUB_ID_SYNTAX, resolve_checkpoint
+from act_ros.core.hub import SYNTAX as HUB_ID_SYNTAX, ResolvedCheckpoint, resolve_checkpoint
 from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
                                        ENVIRONMENT_STATE_NAMES)
 
@@ -253,7 +253,8 @@ def chunk_settings(raw: dict[str, Any], where: Path | str) -> tuple[int, int]:
     return chunk_size, steps
 
 
-def read_checkpoint_info(path: str | Path, contract: Contract) -> CheckpointInfo:
+def read_checkpoint_info(path: str | Path | ResolvedCheckpoint,
+                         contract: Contract) -> CheckpointInfo:
     """Check a checkpoint's files and features against ``contract`` from JSON alone.
 
     The weights and the processors are not loaded: a checkpoint that passes here can

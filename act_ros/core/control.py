@@ -7,7 +7,8 @@ the evaluation scores exactly what the node would send. The loop asks the policy
 for this tick's action, checks every newly finished chunk against the limits, runs the
 action through the safety chain (finite -> joint limits -> max step relative to the
 measured joints -> a release gate per gripper) and returns what may be sent, counting what
-it changed in :class:`ControlCounters`.
+it changed in :class:`ControlCounters`. Both build it with :func:`build_control_loop`, from
+a :class:`~act_ros.core.runtime.RuntimeConfig` and :class:`SafetySettings`.
 
 End-effector (one per gated gripper) and pad positions come from
 :func:`ee_from_kinematics`, :func:`position_from_stream` or :func:`fixed_position`, as
@@ -26,25 +27,31 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
+import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import yaml
 
 from act_ros.core.command_plan import limit_plan
 from act_ros.core.errors import ObservationError
-from act_ros.core.inputs import (EE_POSE, ENVIRONMENT_STATE, JOINT_STATES, Snapshot,
+from act_ros.core.inputs import (EE_POSE, ENVIRONMENT_STATE, JOINT_STATES, PAD_POSE, Snapshot,
                                  image_stream, object_pose_stream, required_streams)
 from act_ros.core.object_state import OBJECTS, environment_state_from_poses
 from act_ros.core.observation import Observation
+from act_ros.core.paths import config_path
 from act_ros.core.release_gate import GateState, GripperGate, ReleaseGateConfig, gripper_gates
 from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
-from act_ros.core.seams import SeamMeter
+from act_ros.core.seams import SeamMeter, arm_seam_meter
+from act_ros.core.speed_limits import STEP_PARAM, VELOCITY_PARAM, resolve_speed_limits
 
 if TYPE_CHECKING:
     from act_ros.core.contract import Contract
     from act_ros.core.kinematics import ForwardKinematics
-    from act_ros.core.runtime import PolicyRuntime
+    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+
+logger = logging.getLogger(__name__)
 
 WAITING_FOR_CHUNK = 'waiting for the first chunk'
 #: Start of the reason of a tick with nothing to play after chunks came late: each arrived
@@ -384,3 +391,91 @@ class ControlLoop:
             c.chunk_limit_violations += report.limit_violations
             c.nonfinite_chunk_steps += report.nonfinite_steps
             c.chunks_with_violations += int(not report.ok)
+
+
+@dataclass(frozen=True)
+class SafetySettings:
+    """What the control step applies around the policy: joint limits and the largest step
+    per tick, the release gate with its end-effector model (``urdf_path``, ``ee_frame``)
+    and source (``ee_source`` fk or topic: the :data:`EE_POSE` stream), the pad position
+    (``pad_position_m``; ``None``: the :data:`PAD_POSE` stream) and the inputs' maximum age.
+    ``act_node`` makes it from its parameters, the in-process evaluator from the node's
+    parameter file (:meth:`from_node_config`)."""
+
+    limits: SafetyLimits
+    gate: ReleaseGateConfig
+    urdf_path: str = ''
+    ee_frame: str = ''
+    max_obs_age_s: float = 0.2
+    ee_source: str = 'fk'
+    pad_position_m: tuple[float, ...] | None = None
+
+    @classmethod
+    def from_node_config(cls, contract: Contract, path: str | Path | None = None) -> SafetySettings:
+        """Read limits, ``release_gate``, the kinematics and ``max_obs_age_s`` of act_node's
+        parameter file (``config/act.yaml`` by default)."""
+        path = Path(path) if path else config_path('act.yaml')
+        data = yaml.safe_load(Path(path).read_text()) or {}
+        params: dict[str, Any] = {}
+        for value in data.values():
+            if isinstance(value, dict) and 'ros__parameters' in value:
+                params = value['ros__parameters']
+        # The node's speed limits at its control rate (the file's, else the contract's fps,
+        # as act_node takes it: the simulation's rate), the URDF's where the file sets none.
+        period_s = 1.0 / float(params.get('control_rate_hz') or contract.fps)
+        urdf_path = str(params.get('urdf_path', '') or '')
+        try:
+            speeds = resolve_speed_limits(
+                contract.joint_names, contract.lower, contract.upper,
+                grippers=contract.gripper_indices, velocity=params.get(VELOCITY_PARAM),
+                step_per_tick=params.get(STEP_PARAM), period_s=period_s,
+                urdf_path=urdf_path or contract.urdf_path)
+        except ValueError as exc:
+            raise ValueError(f'{path}: {exc}') from None
+        if speeds.deprecation:
+            logger.warning('%s: %s', path, speeds.deprecation)
+        limits = SafetyLimits(lower=np.asarray(params.get('joint_lower', contract.lower)),
+                              upper=np.asarray(params.get('joint_upper', contract.upper)),
+                              max_step=speeds.per_tick(period_s))
+        return cls(limits=limits, gate=ReleaseGateConfig(**params.get('release_gate', {})),
+                   urdf_path=urdf_path, ee_frame=str(params.get('ee_frame', '') or ''),
+                   max_obs_age_s=float(params.get('max_obs_age_s', 0.2)))
+
+
+def build_control_loop(runtime: RuntimeConfig, contract: Contract, safety: SafetySettings, *,
+                       environment_state: EnvironmentStateSource, period_s: float,
+                       joint_names: Sequence[str] | None = None,
+                       seam_window_ticks: int | None = None,
+                       counters: ControlCounters | None = None,
+                       gate_off: Callable[[str], None] = lambda _why: None,
+                       wait: bool = True) -> ControlLoop:
+    """The control loop of every caller (``act_node``, the in-process evaluator and DAgger):
+    a release gate per gripper with its end-effector source and the pad's position from
+    ``safety`` (checked first, so a bad setting fails before the model loads), then the
+    policy runtime of ``runtime``: loaded and warmed up, except with ``execution:
+    process`` and ``wait=False``, where the inference child is started and the caller waits
+    for it with ``loop.runtime.wait_ready()``. The loop takes the cameras the checkpoint
+    takes and, when it takes ``observation.environment_state``, the object poses from
+    ``environment_state`` (``loop.required_inputs``). Gates that need forward kinematics
+    without a robot model of this arm are left off, and ``gate_off`` is told why.
+    ``period_s``, ``joint_names`` (default: the contract's) and ``seam_window_ticks``
+    (``None``: since the start): the seam meter's (:mod:`act_ros.core.seams`)."""
+    from act_ros.core.runtime import PolicyRuntime
+
+    gates, ee_positions = release_gates(
+        contract, safety.gate, ee_source=safety.ee_source, urdf_path=safety.urdf_path,
+        ee_frame=safety.ee_frame, max_age_s=safety.max_obs_age_s, off=gate_off)
+    pad_position = (position_from_stream(PAD_POSE, safety.max_obs_age_s)
+                    if safety.pad_position_m is None else fixed_position(safety.pad_position_m))
+    policy = PolicyRuntime(runtime, wait=wait)
+    try:
+        return ControlLoop(policy, cameras=policy.cameras, limits=safety.limits,
+                           grippers=contract.gripper_indices, gates=gates,
+                           ee_positions=ee_positions, pad_position=pad_position,
+                           counters=counters, environment_state=environment_state,
+                           seams=arm_seam_meter(joint_names or contract.joint_names,
+                                                contract.gripper_indices, period_s,
+                                                seam_window_ticks))
+    except BaseException:
+        policy.close()  # its inference child must not outlive a failed build
+        raise

@@ -167,7 +167,7 @@ def local_candidates(spec: str, *, models_dir: Path | None = None) -> list[tuple
     return out
 
 
-def resolve_checkpoint(spec: str | os.PathLike, *,
+def resolve_checkpoint(spec: str | os.PathLike | ResolvedCheckpoint, *,
                        models_dir: Path | None | bool = True) -> ResolvedCheckpoint:
     """The local directory a checkpoint name points to (see the module docstring).
 
@@ -175,8 +175,11 @@ def resolve_checkpoint(spec: str | os.PathLike, *,
     :func:`package_models_dir`; ``None``: none). A local directory comes back as it was
     found; a Hub id as its cached snapshot (downloaded when the Hub is reachable); a name
     found nowhere that cannot be a Hub id raises :class:`CheckpointError` saying where it
-    was looked for.
+    was looked for. A checkpoint resolved already comes back as it is (resolved once, it is
+    handed on: the runtime to the checkpoint's readers).
     """
+    if isinstance(spec, ResolvedCheckpoint):
+        return spec
     text = os.fspath(spec)
     models = package_models_dir() if models_dir is True else (models_dir or None)
     candidates = local_candidates(text, models_dir=models)

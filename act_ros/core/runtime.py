@@ -87,7 +87,8 @@ LATENCY_CALLS = 2
 class RuntimeConfig:
     """Runtime settings; ``__post_init__`` rejects inconsistent values with a clear message."""
 
-    model_path: str | Path  # a checkpoint directory or a Hub id (act_ros.core.hub)
+    # A checkpoint directory or a Hub id (act_ros.core.hub), or either resolved already.
+    model_path: str | Path | ResolvedCheckpoint
     device: str = 'auto'
     mode: str = 'chunk'
     execution: str = 'async'
@@ -335,7 +336,7 @@ class PolicyRuntime:
         if config.execution == 'process':
             # Files and features checked here from JSON; the child builds the model (and
             # resolves the device), so this process never imports torch for it.
-            self.info: CheckpointInfo = read_checkpoint_info(model_path, self.contract)
+            self.info: CheckpointInfo = read_checkpoint_info(self.source, self.contract)
             self._check_chunk_size()
             self.device: torch.device | str = requested_device  # the child's, once ready
             self._remote = RemotePredictor(ProcessSpec(
@@ -358,7 +359,7 @@ class PolicyRuntime:
             if config.torch_threads:
                 torch.set_num_threads(config.torch_threads)
             self.device = select_device(requested_device)
-            self.checkpoint = load_checkpoint(model_path, contract=self.contract,
+            self.checkpoint = load_checkpoint(self.source, contract=self.contract,
                                               device=str(self.device))
             self.stats.startup['checkpoint_loaded'] = time.monotonic()
             self.info = self.checkpoint.info()

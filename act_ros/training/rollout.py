@@ -23,66 +23,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from act_ros.core.contract import Contract, load_contract
-from act_ros.core.paths import config_path
-from act_ros.core.release_gate import ReleaseGateConfig
-from act_ros.core.safety import SafetyLimits
-from act_ros.core.seams import SeamMeter, SeamSamples, arm_seam_meter
-from act_ros.core.speed_limits import STEP_PARAM, VELOCITY_PARAM, resolve_speed_limits
+from act_ros.core.control import SafetySettings
+from act_ros.core.seams import SeamMeter, SeamSamples
 
 log = logging.getLogger(__name__)
 
 EVAL_MODES = ('chunk', 'ensemble', 'blend')
-logger = logging.getLogger(__name__)
 # n_action_steps per mode: the ACT paper's chunk execution and per-tick ensembling; the
 # blended handover plays chunks as chunk mode does and crossfades them in (chunk and blend
 # modes: the checkpoint's own n_action_steps, as LeRobot's select_action plays it).
 MODE_SETTINGS = {'chunk': {}, 'ensemble': {'n_action_steps': 1}, 'blend': {}}
-
-
-@dataclass(frozen=True)
-class SafetySettings:
-    """Limits, gate and end-effector model the node applies (``config/act.yaml`` by default)."""
-
-    limits: SafetyLimits
-    gate: ReleaseGateConfig
-    urdf_path: str = ''
-    ee_frame: str = ''
-    max_obs_age_s: float = 0.2
-
-    @classmethod
-    def from_node_config(cls, contract: Contract, path: str | Path | None = None) -> SafetySettings:
-        """Read limits, ``release_gate``, the kinematics and ``max_obs_age_s`` of act_node's
-        parameter file."""
-        path = Path(path) if path else config_path('act.yaml')
-        data = yaml.safe_load(Path(path).read_text()) or {}
-        params: dict[str, Any] = {}
-        for value in data.values():
-            if isinstance(value, dict) and 'ros__parameters' in value:
-                params = value['ros__parameters']
-        # The node's speed limits at its control rate (the file's, else the contract's fps,
-        # as act_node takes it: the simulation's rate), the URDF's where the file sets none.
-        period_s = 1.0 / float(params.get('control_rate_hz') or contract.fps)
-        urdf_path = str(params.get('urdf_path', '') or '')
-        try:
-            speeds = resolve_speed_limits(
-                contract.joint_names, contract.lower, contract.upper,
-                grippers=contract.gripper_indices, velocity=params.get(VELOCITY_PARAM),
-                step_per_tick=params.get(STEP_PARAM), period_s=period_s,
-                urdf_path=urdf_path or contract.urdf_path)
-        except ValueError as exc:
-            raise ValueError(f'{path}: {exc}') from None
-        if speeds.deprecation:
-            logger.warning('%s: %s', path, speeds.deprecation)
-        limits = SafetyLimits(lower=np.asarray(params.get('joint_lower', contract.lower)),
-                              upper=np.asarray(params.get('joint_upper', contract.upper)),
-                              max_step=speeds.per_tick(period_s))
-        return cls(limits=limits, gate=ReleaseGateConfig(**params.get('release_gate', {})),
-                   urdf_path=str(params.get('urdf_path', '') or ''),
-                   ee_frame=str(params.get('ee_frame', '') or ''),
-                   max_obs_age_s=float(params.get('max_obs_age_s', 0.2)))
 
 
 @dataclass
@@ -193,10 +145,9 @@ class SimPolicy:
                  latency_ticks: int | None = None, precision: str = 'fp32',
                  precision_tolerance: float | None = None,
                  n_action_steps: int | None = None, blend_ticks: int | None = None) -> None:
-        from act_ros.core.control import (ControlLoop, environment_state_from_stream,
-                                          position_from_stream, release_gates)
-        from act_ros.core.inputs import ENVIRONMENT_STATE, PAD_POSE, InputStore
-        from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+        from act_ros.core.control import build_control_loop, environment_state_from_stream
+        from act_ros.core.inputs import ENVIRONMENT_STATE, InputStore
+        from act_ros.core.runtime import RuntimeConfig
 
         if mode not in EVAL_MODES:
             raise ValueError(f"unknown mode '{mode}', expected one of {EVAL_MODES}")
@@ -214,35 +165,22 @@ class SimPolicy:
         safety = safety or SafetySettings.from_node_config(self.contract)
         timing = (dict(execution='sync') if latency_ticks is None else
                   dict(execution='simulated', simulated_latency_ticks=latency_ticks))
-        self.runtime = PolicyRuntime(RuntimeConfig(
-            model_path=checkpoint, device=device, mode=mode, ensemble_coeff=ensemble_coeff,
-            contract=self.contract, warmup=False, backend=backend, **timing,
-            precision=precision,
-            **({} if precision_tolerance is None else dict(precision_tolerance=precision_tolerance)),
-            **steps))
-        try:
-            self.cameras = self.runtime.cameras  # the checkpoint's (maybe none)
-            poses = (environment_state_from_stream(ENVIRONMENT_STATE)
-                     if self.runtime.environment_state_dim else None)
-            self.takes_poses = poses is not None
-            # The gates need the end effectors (forward kinematics) and the pad; a task
-            # without a place-on-pad step runs with the gate off and needs neither.
-            gates, ee_positions = release_gates(
-                self.contract, safety.gate, urdf_path=safety.urdf_path,
-                ee_frame=safety.ee_frame,
-                off=lambda why: log.warning(f'release gate off: {why}'))
-            self.gated = bool(gates)
-            self.loop = ControlLoop(
-                self.runtime, cameras=self.cameras, limits=safety.limits,
-                grippers=self.contract.gripper_indices, gates=gates,
-                ee_positions=ee_positions,
-                pad_position=position_from_stream(PAD_POSE, safety.max_obs_age_s),
-                environment_state=poses,
-                seams=arm_seam_meter(self.contract.joint_names, self.contract.gripper_indices,
-                                     1.0 / self.contract.fps))
-        except BaseException:
-            self.runtime.close()
-            raise
+        # The gates need the end effectors (forward kinematics) and the pad; a task without
+        # a place-on-pad step runs with the gate off and needs neither.
+        self.loop = build_control_loop(
+            RuntimeConfig(
+                model_path=checkpoint, device=device, mode=mode, ensemble_coeff=ensemble_coeff,
+                contract=self.contract, warmup=False, backend=backend, **timing,
+                precision=precision, **({} if precision_tolerance is None else
+                                        dict(precision_tolerance=precision_tolerance)),
+                **steps),
+            self.contract, safety, environment_state=environment_state_from_stream(ENVIRONMENT_STATE),
+            period_s=1.0 / self.contract.fps,
+            gate_off=lambda why: log.warning(f'release gate off: {why}'))
+        self.runtime = self.loop.runtime
+        self.cameras = self.runtime.cameras  # the checkpoint's (maybe none)
+        self.takes_poses = self.loop.takes_environment_state
+        self.gated = bool(self.loop.gates)
         self.store = InputStore(self.loop.required_inputs, safety.max_obs_age_s)
         self.period_s = 1.0 / self.contract.fps
         self.command: np.ndarray | None = None
@@ -332,8 +270,12 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
 
     from tqdm import tqdm
 
+    from act_ros.core.hub import resolve_checkpoint
+
     if episodes < 1:
         raise ValueError(f'episodes must be >= 1, got {episodes}')
+    # Resolved once: the task, the policy's runtime and the simulation read this directory.
+    checkpoint = resolve_checkpoint(checkpoint)
     task = _checkpoint_task(checkpoint)
     if contract is None and task.is_aloha:
         contract = load_contract(task.contract_path())
@@ -407,7 +349,7 @@ def make_task_env(task: Any, checkpoint: str | Path, policy: SimPolicy, *,
                         episode_steps=episode_steps, terminate_on_success=True)
     from act_ros.sim import PortPickAlignEnv
 
-    config = sim_config or make_sim_config(Path(checkpoint))
+    config = sim_config or make_sim_config(checkpoint)
     if not render:
         config = dataclasses.replace(config, render=False)
     return PortPickAlignEnv(config, policy.contract)

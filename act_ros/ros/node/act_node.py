@@ -50,11 +50,12 @@ from act_ros.core.contract import Contract, load_contract
 from act_ros.core.errors import ActRosError
 from act_ros.core.object_state import OBJECTS
 from act_ros.ros import conversions as conv
-from act_ros.core.control import CHUNKS_LATE, WAITING_FOR_CHUNK, ControlCounters, ControlLoop
+from act_ros.core.control import (CHUNKS_LATE, WAITING_FOR_CHUNK, ControlCounters, ControlLoop,
+                                  build_control_loop, environment_state_from_object_poses)
 from act_ros.core.inputs import InputStore
 from act_ros.core.startup import StartupTimeline
 from act_ros.ros.node.command_stream import CommandSender
-from act_ros.ros.node.interfaces import Interfaces, build_control_loop, create_interfaces
+from act_ros.ros.node.interfaces import Interfaces, create_interfaces
 from act_ros.ros.node.status import NodeStatus
 from act_ros.ros.spin import PoolExecutor
 from act_ros.ros.node.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, ParamSpec,
@@ -141,7 +142,8 @@ class ActNode(LifecycleNode):
             inputs += ', gate poses on ' + ', '.join(gate_poses)
         if runtime.environment_state_dim or gate_poses:
             inputs += f" (poses in frame '{s.pose_frame_id}' only)"
-        mode = s.mode + (f' ({s.blend_ticks}-tick crossfade)' if s.mode == 'blend' else '')
+        r = s.runtime
+        mode = r.mode + (f' ({r.blend_ticks}-tick crossfade)' if r.mode == 'blend' else '')
         command = s.command_type
         if self.sender.trajectory:
             command += ' (the rest of the chunk, every tick)'
@@ -149,18 +151,18 @@ class ActNode(LifecycleNode):
             command += f' (interpolated at {s.command_stream_rate_hz:g} Hz)'
         self.get_logger().info(
             f'configured: model {runtime.source.describe()} on {runtime.device}, mode {mode}/'
-            f'{s.execution}{self._played(s, runtime)}, {s.trigger} trigger at '
+            f'{r.execution}{self._played(runtime)}, {s.trigger} trigger at '
             f'{s.control_rate_hz:g} Hz, '
             f'{command} on {self.resolve_topic_name(s.command_topic)}; inputs: joints, '
             f'{inputs}')
         return super().on_configure(state)
 
     @staticmethod
-    def _played(s: NodeSettings, runtime: Any) -> str:
+    def _played(runtime: Any) -> str:
         """What is played of each chunk, and whose setting that is, for the configured line."""
-        if s.mode == 'ensemble':
+        if runtime.config.mode == 'ensemble':
             return f' ({runtime.chunk_size}-action chunks)'
-        whose = 'set' if s.n_action_steps else "the checkpoint's n_action_steps"
+        whose = 'set' if runtime.config.n_action_steps else "the checkpoint's n_action_steps"
         return f' ({runtime.stride} of each {runtime.chunk_size}-action chunk played, {whose})'
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
@@ -230,8 +232,11 @@ class ActNode(LifecycleNode):
         # execution 'process': this starts the inference child and returns; the model
         # loads there while the interfaces are created (and discovery with the robot runs).
         gate_off: list[str] = []
-        self.loop = build_control_loop(settings, self.contract, self.counters,
-                                       gate_off=gate_off.append)
+        self.loop = build_control_loop(
+            settings.runtime, self.contract, settings.safety,
+            environment_state=environment_state_from_object_poses(), period_s=settings.period_s,
+            joint_names=settings.joint_names, seam_window_ticks=settings.seam_window_ticks,
+            counters=self.counters, gate_off=gate_off.append, wait=False)
         runtime = self.loop.runtime
         # The checkpoint's inputs (read from its JSON): its cameras, and the object poses
         # when it takes observation.environment_state.
@@ -245,7 +250,7 @@ class ActNode(LifecycleNode):
             self.io.visualizer.fk_error if self.io.visualizer is not None else '')
         if self.robot_model_warning:
             self.get_logger().warning(self.robot_model_warning)
-        if settings.execution == 'process':
+        if settings.runtime.execution == 'process':
             self.startup.add_overlapped('node_setup', time.monotonic() - setup_start)
         runtime.wait_ready()
         self.get_logger().info(f'backend: {runtime.config.backend} ({runtime.config.backend_why})')
@@ -269,7 +274,7 @@ class ActNode(LifecycleNode):
         if not self.startup.complete:
             self.startup.merge(runtime.startup_events)
             self.startup.notes['backend_cache'] = runtime.stats.backend_cache
-            if settings.execution == 'process':
+            if settings.runtime.execution == 'process':
                 self.startup.notes['inference_child'] = (
                     'lean (ONNX export, no torch)' if runtime.lean_child else 'torch + LeRobot')
 

@@ -1,10 +1,9 @@
-"""What ``act_node`` builds at configure: the control loop and its ROS interfaces.
+"""What ``act_node`` builds at configure around its control loop
+(:func:`act_ros.core.control.build_control_loop`): its ROS interfaces.
 
-Split from :mod:`act_ros.ros.node.act_node` so the node reads as lifecycle logic only. The
-cheap checks (limits, gates, kinematics) run before the checkpoint is loaded, so a bad
-parameter fails configure without waiting for the model. With ``execution: process`` the
-runtime only starts its inference child here (:func:`build_control_loop`); the node
-creates its interfaces while the child loads, then waits for it.
+Split from :mod:`act_ros.ros.node.act_node` so the node reads as lifecycle logic only. With
+``execution: process`` the loop's runtime has only started its inference child when these
+are created; the node creates them while the child loads, then waits for it.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ from typing import Any, Protocol
 
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
-import numpy as np
 from rclpy.guard_condition import GuardCondition
 from rclpy.lifecycle import LifecyclePublisher
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -28,15 +26,9 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.core.contract import Contract
-from act_ros.core.release_gate import ReleaseGateConfig
-from act_ros.core.safety import SafetyLimits
 from act_ros.ros import conversions as conv
-from act_ros.core.control import (ControlCounters, ControlLoop, PadPosition,
-                                  environment_state_from_object_poses, fixed_position,
-                                  position_from_stream, release_gates)
 from act_ros.core.inputs import EE_POSE, JOINT_STATES, PAD_POSE, image_stream, object_pose_stream
 from act_ros.core.object_state import OBJECTS
-from act_ros.core.seams import arm_seam_meter
 from act_ros.ros.node.parameters import NodeSettings
 from act_ros.ros.node.visualization import PlanVisualizer
 
@@ -117,60 +109,6 @@ class Interfaces:
             node.destroy_service(self.seams_service)
         node.destroy_lifecycle_publisher(self.command_pub)
         node.destroy_lifecycle_publisher(self.diagnostics_pub)
-
-
-def build_control_loop(settings: NodeSettings, contract: Contract,
-                       counters: ControlCounters,
-                       gate_off: Callable[[str], None] = lambda _why: None) -> ControlLoop:
-    """Limits, a release gate per gripper with its end-effector source, and the policy
-    runtime: loaded and warmed up, except with ``execution: process``, where the inference
-    child is started and the caller waits for it with ``loop.runtime.wait_ready()``. The
-    loop takes the cameras the checkpoint takes and, when it takes
-    ``observation.environment_state``, the object poses from their pose streams
-    (``loop.required_inputs``). Gates that need forward kinematics without a robot model
-    of this arm are left off, and ``gate_off`` is told why."""
-    # Speeds per second to the largest step per tick of this control period.
-    limits = SafetyLimits(lower=np.array(settings.joint_lower),
-                          upper=np.array(settings.joint_upper),
-                          max_step=settings.speed_limits.per_tick(settings.period_s))
-    gates, ee_positions = release_gates(
-        contract, ReleaseGateConfig(**settings.gate), ee_source=settings.ee_source,
-        urdf_path=settings.urdf_path, ee_frame=settings.ee_frame,
-        max_age_s=settings.max_obs_age_s, off=gate_off)
-    pad_position = _pad_source(settings)
-
-    # In-process execution loads torch and LeRobot here; 'process' leaves them to its child.
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
-
-    runtime = PolicyRuntime(RuntimeConfig(
-        model_path=settings.model_path, device=settings.device, mode=settings.mode,
-        execution=settings.execution, n_action_steps=settings.n_action_steps,
-        ensemble_coeff=settings.ensemble_coeff, blend_ticks=settings.blend_ticks,
-        compile_model=settings.compile_model,
-        compile_mode=settings.compile_mode, precision=settings.precision,
-        precision_tolerance=settings.precision_tolerance,
-        backend=settings.backend, contract=contract,
-        warmup=settings.warmup, torch_threads=settings.torch_threads or None,
-        inference_timeout_s=settings.inference_timeout_s,
-        inference_nice=settings.inference_nice), wait=False)
-    try:
-        poses = environment_state_from_object_poses(*(object_pose_stream(obj) for obj in OBJECTS)) \
-            if runtime.environment_state_dim else None
-        return ControlLoop(runtime, cameras=runtime.cameras, limits=limits,
-                           grippers=contract.gripper_indices, gates=gates,
-                           ee_positions=ee_positions, pad_position=pad_position,
-                           counters=counters, environment_state=poses,
-                           seams=arm_seam_meter(settings.joint_names, contract.gripper_indices,
-                                                settings.period_s, settings.seam_window_ticks))
-    except BaseException:
-        runtime.close()  # its inference child must not outlive a failed configure
-        raise
-
-
-def _pad_source(settings: NodeSettings) -> PadPosition:
-    if settings.pad_source == 'topic':
-        return position_from_stream(PAD_POSE, settings.max_obs_age_s)
-    return fixed_position(settings.pad_position_m)
 
 
 def create_interfaces(node: PolicyNodeHooks, settings: NodeSettings, contract: Contract, *,

@@ -24,12 +24,17 @@ from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterVal
                               ParameterUninitializedException)
 from rclpy.node import Node
 from rclpy.parameter import Parameter
+import numpy as np
 
 from act_ros.core.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
 from act_ros.core.contract import Contract
+from act_ros.core.control import SafetySettings
 from act_ros.core.object_state import OBJECTS
 from act_ros.core.options import BACKEND_CHOICES
 from act_ros.core.precision import DEFAULT_TOLERANCE
+from act_ros.core.release_gate import ReleaseGateConfig
+from act_ros.core.runtime import RuntimeConfig
+from act_ros.core.safety import SafetyLimits
 from act_ros.core.speed_limits import (DEFAULT_ARM_SPEED, DEFAULT_GRIPPER_TRAVEL_S, SpeedLimits,
                                        resolve_speed_limits)
 
@@ -406,19 +411,8 @@ def get_value(node: Node, name: str) -> Any:
 class NodeSettings:
     """Validated node configuration (everything :func:`read_settings` checked)."""
 
-    model_path: str
-    device: str
-    compile_model: bool
-    compile_mode: str
-    precision: str
-    backend: str
-    torch_threads: int
-    warmup: bool
-    mode: str
-    execution: str
-    n_action_steps: int | None  # None: the checkpoint's
-    ensemble_coeff: float
-    blend_ticks: int
+    # The policy runtime's settings (model_path to inference_nice), checked by RuntimeConfig.
+    runtime: RuntimeConfig
     control_rate_hz: float
     trigger: str
     sync_tolerance_s: float
@@ -442,10 +436,7 @@ class NodeSettings:
     ee_pose_topic: str = 'ee_pose'
     urdf_path: str = ''
     ee_frame: str = ''
-    inference_timeout_s: float = 30.0
-    inference_nice: int = 0
     model_only_calls: int = 0
-    precision_tolerance: float = DEFAULT_TOLERANCE
     visualization_enabled: bool = True
     visualization_rate_hz: float = 5.0
     visualization_frame_id: str = 'base_link'
@@ -469,6 +460,18 @@ class NodeSettings:
     @property
     def period_s(self) -> float:
         return 1.0 / self.control_rate_hz
+
+    @property
+    def safety(self) -> SafetySettings:
+        """The control step's limits (the largest step per tick at this control period),
+        release gate, end-effector and pad sources
+        (:func:`~act_ros.core.control.build_control_loop`)."""
+        return SafetySettings(
+            limits=SafetyLimits(lower=np.array(self.joint_lower), upper=np.array(self.joint_upper),
+                                max_step=self.speed_limits.per_tick(self.period_s)),
+            gate=ReleaseGateConfig(**self.gate), urdf_path=self.urdf_path,
+            ee_frame=self.ee_frame, max_obs_age_s=self.max_obs_age_s, ee_source=self.ee_source,
+            pad_position_m=None if self.pad_source == 'topic' else self.pad_position_m)
 
 
 def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) -> NodeSettings:
@@ -537,13 +540,17 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
                          f'({rate:g}), or 0 for one command per tick')
     if not v['visualization.frame_id']:
         raise ValueError('visualization.frame_id: frame name is empty')
-    return NodeSettings(
-        model_path=v['model_path'], device=v['device'], compile_model=v['compile_model'],
-        compile_mode=v['compile_mode'], precision=v['precision'], backend=v['backend'],
-        torch_threads=v['torch_threads'], warmup=v['warmup'],
-        mode=v['mode'], execution=v['execution'], n_action_steps=v['n_action_steps'] or None,
+    runtime = RuntimeConfig(
+        model_path=v['model_path'], device=v['device'], mode=v['mode'],
+        execution=v['execution'], n_action_steps=v['n_action_steps'] or None,
         ensemble_coeff=v['ensemble_coeff'], blend_ticks=blend_ticks,
-        control_rate_hz=rate,
+        compile_model=v['compile_model'], compile_mode=v['compile_mode'],
+        precision=v['precision'], precision_tolerance=v['precision_tolerance'],
+        backend=v['backend'], contract=contract, warmup=v['warmup'],
+        torch_threads=v['torch_threads'] or None, inference_timeout_s=v['inference_timeout_s'],
+        inference_nice=v['inference_nice'])
+    return NodeSettings(
+        runtime=runtime, control_rate_hz=rate,
         trigger=v['trigger'], sync_tolerance_s=v['sync_tolerance_s'],
         max_obs_age_s=v['max_obs_age_s'], diagnostics_period_s=v['diagnostics_period_s'],
         joint_states_topic=v['joint_states_topic'], image_transport=v['image_transport'],
@@ -552,10 +559,8 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         gate=gate, pad_source=v['pad_source'], pad_position_m=pad,
         pad_pose_topic=v['pad_pose_topic'], ee_source=v['ee_source'],
         ee_pose_topic=v['ee_pose_topic'], urdf_path=v['urdf_path'], ee_frame=v['ee_frame'],
-        inference_timeout_s=v['inference_timeout_s'], inference_nice=v['inference_nice'],
         model_only_calls=v['model_only_calls'],
         object_pose_topics=pose_topics,
-        precision_tolerance=v['precision_tolerance'],
         visualization_enabled=v['visualization.enabled'],
         visualization_rate_hz=v['visualization.rate_hz'],
         visualization_frame_id=v['visualization.frame_id'],

@@ -112,7 +112,7 @@ class NodeStatus:
             'command_rate_hz': rate,
             'target_rate_hz': settings.control_rate_hz,
             'trigger': settings.trigger,
-            'mode': f'{settings.mode}/{settings.execution}',
+            'mode': f'{settings.runtime.mode}/{settings.runtime.execution}',
             'device': str(loop.runtime.device),
             'inference_last_ms': stats.last_inference_ms,
             'inference_mean_ms': stats.mean_inference_ms,
