@@ -27,8 +27,12 @@ export RMW_IMPLEMENTATION ?= rmw_fastrtps_cpp
 export HF_HUB_OFFLINE ?= 1
 export MUJOCO_GL ?= egl
 export PYOPENGL_PLATFORM ?= egl
-# Full-size camera images between processes (see config/fastdds_large_images.xml).
-export FASTDDS_DEFAULT_PROFILES_FILE ?= $(CURDIR)/config/fastdds_large_images.xml
+# Full-size camera images between processes (see config/fastdds_large_images.xml), in the
+# variable this distribution's Fast DDS reads: Kilted's 3.x the first (it warns that the
+# second is deprecated), Jazzy's 2.14 only the second.
+PROFILE_VARIABLE_kilted := FASTDDS_DEFAULT_PROFILES_FILE
+PROFILE_VARIABLE_jazzy := FASTRTPS_DEFAULT_PROFILES_FILE
+export $(PROFILE_VARIABLE_$(ROS_DISTRO)) ?= $(CURDIR)/config/fastdds_large_images.xml
 
 .PHONY: help ros-distro setup test test-slow test-ros test-ros-fast test-all demo bench bench-check lint clean-venv
 

@@ -42,8 +42,8 @@ import time
 from typing import Any
 
 from act_ros.core.arguments import HelpFormatter
+from act_ros.ros.evaluation.dds import dds_environment
 
-ROOT = Path(__file__).resolve().parents[2]
 SAVED = re.compile(r'episode (\d+) saved: (\d+) frames, (\d+) ticks dropped ?(\{[^}]*\})?;.*'
                    r'\(save took ([\d.]+) s: shard ([\d.]+) s, append ([\d.]+) s\)')
 
@@ -53,10 +53,7 @@ def _env() -> dict[str, str]:
     env.setdefault('ROS_AUTOMATIC_DISCOVERY_RANGE', 'LOCALHOST')
     env.setdefault('HF_HUB_OFFLINE', '1')
     env.setdefault('SVT_LOG', '1')
-    profile = ROOT / 'config' / 'fastdds_large_images.xml'
-    if profile.is_file():
-        env.setdefault('FASTDDS_DEFAULT_PROFILES_FILE', str(profile))
-    return env
+    return dds_environment(env)
 
 
 def _tree_rss(proc: Any) -> int:

@@ -14,18 +14,36 @@ restricted to 127.0.0.1), unless the user chose a middleware or a profile alread
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from pathlib import Path
 
 from act_ros.core.paths import config_path
 
 PROFILE_NAME = 'fastdds_large_images.xml'
+# Where Fast DDS looks for a profile file: Fast DDS 3 (Kilted on) reads the first (and warns
+# that the second is deprecated), Fast DDS 2.x (Humble, Jazzy) reads only the second.
 PROFILE_VARIABLES = ('FASTDDS_DEFAULT_PROFILES_FILE', 'FASTRTPS_DEFAULT_PROFILES_FILE')
+FAST_DDS_2_DISTROS = ('humble', 'iron', 'jazzy')
 
 
 def profile_path() -> Path:
     """The package's profile: ``config/fastdds_large_images.xml``."""
     return config_path(PROFILE_NAME)
+
+
+def profile_variable(env: dict[str, str] | None = None) -> str:
+    """The variable this ROS 2's Fast DDS reads its profile file from: by ``ROS_DISTRO``
+    (a sourced ROS install sets it), else by the installed wheels (Jazzy's are
+    ``ros-jazzy-*``; Kilted's ``ros-*``)."""
+    distro = (os.environ if env is None else env).get('ROS_DISTRO', '')
+    if not distro:
+        try:
+            importlib.metadata.version('ros-jazzy-rclpy')
+            distro = 'jazzy'
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return PROFILE_VARIABLES[1] if distro in FAST_DDS_2_DISTROS else PROFILE_VARIABLES[0]
 
 
 def dds_environment(env: dict[str, str]) -> dict[str, str]:
@@ -38,7 +56,7 @@ def dds_environment(env: dict[str, str]) -> dict[str, str]:
         return dict(env)
     if any(env.get(name) for name in PROFILE_VARIABLES):
         return dict(env)
-    return dict(env, FASTDDS_DEFAULT_PROFILES_FILE=str(profile_path()))
+    return dict(env, **{profile_variable(env): str(profile_path())})
 
 
 def use_in_this_process(env: dict[str, str]) -> None:
