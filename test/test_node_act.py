@@ -427,7 +427,8 @@ def test_console_script_drives_commands_with_the_model_in_a_child_process(
             proc.kill()
     output = log.read_text()
     assert proc.returncode == 0, output[-3000:]
-    assert 'mode blend/process' in output and 'single_threaded executor' in output
+    assert 'mode blend (6-tick crossfade)/process' in output, output[-3000:]
+    assert 'single_threaded executor' in output
     # backend auto: openvino where it is installed (make test installs it), else torch.
     chosen = 'openvino' if 'openvino' in installed_backends() else 'torch'
     assert f'backend: {chosen} (auto: ' in output, output[-3000:]
