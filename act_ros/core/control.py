@@ -33,8 +33,8 @@ import numpy as np
 
 from act_ros.core.command_plan import limit_plan
 from act_ros.core.errors import ObservationError
-from act_ros.core.inputs import (EE_POSE, ENVIRONMENT_STATE, JOINT_STATES, Snapshot,
-                                 image_stream, object_pose_stream, required_streams)
+from act_ros.core.inputs import (EE_POSE, ENVIRONMENT_STATE, JOINT_EFFORTS, JOINT_STATES,
+                                 Snapshot, image_stream, object_pose_stream, required_streams)
 from act_ros.core.object_state import OBJECTS, environment_state_from_poses
 from act_ros.core.observation import Observation
 from act_ros.core.release_gate import GateState, GripperGate, ReleaseGateConfig, gripper_gates
@@ -357,7 +357,8 @@ class ControlLoop:
         lost_before = sum(g.objects_lost for g in gates)
         result = limit_command(action, state, self.limits, grippers=self.grippers,
                                gates=self.gates, ee_positions=ees, pad_position=pad,
-                               previous_command=self.last_command)
+                               previous_command=self.last_command,
+                               measured_effort=snap.value(JOINT_EFFORTS))
         c.suppressed_releases += sum(g.suppressed_releases for g in gates) - suppressed_before
         c.objects_lost += sum(g.objects_lost for g in gates) - lost_before
         if result.gates:

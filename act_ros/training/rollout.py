@@ -31,6 +31,7 @@ from act_ros.core.release_gate import ReleaseGateConfig
 from act_ros.core.safety import SafetyLimits
 from act_ros.core.seams import SeamMeter, SeamSamples, arm_seam_meter
 from act_ros.core.speed_limits import STEP_PARAM, VELOCITY_PARAM, resolve_speed_limits
+from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,10 @@ class SafetySettings:
         limits = SafetyLimits(lower=np.asarray(params.get('joint_lower', contract.lower)),
                               upper=np.asarray(params.get('joint_upper', contract.upper)),
                               max_step=speeds.per_tick(period_s))
-        return cls(limits=limits, gate=ReleaseGateConfig(**params.get('release_gate', {})),
+        # The simulation gives the gripper's effort (SimObservation.joint_efforts): the gate's
+        # evidence of an empty close, unless the file sets its own.
+        gate = {'empty_effort': GRIPPER_EMPTY_EFFORT_N, **params.get('release_gate', {})}
+        return cls(limits=limits, gate=ReleaseGateConfig(**gate),
                    urdf_path=str(params.get('urdf_path', '') or ''),
                    ee_frame=str(params.get('ee_frame', '') or ''),
                    max_obs_age_s=float(params.get('max_obs_age_s', 0.2)))
@@ -274,12 +278,14 @@ class SimPolicy:
 
     def act(self, obs: Any) -> np.ndarray:
         """Joint targets to send for ``obs`` (a :class:`~act_ros.sim.env.SimObservation`)."""
-        from act_ros.core.inputs import ENVIRONMENT_STATE, JOINT_STATES, PAD_POSE, image_stream
+        from act_ros.core.inputs import (ENVIRONMENT_STATE, JOINT_EFFORTS, JOINT_STATES, PAD_POSE,
+                                         image_stream)
 
         if self.command is None:
             raise RuntimeError('SimPolicy.act() before reset()')
         now = self.tick * self.period_s  # simulated time: every input is fresh
         store = self.store
+        store.put(JOINT_EFFORTS, getattr(obs, 'joint_efforts', None), now, now)
         store.put(JOINT_STATES, np.asarray(obs.joint_positions, dtype=np.float64), now, now)
         fresh = self.runtime.will_predict() or not self._images
         for cam in self.cameras:

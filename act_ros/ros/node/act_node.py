@@ -232,6 +232,8 @@ class ActNode(LifecycleNode):
         gate_off: list[str] = []
         self.loop = build_control_loop(settings, self.contract, self.counters,
                                        gate_off=gate_off.append)
+        if self.loop.gates:  # what tells the gate that closed fingers hold nothing
+            self.get_logger().info(self.loop.gates[0].gate.config.evidence())
         runtime = self.loop.runtime
         # The checkpoint's inputs (read from its JSON): its cameras, and the object poses
         # when it takes observation.environment_state.
