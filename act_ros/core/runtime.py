@@ -370,7 +370,7 @@ class PolicyRuntime:
             if warmup_iterations:
                 self.stats.warmup_s = self.predictor.warmup(warmup_iterations)
             self.precision_check = settle(self.predictor, plan, self.contract.lower,
-                                          self.contract.upper)
+                                          self.contract.upper, checkpoint_dir=model_path)
             self.stats.startup['warmed_up'] = time.monotonic()
         self.chunk_size = self.info.chunk_size
         # What is played of each chunk: the configured value, else the checkpoint's.

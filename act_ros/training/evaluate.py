@@ -75,11 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
                    'openvino on a CPU with native bfloat16 (AVX512-BF16 or AMX) when its actions '
                    'stay within --precision-tolerance of fp32 on the warm-up observations, fp32 '
                    'everywhere else; fp32, bf16 (native only) or fp16 (CUDA/MPS) as set; int8: '
-                   'backend openvino with the model act-ros export --int8 quantized, its '
-                   'difference from fp32 on the warm-up observations reported')
+                   'backend openvino with the model act-ros export --int8 quantized, checked '
+                   'against fp32 and refused over --precision-tolerance')
     p.add_argument('--precision-tolerance', type=float, default=DEFAULT_TOLERANCE,
-                   help='precision auto: largest normalized action difference of bf16 against '
-                   'fp32 for bf16 to be kept (default %(default)s)')
+                   help='largest normalized action difference of a reduced precision against '
+                   'fp32 on the check observations (those saved beside the checkpoint, else '
+                   'synthetic): auto keeps fp32 over it, int8 (or bf16 with openvino) set by '
+                   'name is refused (default %(default)s)')
     p.add_argument('--render-size', type=parse_image_size, default=None,
                    help='camera HxW (default: the size the training data was recorded at)')
     p.add_argument('--episode-steps', type=int, default=None,

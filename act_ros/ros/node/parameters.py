@@ -119,15 +119,19 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('precision', 'auto', 'Inference precision: auto (bf16 with backend openvino on a CPU '
           'with native bfloat16, AVX512-BF16 or AMX, kept only when its actions on the warm-up '
           'observations stay within precision_tolerance of fp32; fp32 everywhere else), fp32, '
-          'fp16 (CUDA/MPS), bf16 (native bfloat16 only) or int8 (backend openvino, the model '
-          'act-ros export --int8 quantized with NNCF on a calibration dataset; checked against '
-          'fp32 at configure and kept; auto never picks it).',
+          'fp16 (CUDA/MPS), bf16 (native bfloat16 only; with backend openvino checked like '
+          'int8) or int8 (backend openvino, the model act-ros export --int8 quantized with NNCF '
+          'on a calibration dataset; checked against fp32 at configure and refused over '
+          'precision_tolerance; auto never picks it).',
           choices=('auto', 'fp32', 'fp16', 'bf16', 'int8')),
         P('precision_tolerance', DEFAULT_TOLERANCE, 'precision auto: largest difference of any '
           'normalized action (units of its standard deviation in the training data) between '
-          'bf16 and fp32 on the warm-up observations for bf16 to be kept; over it, fp32 with '
-          'a warning (precision int8: int8 is kept, with a warning). The measured difference '
-          'is logged and on /diagnostics (precision.check_max_diff).', low=0.0, high=10.0),
+          'a reduced precision and fp32 on the check observations (the real ones saved beside '
+          'the checkpoint, precision_check_observations.npz, else synthetic ones, with a '
+          'warning) for it to be kept; over it, auto falls back to fp32 with a warning and a '
+          'precision set by name (int8, bf16 on openvino) fails configure. The measured '
+          'difference is logged and on /diagnostics (precision.check_max_diff).',
+          low=0.0, high=10.0),
         P('backend', 'auto', 'Inference backend: auto (openvino on a CPU when it is installed, '
           'torch when a GPU is present, compile_model or fp16 is set, or openvino is missing; '
           'the choice and its reason are logged and on /diagnostics as backend and '
