@@ -73,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--precision', choices=(AUTO, *PRECISIONS), default=AUTO,
                    help="as act_node's parameter: auto (the default) runs bf16 with backend "
                    'openvino on a CPU with native bfloat16 (AVX512-BF16 or AMX) when its actions '
-                   'stay within --precision-tolerance of fp32 on the warm-up observations, fp32 '
+                   'stay within --precision-tolerance of fp32 on the check observations, fp32 '
                    'everywhere else; fp32, bf16 (native only) or fp16 (CUDA/MPS) as set; int8: '
                    'backend openvino with the model act-ros export --int8 quantized, checked '
                    'against fp32 and refused over --precision-tolerance')
