@@ -199,12 +199,16 @@ def test_the_simulated_evaluation_takes_the_gripper_effort_as_evidence(tmp_path)
 
     from act_ros.core.contract import load_contract
     from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
-    from act_ros.training.rollout import SafetySettings
+    from act_ros.core.control import SafetySettings
+    from act_ros.training.rollout import sim_safety
 
     contract = load_contract()
-    assert SafetySettings.from_node_config(contract).gate.empty_effort == GRIPPER_EMPTY_EFFORT_N
+    assert sim_safety(contract).gate.empty_effort == GRIPPER_EMPTY_EFFORT_N
+    # The node's own reading of the file implies no effort evidence: a real arm's joint
+    # states may carry none.
+    assert SafetySettings.from_node_config(contract).gate.empty_effort is None
     path = tmp_path / 'act.yaml'
     path.write_text(yaml.safe_dump({'/**': {'ros__parameters': {
         'release_gate': {'empty_effort': 0.3, 'empty_opening': 0.02}}}}))
-    gate = SafetySettings.from_node_config(contract, path).gate
+    gate = sim_safety(contract, path).gate
     assert (gate.empty_effort, gate.empty_opening) == (0.3, 0.02)
