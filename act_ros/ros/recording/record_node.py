@@ -218,6 +218,7 @@ class RecordNode(Node):
         self.continuations = 0
         self.flagged = 0
         self.discarded_frames = 0
+        self.last_discard = ''  # what was last discarded, and why (/diagnostics)
         self._stopped = False
         self._lock = threading.Lock()
         self._match_lock = threading.Lock()
@@ -343,6 +344,7 @@ class RecordNode(Node):
             self.writer, self.recording, self._continues = None, False, None
             self.buffer = EpisodeBuffer(self.spec, self.contract)
             self.discarded_frames += frames
+            self.last_discard = f'{frames} frames (shard {writer.index}): writing failed'
             self.last_error = (f'episode (shard {writer.index}) discarded: {frames} frames '
                                f'not saved: writing failed: {type(writer.error).__name__}: '
                                f'{writer.error}')
@@ -484,6 +486,7 @@ class RecordNode(Node):
             with self._lock:
                 self.pending_saves -= 1
                 self.discarded_frames += buffer.frames
+                self.last_discard = f'{buffer.frames} frames: save failed'
                 self.last_error = f'save failed: {buffer.frames} frames not saved: {exc}'
             return False, self.last_error
         job.index = index
@@ -583,8 +586,12 @@ class RecordNode(Node):
             self.buffer = EpisodeBuffer(self.spec, self.contract)
         if writer is not None:
             writer.discard()
+            with self._lock:
+                self.discarded_frames += frames
+                self.last_discard = f'{frames} frames: ~/discard_episode'
         response.success = writer is not None
-        response.message = f'discarded {frames} frames' if writer is not None else 'not recording'
+        response.message = (f'discarded {frames} frames (~/discard_episode)' if writer is not None
+                            else 'not recording')
         self.get_logger().info(response.message)
         return response
 
@@ -636,6 +643,7 @@ class RecordNode(Node):
                 'drop_fraction': round(self.buffer.drop_fraction, 4),
                 'episodes_saved': self.saved, 'episodes_flagged': self.flagged,
                 'continuations': self.continuations, 'frames_discarded': self.discarded_frames,
+                'last_discard': self.last_discard or 'none',
                 'saves_pending': self.pending_saves,
                 'last_save_s': round(self.last_save_s, 3),
                 'writer_queue': self.writer.queued if self.writer is not None else 0,
