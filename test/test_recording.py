@@ -275,3 +275,12 @@ def test_frames_keep_their_ticks_and_a_gap_is_refused_and_counted():
     assert not nxt.add_frame({s: store.snapshot(at).value(s) for s in spec.streams()},
                              at=at + 0.01)  # within the same tick: too early
     assert nxt.drops.as_dict() == {'too early': 1}
+    # Before its first frame an episode counts the ticks it dropped and those between them
+    # it never sampled (a continuation waiting for its writer).
+    late = EpisodeBuffer(spec, CONTRACT)
+    late.drop('no writer yet', at=at)
+    late.drop('no writer yet', at=at + 3 / 30)  # ticks at + 1/30, + 2/30 never sampled
+    _put_all(store, at + 5 / 30)
+    assert late.sample(store.snapshot(at + 5 / 30), at=at + 5 / 30)  # + 4/30 never sampled
+    assert late.drops.as_dict() == {'no writer yet': 2, TICK_MISSED: 3}
+    assert late.summary()['ticks'] == 6

@@ -301,6 +301,7 @@ class EpisodeBuffer:
         self.start_s: float | None = None  # sample time of the first frame
         self._last_tick = -1  # tick of the last frame, counted from start_s
         self._trailing_drops = 0  # ticks dropped since the last frame
+        self._accounted_s: float | None = None  # before the first frame: the last tick counted
 
     @property
     def frames(self) -> int:
@@ -341,7 +342,30 @@ class EpisodeBuffer:
             self._trailing_drops += uncounted
         return missing
 
-    def _drop(self, reason: str | None = None, problems: dict[str, str] | None = None) -> None:
+    def _count_missed_before(self, at: float | None) -> None:
+        """Before the first frame: count the ticks between the last one counted and ``at``
+        that were never sampled."""
+        if at is None or self.start_s is not None:
+            return
+        if self._accounted_s is not None:
+            missed = int(round((at - self._accounted_s) * self.spec.fps)) - 1
+            if missed > 0:
+                self.drops.by_reason[TICK_MISSED] += missed
+                self.dropped_ticks += missed
+        self._accounted_s = at
+
+    def take_leading_drops(self, other: EpisodeBuffer) -> None:
+        """Count as this episode's the ticks ``other`` dropped without a frame (an episode
+        that waited for its writer)."""
+        self.drops.by_reason.update(other.drops.by_reason)
+        self.dropped_ticks += other.dropped_ticks
+        self._accounted_s = other._accounted_s
+
+    def drop(self, reason: str | None = None, problems: dict[str, str] | None = None,
+             at: float | None = None) -> None:
+        """Count a dropped tick (``reason``, or the streams' ``problems``) sampled at
+        ``at``."""
+        self._count_missed_before(at)
         if problems:
             self.drops.add(problems)
         if reason:
@@ -358,13 +382,15 @@ class EpisodeBuffer:
                                  'one: LeRobot would place it one period after it (end the '
                                  'episode and continue in a new one)')
             if tick <= self._last_tick:  # sampled within the tick of the last frame
-                self._drop('too early')
+                self.drop('too early')
                 return False
+        if at is not None and self.start_s is None:
+            self._count_missed_before(at)
         state = np.asarray(state, dtype=np.float32)
         action = np.asarray(action, dtype=np.float32)
         if self.sink is not None:
             if not self.sink.add_frame(images, state, action):
-                self._drop(WRITER_BEHIND)
+                self.drop(WRITER_BEHIND, at=at)
                 return False
         else:
             for cam in self.cameras:
@@ -390,7 +416,7 @@ class EpisodeBuffer:
         """Add the frame of this tick (True; ``at``: the tick's time) or count why it was
         dropped (False)."""
         if not snap.ok:
-            self._drop(problems=snap.problems)
+            self.drop(problems=snap.problems, at=at)
             return False
         return self._append({cam: snap.value(image_stream(cam)) for cam in self.cameras},
                             snap.value(JOINT_STATES), snap.value(ACTION), at)

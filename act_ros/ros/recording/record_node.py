@@ -58,6 +58,8 @@ from act_ros.ros.node.interfaces import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
 from act_ros.ros.node.parameters import (CONTRACT_PATH, ParamSpec, declare_parameters,
                                          parameters_help)
 
+#: Drop reason of a tick after a split whose continuation's writer was not made yet.
+NO_WRITER = 'no writer yet'
 MESSAGE_TYPES = {'sensor_msgs/msg/Image': Image,
                  'sensor_msgs/msg/CompressedImage': CompressedImage,
                  'sensor_msgs/msg/JointState': JointState,
@@ -215,6 +217,9 @@ class RecordNode(Node):
         self.max_episode_frames = p['max_episode_frames']
         self.max_drop_fraction = p['max_drop_fraction']
         self._continues: _SaveJob | None = None  # the episode the open one continues
+        # An episode ended at a gap or the cap whose continuation waits for its writer (none
+        # was made ahead): the ticks meanwhile are dropped, counted for the continuation.
+        self._awaiting: _SaveJob | None = None
         self.continuations = 0
         self.flagged = 0
         self.discarded_frames = 0
@@ -297,25 +302,44 @@ class RecordNode(Node):
             frame, frame['stamp_s']))
 
     # -- episode -----------------------------------------------------------------------
-    def _begin(self) -> None:
-        """Start an episode (its writer made now unless one was made ahead)."""
+    @property
+    def active(self) -> bool:
+        """Recording, or about to go on recording (a continuation awaiting its writer)."""
+        return self.recording or self._awaiting is not None
+
+    def _begin(self, continuation_only: bool = False) -> None:
+        """Start an episode (its writer made now unless one was made ahead); the awaited
+        continuation if there is one (``continuation_only``: nothing else)."""
         with self._lock:
             writer, self._spare = self._spare, None
         if writer is None:
             writer = self.episodes.begin(**self.writer_options)
         with self._lock:
-            self._attach(writer)
-        self.get_logger().info(f'episode {self.saved + self.pending_saves}: recording '
-                               f'(shard {writer.index})')
+            if continuation_only and (self._awaiting is None or self._stopped):
+                if self._spare is None:
+                    self._spare, writer = writer, None
+            else:
+                self._attach(writer)
+        if writer is None:
+            return
+        if self._continues is None:
+            self.get_logger().info(f'episode {self.saved + self.pending_saves}: recording '
+                                   f'(shard {writer.index})')
 
     def _attach(self, writer: EpisodeWriter, continues: _SaveJob | None = None) -> None:
         """(lock held) Record into ``writer`` from the next tick on (the continuation of
-        ``continues``' episode, if given)."""
+        ``continues``' episode, or of the awaited one, if any)."""
+        waited = None
+        if continues is None and self._awaiting is not None:
+            continues, waited = self._awaiting, self.buffer
+        self._awaiting = None
         chain = 0
         if continues is not None:
             chain = continues.buffer.chain_frames + continues.buffer.frames
         self.writer = writer
         self.buffer = EpisodeBuffer(self.spec, self.contract, sink=writer, chain_frames=chain)
+        if waited is not None:  # the ticks dropped while the writer was made
+            self.buffer.take_leading_drops(waited)
         self._continues = continues
         if continues is None:
             with self._match_lock:
@@ -375,7 +399,11 @@ class RecordNode(Node):
             why = f'{why}: {self.buffer.drops.as_dict()}'
         job = self._detach(False, why)
         self.continuations += 1
-        if self._spare is None:
+        if self._spare is None:  # made by the preparer; ticks until then are dropped
+            self._awaiting = job
+            self.buffer = EpisodeBuffer(self.spec, self.contract, chain_frames=(
+                job.buffer.chain_frames + job.buffer.frames))
+            self._prepares.put(True)
             return job, False
         spare, self._spare = self._spare, None
         self._attach(spare, continues=job)
@@ -387,7 +415,13 @@ class RecordNode(Node):
         continuing in a new one where the frame would exceed the cap or follow a gap."""
         jobs: list[_SaveJob | None] = []
         with self._lock:
-            if not self.recording or self._stopped:
+            if not self.active or self._stopped:
+                return
+            if self._awaiting is not None:  # no writer yet: a dropped tick, counted
+                if ready:
+                    self.buffer.drop(NO_WRITER, at=at)
+                else:
+                    add(self.buffer)  # counts why the tick was dropped
                 return
             why = self._split_reason(at) if ready else None
             attached = True
@@ -397,16 +431,8 @@ class RecordNode(Node):
             if attached:
                 add(self.buffer)
                 jobs.append(self._after_frame())
-        if not attached:  # no writer made ahead (splits in quick succession): make one now
-            writer = self.episodes.begin(**self.writer_options)
-            with self._lock:
-                if self.writer is None and not self._stopped:
-                    self._attach(writer, continues=jobs[0])
-                    add(self.buffer)
-                    jobs.append(self._after_frame())
-                    writer = None
-            if writer is not None:
-                writer.discard()
+            elif ready:
+                self.buffer.drop(NO_WRITER, at=at)
         for job in jobs:
             if job is not None:  # saved by the saver thread; sampling goes on
                 if job.ended_by != 'saved' and not job.ended_by.startswith('max_episode_s'):
@@ -428,7 +454,7 @@ class RecordNode(Node):
 
     def _tick(self) -> None:
         at = self._tick_time()
-        if not self.recording:
+        if not self.active:
             return
         snap = self.store.snapshot(self._now())
         self._record(at, snap.ok, lambda buffer: buffer.sample(snap, at))
@@ -532,11 +558,12 @@ class RecordNode(Node):
         try:
             with self._lock:
                 idle = self.writer is None
-            if idle and self.restart_after_save:
-                self._begin()
+                awaited = self._awaiting is not None
+            if idle and (self.restart_after_save or awaited):
+                self._begin(continuation_only=not self.restart_after_save)
             with self._lock:
                 need = (self._spare is None and not self._stopped
-                        and (self.recording or self.restart_after_save))
+                        and (self.active or self.restart_after_save))
             if need:
                 spare = self.episodes.begin(**self.writer_options)
                 with self._lock:
@@ -552,14 +579,17 @@ class RecordNode(Node):
         """Save the open episode: hand it to the saver thread and await the result (a
         coroutine, so the executor goes on sampling meanwhile, also on one thread)."""
         with self._lock:
+            awaited, self._awaiting = self._awaiting, None  # its continuation: not begun
             job = self._detach(self.restart_after_save)
+        if job is None and awaited is not None:  # the episode it ended is being saved
+            return await awaited.future
         if job is None:
             return False, 'not recording: call ~/start_episode first'
         self._saves.put(job)
         return await job.future
 
     def _start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        if self.recording:
+        if self.active:
             response.success, response.message = False, 'already recording an episode'
         else:
             try:
@@ -583,6 +613,7 @@ class RecordNode(Node):
         with self._lock:
             writer, frames = self.writer, self.buffer.frames
             self.writer, self.recording, self._continues = None, False, None
+            self._awaiting = None
             self.buffer = EpisodeBuffer(self.spec, self.contract)
         if writer is not None:
             writer.discard()
@@ -610,7 +641,7 @@ class RecordNode(Node):
         with self._lock:
             writer, frames = self.writer, self.buffer.frames
             spare, self._spare = self._spare, None
-            self.writer, self.recording = None, False
+            self.writer, self.recording, self._awaiting = None, False, None
             self.buffer = EpisodeBuffer(self.spec, self.contract)
         for w in (writer, spare):
             if w is not None:
@@ -638,7 +669,7 @@ class RecordNode(Node):
         now = self._now()
         with self._lock:
             values: dict[str, Any] = {
-                'recording': self.recording, 'frames': self.buffer.frames,
+                'recording': self.active, 'frames': self.buffer.frames,
                 'dropped_ticks': self.buffer.dropped_ticks,
                 'drop_fraction': round(self.buffer.drop_fraction, 4),
                 'episodes_saved': self.saved, 'episodes_flagged': self.flagged,
