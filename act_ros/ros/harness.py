@@ -131,10 +131,14 @@ class RobotHarness(Node):
             self._cache = {key: msg}
         return msg
 
-    def publish_once(self) -> float:
-        """Publish every enabled stream once, all with the same header stamp; returns that
-        stamp in seconds."""
+    def publish_once(self, stamp_s: float | None = None) -> float:
+        """Publish every enabled stream once, all with the same header stamp (``stamp_s``,
+        seconds; default now); returns that stamp in seconds."""
         stamp = self.get_clock().now().to_msg()
+        if stamp_s is not None:
+            stamp.sec, stamp.nanosec = int(stamp_s // 1), int(round(stamp_s % 1 * 1e9))
+            if stamp.nanosec >= 1_000_000_000:
+                stamp.sec, stamp.nanosec = stamp.sec + 1, stamp.nanosec - 1_000_000_000
         if self._sends('joint_states'):
             efforts = dict(self.efforts)
             msg = JointState(name=list(self.joints),
