@@ -234,9 +234,10 @@ def test_sim_launch_defaults_to_lockstep_and_sim_time_with_no_file():
     bridge, act = sim_parameters(_sim_values(), act_files=[''], bridge_files=[''])
     assert _merged(bridge) == {'mode': 'lockstep', 'autostart': True,
                                'policy_reset_service': 'act_node/reset'}
+    # The bridge publishes the gripper's effort: the gate's evidence of an empty close.
     assert _merged(act) == {'use_sim_time': True, 'trigger': 'observation', 'execution': 'sync',
                             'pad_source': 'topic', 'pad_pose_topic': 'pad_pose',
-                            'autostart': True}
+                            'autostart': True, 'release_gate.empty_effort': 1.0}
 
 
 def test_sim_launch_files_win_over_its_defaults_and_given_arguments_over_the_files(tmp_path):
@@ -245,13 +246,15 @@ def test_sim_launch_files_win_over_its_defaults_and_given_arguments_over_the_fil
         'mode': 'realtime', 'seed': 7, 'image_height': 96, 'image_width': 128}}}))
     act_file = tmp_path / 'act.yaml'
     act_file.write_text(yaml.safe_dump({'/**': {'ros__parameters': {
-        'use_sim_time': False, 'mode': 'ensemble', 'execution': 'async'}}}))
+        'use_sim_time': False, 'mode': 'ensemble', 'execution': 'async',
+        'release_gate': {'empty_effort': 2.0}}}}))
     files = {'act_files': [str(act_file)], 'bridge_files': [str(bridge_file)]}
     bridge, act = sim_parameters(_sim_values(), **files)
     assert _merged(bridge)['mode'] == 'realtime' and _merged(bridge)['seed'] == 7
     merged = _merged(act)
     assert (merged['use_sim_time'], merged['mode'], merged['trigger'], merged['execution']) == (
         False, 'ensemble', 'timer', 'async')  # realtime: the file's execution stays
+    assert merged['release_gate.empty_effort'] == 2.0
     bridge, act = sim_parameters(_sim_values(mode='lockstep', seed='3', use_sim_time='true',
                                              policy_mode='chunk'), **files)
     assert (_merged(bridge)['mode'], _merged(bridge)['seed']) == ('lockstep', 3)

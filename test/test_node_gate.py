@@ -118,9 +118,18 @@ def test_release_suppressed_far_from_pad_and_passes_near_it(rclpy_context, gated
 
 EMPTY = MEASURED.copy()
 EMPTY[GRIPPER] = 0.0   # fingers closed on nothing
+THIN = MEASURED.copy()
+THIN[GRIPPER] = 0.02   # fingers closed on a 2 mm object (a card) in a 100 mm gripper
 
 
-def test_a_gripper_closed_on_nothing_frees_the_gate(rclpy_context, tmp_path, tiny_checkpoint):
+@pytest.mark.parametrize('evidence, params, effort', [
+    # The gripper's effort in JointState (fingers on nothing push nothing) ...
+    ('effort', {'release_gate.empty_effort': 1.0}, 0.0),
+    # ... or, opted in, the opening below the thinnest object the user assumes.
+    ('opening', {'release_gate.empty_opening': 0.01}, None),
+])
+def test_a_gripper_closed_on_nothing_frees_the_gate(rclpy_context, tmp_path, tiny_checkpoint,
+                                                    evidence, params, effort):
     """Commanded closed while the fingers measure empty (the object slipped out, or the
     grasp missed): nothing is held, HOLDING returns to FREE and an open request passes far
     from the pad, so the policy can grasp again."""
@@ -128,17 +137,54 @@ def test_a_gripper_closed_on_nothing_frees_the_gate(rclpy_context, tmp_path, tin
 
     checkpoint, open_image, closed_image = make_gated_checkpoint(
         tiny_checkpoint, tmp_path / 'gated_empty', state=EMPTY)
-    node = make_node(rclpy_context, checkpoint, ee_source='topic')
+    node = make_node(rclpy_context, checkpoint, ee_source='topic', **params)
     harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, EMPTY)),
                            image=closed_image)
+    if effort is not None:
+        harness.efforts = {JOINTS[GRIPPER]: effort}
     harness.ee_position = np.array([0.6, 0.3, 0.3])  # far from the pad
     with spinning(rclpy_context, node, harness):
         assert node.start()
+        assert evidence in node.loop.gates[0].gate.config.evidence()
         wait_gate(harness, 'FREE', objects_lost=1)
         harness.image = open_image
         switched = time.monotonic() + 0.1
         assert wait_until(lambda: any(g == pytest.approx(1.0) for g in
                                       gripper_commands(harness, switched, 1)), WAIT_S)
+
+
+@pytest.mark.parametrize('params, effort', [
+    ({}, None),  # the default: no evidence of an empty gripper, a closed one holds
+    ({'release_gate.empty_effort': 1.0}, -2.9),  # the fingers push on the object
+    # An effort that no message carries: the opening option decides, below the object.
+    ({'release_gate.empty_effort': 1.0, 'release_gate.empty_opening': 0.01}, None),
+])
+def test_a_thin_object_stays_gated_far_from_the_pad(rclpy_context, tmp_path, tiny_checkpoint,
+                                                    params, effort):
+    """Fingers closed on a 2 mm object measure almost closed: the opening alone cannot tell
+    it from nothing, so the gate keeps HOLDING and suppresses every open request outside
+    the release radius, long past empty_ticks (the object is never released in transit)."""
+    from act_ros.ros.harness import make_gated_checkpoint
+
+    checkpoint, open_image, closed_image = make_gated_checkpoint(
+        tiny_checkpoint, tmp_path / 'gated_thin', state=THIN)
+    node = make_node(rclpy_context, checkpoint, ee_source='topic', **params)
+    harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, THIN)),
+                           image=closed_image)
+    if effort is not None:
+        harness.efforts = {JOINTS[GRIPPER]: effort}
+    harness.ee_position = np.array([0.6, 0.3, 0.3])  # 0.5 m from the pad
+    with spinning(rclpy_context, node, harness):
+        assert node.start()
+        wait_gate(harness, 'HOLDING')
+        harness.image = open_image
+        switched = time.monotonic() + 0.1
+        # Four times empty_ticks (5) of open requests, every one held closed.
+        wait_gate(harness, 'HOLDING', suppressed_releases=20, ticks=GATE_TICKS + 20)
+        grips = gripper_commands(harness, switched, 20)
+        diag = harness.latest_diagnostics()[2]
+    assert grips == pytest.approx([0.0] * len(grips)), grips
+    assert int(diag['objects_lost']) == 0, diag
 
 
 def test_stale_end_effector_pose_counts_as_far_from_pad(rclpy_context, gated):

@@ -26,6 +26,13 @@ def test_fp16_package_loads_everywhere_and_acts_like_the_source(tiny_checkpoint,
     assert 0 < report['max_action_difference'] < 1e-2
     assert (out / 'MODEL_CARD.md').read_text() == '# card\n'
     assert json.loads((out / 'packaging.json').read_text())['dtype'] == 'fp16'
+    # Real observations for the start-up precision check go with the model.
+    from act_ros.core.precision import load_check_observations
+    saved = load_check_observations(out, ['top', 'wrist'])
+    assert saved is not None and len(saved) == 8, report
+    assert report['precision_check_observations'] in (
+        'the task simulation', 'the source checkpoint') or report[
+        'precision_check_observations'].startswith('the training dataset'), report
     policy = ACTPolicy.from_pretrained(str(out))  # LeRobot, unchanged
     assert next(policy.parameters()).dtype == torch.float32
     load_checkpoint(out, device='cpu')

@@ -226,6 +226,63 @@ def test_bf16_is_kept_within_the_tolerance_and_refused_over_it(exported):
             assert rt.predictor.backend.precision == 'fp32'
 
 
+def test_check_observations_saved_beside_a_checkpoint_load_back(tmp_path):
+    """save_check_observations / load_check_observations: frames, state and object poses
+    round-trip; a file that lacks an input the checkpoint takes is not used."""
+    from act_ros.core.precision import (CHECK_OBSERVATIONS_FILE, load_check_observations,
+                                        save_check_observations)
+
+    cameras = [('top', 'observation.images.top', (12, 16)), ('wrist', 'w', (12, 16))]
+    saved = check_observations(cameras, np.zeros(6), np.ones(6), 10, count=4, seed=1)
+    assert load_check_observations(tmp_path, ['top']) is None  # none there
+    path = save_check_observations(tmp_path, saved)
+    assert path == tmp_path / CHECK_OBSERVATIONS_FILE
+    loaded = load_check_observations(tmp_path, ['top', 'wrist'], 10)
+    assert len(loaded) == 4
+    for a, b in zip(saved, loaded):
+        np.testing.assert_array_equal(a.images['top'], b.images['top'])
+        np.testing.assert_array_equal(a.state, b.state)
+        np.testing.assert_allclose(a.environment_state, b.environment_state)
+    assert load_check_observations(tmp_path, ['top', 'side']) is None  # a camera missing
+    assert load_check_observations(tmp_path, ['top'], 7) is None  # other object features
+    assert load_check_observations(tmp_path, ['top'])[0].environment_state is None
+
+
+@needs_openvino
+@pytest.mark.skipif(not NATIVE_BF16, reason=NO_BF16)
+@pytest.mark.slow
+def test_bf16_set_by_name_is_checked_on_the_saved_observations_and_refused_over_it(
+        exported, tmp_path):
+    """precision bf16 (openvino) set by name: checked against fp32 on the observations saved
+    beside the checkpoint (not synthetic ones), kept within the tolerance, refused over it
+    with the figure in the error (never silently replaced by fp32)."""
+    import shutil
+
+    from act_ros.core.contract import load_contract
+    from act_ros.core.errors import PrecisionRefusedError
+    from act_ros.core.precision import save_check_observations
+
+    ckpt = tmp_path / 'ckpt'
+    shutil.copytree(exported, ckpt)
+    contract = load_contract()
+    cameras = [(c, f'observation.images.{c}', (48, 64)) for c in contract.camera_names]
+    save_check_observations(ckpt, check_observations(cameras, contract.lower, contract.upper,
+                                                     0, count=8, seed=5))
+    with _runtime(ckpt, precision='bf16') as rt:
+        check = rt.precision_check
+        assert (check.requested, check.candidate, check.source, check.observations) == (
+            'bf16', 'bf16', 'saved', 8)
+        assert 'on 8 real observations saved with the checkpoint' in check.line()
+        assert check.precision == 'bf16' and not check.warning, check.line()
+        diff = check.max_diff
+    assert diff > 0
+    with pytest.raises(PrecisionRefusedError) as refused:
+        _runtime(ckpt, precision='bf16', precision_tolerance=diff / 2)
+    line = str(refused.value)
+    assert f'max normalized action difference {diff:.4f}, over the tolerance' in line, line
+    assert 'bf16 refused' in line and 'set precision fp32' in line
+
+
 @needs_openvino
 @pytest.mark.slow
 def test_process_child_settles_the_precision_and_splits_each_chunk(exported, flags):

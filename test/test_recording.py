@@ -243,3 +243,44 @@ def test_an_episode_streams_to_disk_and_opens_with_its_video(tmp_path):
     assert np.abs(frame - episode.images['top'][17]).mean() < 12  # lossy video
     np.testing.assert_allclose(ds[17]['observation.state'].numpy(), episode.state[17],
                                atol=1e-6)
+
+
+# -- issue 42 -------------------------------------------------------------------------
+def test_frames_keep_their_ticks_and_a_gap_is_refused_and_counted():
+    """LeRobot places frame i at i / fps: a frame after missing ticks is refused (the
+    recorder continues in a new episode there) and the ticks never sampled are counted."""
+    from act_ros.data.recording import TICK_MISSED
+
+    spec = _spec()
+    store, buffer = make_store(spec), EpisodeBuffer(spec, CONTRACT)
+    t0 = 100.0
+    for k in range(3):
+        _put_all(store, t0 + k / 30)
+        assert buffer.sample(store.snapshot(t0 + k / 30), at=t0 + k / 30 + 0.004)
+    assert buffer.start_s == pytest.approx(t0 + 0.004)
+    assert buffer.gap_before(t0 + 3 / 30 + 0.01) == 0  # the next tick, a little late
+    assert not buffer.sample(store.snapshot(t0 + 3 / 30 + 0.2))  # stale: dropped, counted
+    at = t0 + 6 / 30 + 0.004  # ticks 3 (dropped), 4, 5 (never sampled) are missing
+    _put_all(store, at)
+    assert buffer.gap_before(at) == 3
+    with pytest.raises(ValueError, match='3 tick'):
+        buffer.sample(store.snapshot(at), at=at)
+    assert buffer.close_gap(at) == 3
+    assert buffer.dropped_ticks == 3 and buffer.drops.by_reason[TICK_MISSED] == 2
+    summary = buffer.summary()
+    assert (summary['frames'], summary['ticks'], summary['dropped_ticks']) == (3, 6, 3)
+    assert summary['drop_fraction'] == pytest.approx(0.5)
+    nxt = EpisodeBuffer(spec, CONTRACT, chain_frames=buffer.frames)
+    assert nxt.sample(store.snapshot(at), at=at) and nxt.start_s == at
+    assert not nxt.add_frame({s: store.snapshot(at).value(s) for s in spec.streams()},
+                             at=at + 0.01)  # within the same tick: too early
+    assert nxt.drops.as_dict() == {'too early': 1}
+    # Before its first frame an episode counts the ticks it dropped and those between them
+    # it never sampled (a continuation waiting for its writer).
+    late = EpisodeBuffer(spec, CONTRACT)
+    late.drop('no writer yet', at=at)
+    late.drop('no writer yet', at=at + 3 / 30)  # ticks at + 1/30, + 2/30 never sampled
+    _put_all(store, at + 5 / 30)
+    assert late.sample(store.snapshot(at + 5 / 30), at=at + 5 / 30)  # + 4/30 never sampled
+    assert late.drops.as_dict() == {'no writer yet': 2, TICK_MISSED: 3}
+    assert late.summary()['ticks'] == 6

@@ -97,9 +97,71 @@ def test_an_empty_gripper_returns_the_gate_to_free():
     assert gate.state is GateState.HOLDING
 
 
+def hold_then(gate, opening, effort=None, ticks=10):
+    """Grip (HOLDING), then ask to open far from the pad for ``ticks`` ticks with the
+    fingers measured at ``opening`` and ``effort``; the commands sent."""
+    far, pad = np.array([0.0, 0.0, 0.3]), np.array([0.3, 0.0, 0.0])
+    for _ in range(gate.config.hold_ticks):
+        gate.apply(0.0, far, pad, measured_gripper=opening, measured_effort=effort)
+    assert gate.state is GateState.HOLDING
+    return [gate.apply(1.0, far, pad, measured_gripper=opening, measured_effort=effort).command
+            for _ in range(ticks)]
+
+
+THIN = 0.02  # a 2 mm object in a gripper opening 100 mm
+
+
+def test_a_thin_object_stays_gated_without_evidence_of_an_empty_gripper():
+    """By default the opening alone never frees the gate: fingers on a 2 mm card measure
+    as closed as fingers on nothing, so a closed gripper counts as holding."""
+    gate = ReleaseGate()
+    assert hold_then(gate, THIN, ticks=50) == [0.0] * 50
+    assert gate.state is GateState.HOLDING and gate.objects_lost == 0
+    assert hold_then(ReleaseGate(), 0.0, ticks=50) == [0.0] * 50  # even fully closed
+    assert 'always counts as holding' in ReleaseGateConfig().evidence()
+
+
+def test_the_effort_tells_a_thin_object_from_nothing():
+    config = ReleaseGateConfig(empty_effort=1.0, empty_ticks=3)
+    # On the 2 mm object the fingers push (2.9, in the joint's units, either sign): held.
+    for effort in (2.9, -2.9):
+        gate = ReleaseGate(config)
+        assert hold_then(gate, THIN, effort) == [0.0] * 10
+        assert gate.state is GateState.HOLDING
+    # Closed on nothing: no effort; after empty_ticks ticks FREE, the open request passes.
+    gate = ReleaseGate(config)
+    assert hold_then(gate, 0.0, 0.01, ticks=4) == [0.0, 0.0, 1.0, 1.0]
+    assert gate.state is GateState.FREE and gate.objects_lost == 1
+    # The effort decides where it is known, whatever the opening (and the opening option).
+    gate = ReleaseGate(ReleaseGateConfig(empty_effort=1.0, empty_opening=0.05))
+    assert hold_then(gate, 0.0, 2.9) == [0.0] * 10
+    # A message without an effort (None, NaN): the opening option, else never.
+    gate = ReleaseGate(ReleaseGateConfig(empty_effort=1.0, empty_opening=0.05, empty_ticks=1))
+    assert hold_then(gate, 0.0, float('nan'), ticks=1) == [1.0]
+    gate = ReleaseGate(config)
+    assert hold_then(gate, 0.0, None) == [0.0] * 10
+    assert 'effort is below 1' in config.evidence()
+
+
+def test_the_opt_in_thickness_frees_only_below_it():
+    """empty_opening: the opening of the thinnest object the user picks (here 3 mm of
+    100): a 2 mm object would be taken for nothing (the user's assumption), a 5 mm one is
+    held, and a close on nothing frees the gate."""
+    config = ReleaseGateConfig(empty_opening=0.03, empty_ticks=2)
+    gate = ReleaseGate(config)
+    assert hold_then(gate, 0.05) == [0.0] * 10
+    gate = ReleaseGate(config)
+    assert hold_then(gate, 0.0, ticks=3) == [0.0, 1.0, 1.0]
+    assert gate.objects_lost == 1
+    assert 'opening < 0.03' in config.evidence()
+
+
 @pytest.mark.parametrize('overrides, message', [
     ({'empty_opening': 0.95}, 'empty_opening'),
     ({'empty_opening': -0.1}, 'empty_opening'),
+    ({'empty_opening': 0.0}, 'empty_opening'),
+    ({'empty_effort': 0.0}, 'empty_effort'),
+    ({'empty_effort': float('nan')}, 'empty_effort'),
     ({'empty_ticks': 0}, 'empty_ticks'),
 ])
 def test_empty_gripper_settings_are_validated(overrides, message):
@@ -128,3 +190,25 @@ def test_one_gate_per_gripper_none_without_gripper_or_with_the_gate_off():
     assert len(gates) == len(ees) == 1 and len(told) == 1
     with pytest.raises(ValueError, match='ee_pose_topic is one end effector'):
         release_gates(aloha, ReleaseGateConfig(), ee_source='topic')
+
+
+def test_the_simulated_evaluation_takes_the_gripper_effort_as_evidence(tmp_path):
+    """The in-process evaluator's gate (the node's file, config/act.yaml) takes the
+    simulated gripper's effort as evidence of an empty close unless the file sets one."""
+    import yaml
+
+    from act_ros.core.contract import load_contract
+    from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
+    from act_ros.core.control import SafetySettings
+    from act_ros.training.rollout import sim_safety
+
+    contract = load_contract()
+    assert sim_safety(contract).gate.empty_effort == GRIPPER_EMPTY_EFFORT_N
+    # The node's own reading of the file implies no effort evidence: a real arm's joint
+    # states may carry none.
+    assert SafetySettings.from_node_config(contract).gate.empty_effort is None
+    path = tmp_path / 'act.yaml'
+    path.write_text(yaml.safe_dump({'/**': {'ros__parameters': {
+        'release_gate': {'empty_effort': 0.3, 'empty_opening': 0.02}}}}))
+    gate = sim_safety(contract, path).gate
+    assert (gate.empty_effort, gate.empty_opening) == (0.3, 0.02)

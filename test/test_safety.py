@@ -145,7 +145,7 @@ def test_one_gate_per_gripper_each_in_its_units_and_near_its_own_end_effector():
     effector is near the pad, and the held one gets its own closed position (100)."""
     limits = SafetyLimits(np.array([-1.0, 0.0, -1.0, 0.0]), np.array([1.0, 100.0, 1.0, 1.0]),
                           max_step=np.array([0.1, 200.0, 0.1, 2.0]))
-    config = ReleaseGateConfig(hold_ticks=2)
+    config = ReleaseGateConfig(hold_ticks=2, empty_opening=0.05)  # evidence: the opening
     gates = (on_gripper(ReleaseGate(config), 1, closed=100.0, opened=0.0)[0],
              on_gripper(ReleaseGate(config), 3)[0])
     pad = np.array([0.3, 0.0, 0.0])

@@ -30,6 +30,7 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.ros import conversions as conv  # noqa: E402
 from act_ros.ros.harness import spinning, wait_until  # noqa: E402
+from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N  # noqa: E402
 from act_ros.ros.sim_bridge.bridge import STATUS_QOS, SimBridge  # noqa: E402
 
 JOINTS = list(load_contract().joint_names)
@@ -162,6 +163,11 @@ def test_command_on_the_topic_moves_the_simulated_joints(rclpy_context, command)
         moved = probe.latest_joints()
         assert moved[0] - start[0] > 0.3, (start, moved)
         assert moved[5] < 0.5, (start, moved)
+        # The actuator efforts ride along: the gripper at rest on nothing pushes nothing
+        # (the release gate's evidence of an empty close, release_gate.empty_effort).
+        efforts = conv.joint_efforts(probe.joint_states[-1], JOINTS)
+        assert efforts is not None and np.all(np.isfinite(efforts)), probe.joint_states[-1]
+        assert abs(efforts[5]) < GRIPPER_EMPTY_EFFORT_N, efforts
         np.testing.assert_allclose(moved[1:5], start[1:5], atol=0.1)
         assert probe.status['commands']['applied'] == 15
         assert probe.status['commands']['rejected'] == 0

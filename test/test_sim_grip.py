@@ -18,6 +18,7 @@ pytest.importorskip('mujoco')
 from act_ros.core.release_gate import ReleaseGateConfig, gripper_gates  # noqa: E402
 from act_ros.core.safety import SafetyLimits, limit_command  # noqa: E402
 from act_ros.sim import PortPickAlignEnv, ScriptedExpert, SimConfig  # noqa: E402
+from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N  # noqa: E402
 from act_ros.sim.ik import gripper_yaw  # noqa: E402
 from act_ros.sim.metrics import summarize_results, wrap_angle  # noqa: E402
 
@@ -34,27 +35,50 @@ def _carry_through_the_safety_chain(env, seed, *, against_previous_command):
     expert = ScriptedExpert(env)
     contract = env.contract
     limits = SafetyLimits(contract.lower, contract.upper, max_step=0.1)
-    gate = gripper_gates(contract, ReleaseGateConfig())
+    gate = gripper_gates(contract, ReleaseGateConfig(empty_effort=GRIPPER_EMPTY_EFFORT_N))
     obs = env.reset(seed=seed)
     expert.reset(obs)
     previous = None
-    forces, relative_yaws, commands = [], [], []
+    forces, relative_yaws, commands, efforts = [], [], [], []
     finger_actuators = [env.model.actuator(n).id for n in ('gripper', 'gripper_mirror')]
     while not env.done:
         action = expert.act(obs)
         result = limit_command(action, obs.joint_positions, limits,
                                grippers=contract.gripper_indices, gates=gate,
                                ee_positions=(obs.ee_position,), pad_position=obs.pad_pose[:3],
-                               previous_command=previous if against_previous_command else None)
+                               previous_command=previous if against_previous_command else None,
+                               measured_effort=obs.joint_efforts)
         previous = result.command
         lifted = obs.box_pose[2] - env.config.box_size_m / 2 > 0.02
         if expert.phase in ('lift', 'carry') and lifted:
             forces.append(float(np.min(np.abs(env.data.actuator_force[finger_actuators]))))
+            efforts.append(float(obs.joint_efforts[env.gripper_index]))
             _, rotation = expert.ik.forward(obs.joint_positions[env.arm_index])
             relative_yaws.append(wrap_angle(obs.box_pose[3] - gripper_yaw(rotation)))
             commands.append(float(result.command[env.gripper_index]))
         obs = env.step(result.command)
+    if against_previous_command:
+        # The gripper's effort (what sim_bridge publishes) says the fingers hold the box:
+        # the gate, which takes it as evidence, never thought the gripper empty.
+        assert efforts and max(abs(e) for e in efforts) > 2.0 * GRIPPER_EMPTY_EFFORT_N
+        assert all(abs(e) > GRIPPER_EMPTY_EFFORT_N for e in efforts), efforts
+        assert gate[0].gate.objects_lost == 0
     return env.evaluate(), np.array(forces), np.unwrap(np.array(relative_yaws) * 4) / 4, commands
+
+
+def test_the_gripper_effort_tells_an_empty_close(env):
+    """Closed on nothing the fingers push nothing: within two ticks the gripper's effort is
+    below the gate's threshold (GRIPPER_EMPTY_EFFORT_N), where closed on the box it is
+    about 2.9 N (above)."""
+    obs = env.reset(seed=4)
+    efforts = []
+    for _ in range(8):
+        target = obs.joint_positions.copy()
+        target[env.gripper_index] = 0.0
+        obs = env.step(target)
+        efforts.append(float(obs.joint_efforts[env.gripper_index]))
+    assert obs.joint_positions[env.gripper_index] < 0.01
+    assert all(abs(e) < GRIPPER_EMPTY_EFFORT_N for e in efforts[1:]), efforts
 
 
 @pytest.mark.parametrize('seed', [0, 7])

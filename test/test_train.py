@@ -93,6 +93,11 @@ def test_short_run_learns_and_writes_everything(short_run):
     assert saved['inference_check']['finite'] is True
     info = json.loads((out / 'best' / 'training_info.json').read_text())
     assert info['step'] == best['step'] and info['dataset_image_size'] == [H, W]
+    # Frames of the dataset beside best/ and last/: the start-up precision check's inputs.
+    from act_ros.core.precision import load_check_observations
+    for name in ('best', 'last'):
+        saved = load_check_observations(out / name, [])
+        assert saved is not None and len(saved) == 8, name
 
 
 def test_checkpoint_loads_in_lerobot_and_in_runtime(short_run):

@@ -36,8 +36,9 @@ import yaml
 
 from act_ros.core.command_plan import limit_plan
 from act_ros.core.errors import ObservationError
-from act_ros.core.inputs import (EE_POSE, ENVIRONMENT_STATE, JOINT_STATES, PAD_POSE, Snapshot,
-                                 image_stream, object_pose_stream, required_streams)
+from act_ros.core.inputs import (EE_POSE, ENVIRONMENT_STATE, JOINT_EFFORTS, JOINT_STATES,
+                                 PAD_POSE, Snapshot, image_stream, object_pose_stream,
+                                 required_streams)
 from act_ros.core.object_state import OBJECTS, environment_state_from_poses
 from act_ros.core.observation import Observation
 from act_ros.core.paths import config_path
@@ -364,7 +365,8 @@ class ControlLoop:
         lost_before = sum(g.objects_lost for g in gates)
         result = limit_command(action, state, self.limits, grippers=self.grippers,
                                gates=self.gates, ee_positions=ees, pad_position=pad,
-                               previous_command=self.last_command)
+                               previous_command=self.last_command,
+                               measured_effort=snap.value(JOINT_EFFORTS))
         c.suppressed_releases += sum(g.suppressed_releases for g in gates) - suppressed_before
         c.objects_lost += sum(g.objects_lost for g in gates) - lost_before
         if result.gates:
@@ -411,9 +413,12 @@ class SafetySettings:
     pad_position_m: tuple[float, ...] | None = None
 
     @classmethod
-    def from_node_config(cls, contract: Contract, path: str | Path | None = None) -> SafetySettings:
+    def from_node_config(cls, contract: Contract, path: str | Path | None = None, *,
+                         gate_defaults: dict[str, Any] | None = None) -> SafetySettings:
         """Read limits, ``release_gate``, the kinematics and ``max_obs_age_s`` of act_node's
-        parameter file (``config/act.yaml`` by default)."""
+        parameter file (``config/act.yaml`` by default); ``gate_defaults``: release gate
+        settings the caller's arm implies where the file sets none (a simulation's effort
+        evidence)."""
         path = Path(path) if path else config_path('act.yaml')
         data = yaml.safe_load(Path(path).read_text()) or {}
         params: dict[str, Any] = {}
@@ -437,7 +442,8 @@ class SafetySettings:
         limits = SafetyLimits(lower=np.asarray(params.get('joint_lower', contract.lower)),
                               upper=np.asarray(params.get('joint_upper', contract.upper)),
                               max_step=speeds.per_tick(period_s))
-        return cls(limits=limits, gate=ReleaseGateConfig(**params.get('release_gate', {})),
+        gate = {**(gate_defaults or {}), **params.get('release_gate', {})}
+        return cls(limits=limits, gate=ReleaseGateConfig(**gate),
                    urdf_path=urdf_path, ee_frame=str(params.get('ee_frame', '') or ''),
                    max_obs_age_s=float(params.get('max_obs_age_s', 0.2)))
 

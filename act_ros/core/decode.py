@@ -88,6 +88,19 @@ def joint_positions(msg: Any, joint_names: Sequence[str]) -> np.ndarray:
     return named_positions(msg.name, msg.position, joint_names, 'joint state')
 
 
+def joint_efforts(msg: Any, joint_names: Sequence[str]) -> np.ndarray | None:
+    """The efforts of ``joint_names`` (in that order) from a ``JointState``, NaN for a
+    joint without a finite one; ``None`` when the message carries no effort per name (an
+    empty ``effort`` array is allowed: the release gate then has no effort evidence)."""
+    names = list(msg.name)
+    efforts = np.asarray(msg.effort, dtype=np.float64).reshape(-1)
+    if efforts.size != len(names) or not names:
+        return None
+    index = {name: i for i, name in enumerate(names)}
+    return np.array([efforts[index[name]] if name in index and np.isfinite(efforts[index[name]])
+                     else np.nan for name in joint_names])
+
+
 def check_frame(msg: Any, expected: str, topic: str) -> None:
     """Reject a stamped message (a ``PoseStamped``) whose ``header.frame_id`` is not
     ``expected``: poses are used as they are, never transformed, so a pose in a camera or

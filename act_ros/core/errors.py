@@ -24,3 +24,8 @@ class ObservationError(ActRosError, ValueError):
 class QuantizedModelError(ActRosError):
     """precision int8 was requested but no valid quantized model exists (missing, made from
     another export, or its files changed): the message says how to make it."""
+
+
+class PrecisionRefusedError(ActRosError, ValueError):
+    """A reduced precision set by name (int8, bf16) whose actions differ from fp32's by
+    more than ``precision_tolerance`` on the check observations: refused at start-up."""

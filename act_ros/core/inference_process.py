@@ -387,7 +387,7 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
         if spec.precision_plan is not None:
             from act_ros.core.precision import settle
             check = settle(predictor, spec.precision_plan, spec.contract.lower,
-                           spec.contract.upper)
+                           spec.contract.upper, checkpoint_dir=spec.model_path)
         events['warmed_up'] = time.monotonic()
         backend = predictor.backend
         conn.send(('ready', {

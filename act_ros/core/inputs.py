@@ -19,6 +19,9 @@ from typing import Any
 
 # Stream names shared by the node, the evaluator and the recorder.
 JOINT_STATES = 'joint_states'
+# The joints' efforts from the same JointState (contract order, NaN where unknown; None
+# when a message carries none): the release gate's evidence of an empty gripper. Optional.
+JOINT_EFFORTS = 'joint_efforts'
 EE_POSE = 'ee_pose'
 PAD_POSE = 'pad_pose'
 # The policy's object poses as one ready vector (the in-process evaluator, from the

@@ -21,11 +21,18 @@ decides as the inference child, the evaluator and training do, from one detectio
   when the bf16 model cannot be built, the model stays fp32 and the result says why
   (:class:`PrecisionCheck`, logged as a warning by the node and shown on
   ``/diagnostics`` as ``precision.*``).
-- ``precision: int8`` (OpenVINO with a quantized model, :mod:`act_ros.core.quantized`) is
-  never picked by auto and goes through the same check when set: fp32 is built first,
-  int8 is compared with it on the same observations and the difference reported, but int8
-  was asked for by name, so it stays even over the tolerance (a warning), and a quantized
-  model that cannot be loaded is an error, not a fallback (:attr:`PrecisionPlan.keep`).
+- ``precision: int8`` (OpenVINO with a quantized model, :mod:`act_ros.core.quantized`),
+  never picked by auto, and ``bf16`` set by name with the OpenVINO backend go through the
+  same check: fp32 is built first, the candidate is compared with it on the same
+  observations, and one whose actions differ beyond the tolerance is refused
+  (:class:`~act_ros.core.errors.PrecisionRefusedError`, with the figure): a precision
+  asked for by name is never silently replaced, and never kept when it drifts. A
+  quantized model that cannot be loaded is an error too (:attr:`PrecisionPlan.keep`).
+- The check observations are real ones where the checkpoint has them:
+  :data:`CHECK_OBSERVATIONS_FILE` beside it (frames, joint states, object poses of its
+  training data or its task's simulation, written by ``act-ros package-model`` and
+  ``act-ros train``, :func:`save_check_observations`); without it, synthetic ones
+  (:func:`check_observations`: a black frame and uniform noise), and the result says so.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from act_ros.core.errors import PrecisionRefusedError
 from act_ros.core.observation import Observation, dummy_observation
 
 AUTO = 'auto'
@@ -57,8 +65,13 @@ CHECK_OBSERVATIONS = 3  # the warm-up's observation and two seeded random ones
 # multiply unsigned by signed bytes into pairs summed in 16 bits, which saturate when both
 # use all 8 bits: NNCF's overflow fix keeps the weights to 7 bits for them.
 INT8_DOT_FLAGS = ('avx512_vnni', 'avx_vnni', 'amx_int8')
-# Precisions that, when set by name, are checked against fp32 at start-up and kept.
+# Precisions that, when set by name, are checked against fp32 at start-up and refused
+# over the tolerance (bf16 with the OpenVINO backend, whose fp32 model the check builds).
 CHECKED_PRECISIONS = ('int8',)
+CHECKED_BY_BACKEND = {'openvino': ('int8', 'bf16')}
+# Real observations saved beside a checkpoint for this check (save_check_observations).
+CHECK_OBSERVATIONS_FILE = 'precision_check_observations.npz'
+SAVED_CHECK_OBSERVATIONS = 8
 CPUINFO = Path('/proc/cpuinfo')
 
 
@@ -151,21 +164,22 @@ class PrecisionPlan:
     why: str
     candidate: str | None = None
     tolerance: float = DEFAULT_TOLERANCE
-    # The candidate was set by name (int8): kept whatever the check finds (over the
-    # tolerance: a warning), and one that cannot be built or run is an error.
+    # The candidate was set by name (int8, bf16): refused over the tolerance, and one
+    # that cannot be built or run is an error (never a silent fp32).
     keep: bool = False
 
     @classmethod
     def make(cls, requested: str, backend: str, tolerance: float = DEFAULT_TOLERANCE, *,
              flags: Iterable[str] | None = None) -> PrecisionPlan:
-        """A concrete ``requested`` precision is built as asked, unchecked, except int8
-        (:data:`CHECKED_PRECISIONS`: built after fp32 and checked against it, then kept);
+        """A concrete ``requested`` precision is built as asked, unchecked, except int8 and
+        bf16 on openvino (:data:`CHECKED_BY_BACKEND`: built after fp32 and checked against
+        it, refused over the tolerance);
         ``auto`` follows :func:`auto_precision` (a bf16 candidate is built after fp32,
         checked). Whether ``backend`` runs the precision is the caller's check
         (:func:`act_ros.core.options.check_backend_options`)."""
         if not (isinstance(tolerance, (int, float)) and np.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f'precision_tolerance must be a finite number >= 0, got {tolerance}')
-        if requested in CHECKED_PRECISIONS:
+        if requested in CHECKED_PRECISIONS or requested in CHECKED_BY_BACKEND.get(backend, ()):
             return cls(requested=requested, build='fp32', why='as set', candidate=requested,
                        tolerance=float(tolerance), keep=True)
         if requested != AUTO:
@@ -188,6 +202,9 @@ class PrecisionCheck:
     tolerance: float | None = None
     observations: int = 0
     failure: str = ''  # the candidate could not be built or run (then precision is fp32)
+    # What the check ran on: 'saved' (real observations beside the checkpoint) or
+    # 'synthetic' (none there: a black frame and noise, a warning).
+    source: str = 'synthetic'
 
     @property
     def fell_back(self) -> bool:
@@ -202,9 +219,9 @@ class PrecisionCheck:
 
     @property
     def warning(self) -> bool:
-        """Worth a warning: auto fell back to fp32, or a precision set by name (int8) runs
-        although its difference from fp32 is over the tolerance."""
-        return self.fell_back or (self.candidate is not None and not self.within)
+        """Worth a warning: auto fell back to fp32, or the check ran on synthetic
+        observations only."""
+        return self.fell_back or (self.candidate is not None and self.source != 'saved')
 
     def line(self) -> str:
         """One log line: what runs, and the check behind it."""
@@ -214,12 +231,20 @@ class PrecisionCheck:
         if self.failure:
             return f'{head}; {self.candidate} could not run here, kept fp32: {self.failure}'
         verdict = 'within' if self.within else 'over'
-        text = (f'{head}; {self.candidate} vs fp32 on {self.observations} warm-up observations: '
+        text = (f'{head}; {self.candidate} vs fp32 on {self.described_observations()}: '
                 f'max normalized action difference {self.max_diff:.4f}, {verdict} the '
                 f'tolerance {self.tolerance:g}')
         if self.within:
             return text
-        return text + (', kept fp32' if self.fell_back else f', {self.precision} kept as set')
+        return text + (', kept fp32' if self.fell_back else f', {self.precision} refused')
+
+    def described_observations(self) -> str:
+        if self.source == 'saved':
+            return (f'{self.observations} real observations saved with the checkpoint '
+                    f'({CHECK_OBSERVATIONS_FILE})')
+        return (f'{self.observations} synthetic observations (a black frame and noise: no '
+                f'{CHECK_OBSERVATIONS_FILE} beside the checkpoint, so real inputs were not '
+                'checked)')
 
     def as_values(self) -> dict[str, Any]:
         """Key/value pairs for /diagnostics (``precision.*``)."""
@@ -232,6 +257,7 @@ class PrecisionCheck:
                            'precision.check_max_diff': (self.max_diff if self.max_diff
                                                         is not None else 'n/a'),
                            'precision.check_observations': self.observations,
+                           'precision.check_source': self.source,
                            'precision.fell_back': self.fell_back})
             if self.failure:
                 values['precision.check_failure'] = self.failure
@@ -259,9 +285,53 @@ def check_observations(cameras: Sequence[tuple[str, str, tuple[int, int]]], lowe
     return out
 
 
+def save_check_observations(directory: Path, observations: Sequence[Observation]) -> Path:
+    """Write ``observations`` (their images, states and object poses) beside a checkpoint
+    as :data:`CHECK_OBSERVATIONS_FILE`, for the start-up precision check; returns its path."""
+    if not observations:
+        raise ValueError('no observations to save for the precision check')
+    arrays: dict[str, np.ndarray] = {
+        'state': np.stack([np.asarray(o.state, np.float64) for o in observations])}
+    for name in observations[0].images:
+        arrays[f'image.{name}'] = np.stack([np.asarray(o.images[name], np.uint8)
+                                            for o in observations])
+    if all(o.environment_state is not None for o in observations):
+        arrays['environment_state'] = np.stack([np.asarray(o.environment_state, np.float32)
+                                                for o in observations])
+    path = Path(directory) / CHECK_OBSERVATIONS_FILE
+    tmp = path.with_name(f'.{path.name}.tmp')
+    with open(tmp, 'wb') as f:
+        np.savez_compressed(f, **arrays)
+    tmp.replace(path)
+    return path
+
+
+def load_check_observations(directory: Path | str | None, cameras: Sequence[str] = (),
+                            environment_state_dim: int = 0) -> list[Observation] | None:
+    """The observations :func:`save_check_observations` left beside a checkpoint, or
+    ``None`` when there are none or they lack an input the checkpoint takes (a camera in
+    ``cameras``, the object poses)."""
+    if directory is None:
+        return None
+    path = Path(directory) / CHECK_OBSERVATIONS_FILE
+    if not path.is_file():
+        return None
+    with np.load(path) as data:
+        arrays = {key: data[key] for key in data.files}
+    if 'state' not in arrays or any(f'image.{cam}' not in arrays for cam in cameras):
+        return None
+    env = arrays.get('environment_state')
+    if environment_state_dim and (env is None or env.shape[-1] != environment_state_dim):
+        return None
+    return [Observation(images={cam: arrays[f'image.{cam}'][i] for cam in cameras},
+                        state=arrays['state'][i],
+                        environment_state=env[i] if environment_state_dim else None)
+            for i in range(len(arrays['state']))]
+
+
 def compare_backends(predictor: Any, candidate: Callable[[], Any], observations: Sequence[Observation],
                      tolerance: float, *, requested: str, why: str, name: str,
-                     keep: bool = False) -> PrecisionCheck:
+                     keep: bool = False, source: str = 'synthetic') -> PrecisionCheck:
     """Run ``predictor`` (its backend built in fp32) and the backend ``candidate()`` builds
     on ``observations``; keep the candidate in ``predictor`` when every normalized action
     is within ``tolerance`` of fp32, else keep fp32.
@@ -271,14 +341,16 @@ def compare_backends(predictor: Any, candidate: Callable[[], Any], observations:
     ``backend``, ``use_backend(backend)``). A candidate that cannot be built or run
     (``candidate()`` raises) leaves fp32 in place, with the reason.
 
-    ``keep`` (a precision set by name, int8): the candidate stays whatever the difference,
-    which is only reported; one that cannot be built or run, or that computes non-finite
-    actions, raises instead of falling back.
+    ``keep`` (a precision set by name, int8 or bf16): the candidate stays when within the
+    tolerance; over it, or when it cannot be built or run, or computes non-finite actions,
+    it raises (:class:`~act_ros.core.errors.PrecisionRefusedError` with the figure over the
+    tolerance) instead of falling back. ``source``: what ``observations`` are ('saved' or
+    'synthetic', :attr:`PrecisionCheck.source`).
     """
     if not (tolerance >= 0 and np.isfinite(tolerance)):
         raise ValueError(f'precision tolerance must be a finite number >= 0, got {tolerance}')
     common = dict(requested=requested, why=why, candidate=name, tolerance=float(tolerance),
-                  observations=len(observations))
+                  observations=len(observations), source=source)
     reference = [predictor.normalized(obs) for obs in observations]
     fp32 = predictor.backend
     try:
@@ -297,18 +369,27 @@ def compare_backends(predictor: Any, candidate: Callable[[], Any], observations:
             predictor.use_backend(fp32)
             raise ValueError(f'precision {name} computes non-finite actions on the check '
                              'observations: its model is broken, make it again')
-        return PrecisionCheck(precision=name, max_diff=diff, **common)
+        check = PrecisionCheck(precision=name, max_diff=diff, **common)
+        if not check.within:
+            predictor.use_backend(fp32)
+            refused = PrecisionRefusedError(
+                f'{check.line()} (set precision fp32, or auto; or raise precision_tolerance '
+                'if this difference is acceptable)')
+            refused.values = {**check.as_values(), 'precision.refused': True}
+            raise refused
+        return check
     if not np.isfinite(diff) or diff > tolerance:
         predictor.use_backend(fp32)
         return PrecisionCheck(precision='fp32', max_diff=diff, **common)
     return PrecisionCheck(precision=name, max_diff=diff, **common)
 
 
-def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.ndarray
-           ) -> PrecisionCheck:
+def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.ndarray,
+           checkpoint_dir: Path | str | None = None) -> PrecisionCheck:
     """The start-up's last step for a predictor built in ``plan.build``: check
-    ``plan.candidate`` against it on :func:`check_observations` (:func:`compare_backends`)
-    when there is one; otherwise report the precision as built."""
+    ``plan.candidate`` against it (:func:`compare_backends`) when there is one, on the real
+    observations saved in ``checkpoint_dir`` (:func:`load_check_observations`), else on
+    :func:`check_observations`; otherwise report the precision as built."""
     if plan.candidate is None:
         return PrecisionCheck(requested=plan.requested, precision=plan.build, why=plan.why)
     info = getattr(predictor, 'info', None)  # the lean ONNX predictor's checkpoint info
@@ -316,7 +397,12 @@ def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.nda
         env_dim = info.env_state_dim if info.env_state_key is not None else 0
     else:
         env_dim = predictor.env_state_dim if predictor.env_state_key is not None else 0
-    observations = check_observations(predictor.cameras, lower, upper, env_dim)
+    observations = load_check_observations(
+        checkpoint_dir, [name for name, _, _ in predictor.cameras], env_dim)
+    source = 'saved'
+    if observations is None:
+        observations = check_observations(predictor.cameras, lower, upper, env_dim)
+        source = 'synthetic'
     fp32 = predictor.backend
 
     def build():
@@ -324,10 +410,12 @@ def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.nda
 
     return compare_backends(predictor, build, observations, plan.tolerance,
                             requested=plan.requested, why=plan.why, name=plan.candidate,
-                            keep=plan.keep)
+                            keep=plan.keep, source=source)
 
 
-__all__ = ['AUTO', 'CHECKED_PRECISIONS', 'DEFAULT_TOLERANCE', 'INT8_DOT_FLAGS',
+__all__ = ['AUTO', 'CHECKED_BY_BACKEND', 'CHECKED_PRECISIONS', 'CHECK_OBSERVATIONS_FILE',
+           'DEFAULT_TOLERANCE', 'INT8_DOT_FLAGS', 'load_check_observations',
+           'save_check_observations',
            'NATIVE_BF16_FLAGS', 'PrecisionCheck', 'PrecisionPlan', 'auto_precision',
            'check_observations', 'compare_backends', 'cpu_flags', 'cpu_has_native_bf16',
            'cpu_saturates_int8', 'parse_cpuinfo_flags', 'settle']

@@ -8,10 +8,15 @@ State machine per episode (docs/architecture.md section 6):
   ``closed_command``, except an open request (``>= release_threshold``) while the end
   effector is within ``release_radius_m`` of the pad (XY and Z distance, Euclidean),
   which passes and moves the gate to ``RELEASED``. Intermediate values never loosen the
-  grip in transit. If the *measured* gripper stays at or below ``empty_opening`` for
-  ``empty_ticks`` ticks while commanded closed, the fingers have closed on nothing (the
-  object slipped out or was never grasped): there is nothing to release, and the gate
-  goes back to ``FREE`` so that the policy can open the gripper and grasp again.
+  grip in transit. If the fingers are *measured* empty for ``empty_ticks`` ticks while
+  commanded closed, they have closed on nothing (the object slipped out or was never
+  grasped): there is nothing to release, and the gate goes back to ``FREE`` so that the
+  policy can open the gripper and grasp again. The opening alone cannot tell a thin
+  object (a card, a cable) from nothing, so "empty" needs evidence
+  (:meth:`ReleaseGateConfig.evidence`): the gripper's effort below ``empty_effort`` (its
+  joint's effort units, where the joint states carry it), else, opted in, an opening
+  below ``empty_opening`` (the thinnest object the user assumes). With neither, a closed
+  gripper holds something: HOLDING ends only by a release near the pad.
 - ``RELEASED``: commands pass unchanged until :meth:`ReleaseGate.reset`.
 
 Commands and thresholds are *openings* (0 closed, 1 open). An arm has one gate per gripper
@@ -45,9 +50,13 @@ class ReleaseGateConfig:
     hold_threshold: float = 0.90
     hold_ticks: int = 3
     closed_command: float = 0.0
-    # Measured gripper opening at or below which the fingers hold nothing (normalized;
-    # far below the opening on the smallest object the arm picks), and for how many ticks.
-    empty_opening: float = 0.05
+    # Evidence of an empty gripper (None: not used). ``empty_effort``: |effort| of the
+    # gripper joint below which closed fingers hold nothing (the joint's effort units);
+    # ``empty_opening``: the measured opening below which they do, when no effort is known
+    # (the opening on the thinnest object the arm picks: an opt-in assumption). For how
+    # many ticks in a row the evidence must say so.
+    empty_effort: float | None = None
+    empty_opening: float | None = None
     empty_ticks: int = 5
     enabled: bool = True
 
@@ -63,10 +72,44 @@ class ReleaseGateConfig:
             raise ValueError(f'hold_ticks must be >= 1, got {self.hold_ticks}')
         if not 0.0 <= self.closed_command < self.hold_threshold:
             raise ValueError(f'closed_command must be in [0, hold_threshold), got {self.closed_command}')
-        if not 0.0 <= self.empty_opening < self.hold_threshold:
-            raise ValueError(f'empty_opening must be in [0, hold_threshold), got {self.empty_opening}')
+        if self.empty_effort is not None and not (math.isfinite(self.empty_effort)
+                                                  and self.empty_effort > 0.0):
+            raise ValueError(f'empty_effort must be > 0 (or not set), got {self.empty_effort}')
+        if self.empty_opening is not None and not 0.0 < self.empty_opening < self.hold_threshold:
+            raise ValueError('empty_opening must be in (0, hold_threshold) (or not set), got '
+                             f'{self.empty_opening} (hold_threshold {self.hold_threshold})')
         if self.empty_ticks < 1:
             raise ValueError(f'empty_ticks must be >= 1, got {self.empty_ticks}')
+
+    def evidence(self) -> str:
+        """One line: what tells this gate that closed fingers hold nothing."""
+        if not self.enabled:
+            return 'release gate off'
+        ticks = f'for {self.empty_ticks} ticks'
+        opening = (f'its opening < {self.empty_opening:g} (empty_opening, the thinnest object '
+                   'assumed)' if self.empty_opening is not None else '')
+        if self.empty_effort is not None:
+            return (f'release gate: a closed gripper is empty when its effort is below '
+                    f'{self.empty_effort:g} (empty_effort, the joint\'s effort units) {ticks}; '
+                    + (f'without an effort in the joint states, when {opening}'
+                       if opening else 'without an effort in the joint states, never'))
+        if opening:
+            return f'release gate: a closed gripper is empty when {opening} {ticks}'
+        return ('release gate: a closed gripper always counts as holding (no empty-gripper '
+                'evidence: set release_gate.empty_effort where the joint states carry the '
+                "gripper's effort, or release_gate.empty_opening); HOLDING ends only by a "
+                'release near the pad')
+
+    def is_empty(self, opening: float | None, effort: float | None) -> bool:
+        """Whether a gripper commanded closed, measured at ``opening`` (normalized) and
+        ``effort`` (its joint's units; ``None``: unknown), holds nothing: its effort where
+        known and ``empty_effort`` is set, else its opening where ``empty_opening`` is set,
+        else never (a thin object cannot be told from none by its opening)."""
+        if self.empty_effort is not None and effort is not None and math.isfinite(effort):
+            return abs(effort) < self.empty_effort
+        if self.empty_opening is not None and opening is not None and math.isfinite(opening):
+            return opening < self.empty_opening
+        return False
 
 
 @dataclass(frozen=True)
@@ -109,12 +152,14 @@ class ReleaseGate:
 
     def apply(self, gripper_command: float, ee_position: np.ndarray | None,
               pad_position: np.ndarray | None,
-              measured_gripper: float | None = None) -> GateDecision:
+              measured_gripper: float | None = None,
+              measured_effort: float | None = None) -> GateDecision:
         """Return the gripper command to send this tick, updating the state machine.
 
         An unknown end-effector or pad position (``None``) counts as "not near the pad".
-        ``measured_gripper`` (normalized opening) lets the gate notice an empty gripper
-        while HOLDING; ``None`` (unknown) never does.
+        ``measured_gripper`` (normalized opening) and ``measured_effort`` (the gripper
+        joint's effort) let the gate notice an empty gripper while HOLDING
+        (:meth:`ReleaseGateConfig.is_empty`); unknown (``None``) never does.
         """
         cfg = self.config
         requested = float(gripper_command)
@@ -122,8 +167,7 @@ class ReleaseGate:
         if not cfg.enabled or self.state is GateState.RELEASED:
             return GateDecision(requested, requested, self.state, False, dist)
         if self.state is GateState.HOLDING:
-            empty = (measured_gripper is not None and math.isfinite(measured_gripper)
-                     and measured_gripper <= cfg.empty_opening)
+            empty = cfg.is_empty(measured_gripper, measured_effort)
             self._empty_ticks = self._empty_ticks + 1 if empty else 0
             if self._empty_ticks >= cfg.empty_ticks:
                 self.state = GateState.FREE

@@ -106,8 +106,9 @@ class RuntimeConfig:
     # auto (act_ros.core.precision: bf16 with openvino on a CPU with native bf16, kept only
     # within precision_tolerance of fp32; fp32 elsewhere; never int8).
     precision: str = 'fp32'
-    # precision auto: largest normalized action difference bf16 may show against fp32 (int8:
-    # its difference is reported against it, int8 is kept).
+    # Largest normalized action difference a reduced precision may show against fp32 on the
+    # check observations: auto keeps fp32 over it, int8 (and bf16 on openvino) set by name
+    # is refused (act_ros.core.precision).
     precision_tolerance: float = DEFAULT_TOLERANCE
     contract: Contract | None = None
     warmup: bool = True
@@ -371,7 +372,7 @@ class PolicyRuntime:
             if warmup_iterations:
                 self.stats.warmup_s = self.predictor.warmup(warmup_iterations)
             self.precision_check = settle(self.predictor, plan, self.contract.lower,
-                                          self.contract.upper)
+                                          self.contract.upper, checkpoint_dir=model_path)
             self.stats.startup['warmed_up'] = time.monotonic()
         self.chunk_size = self.info.chunk_size
         # What is played of each chunk: the configured value, else the checkpoint's.

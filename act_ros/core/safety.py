@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+import math
+
 import numpy as np
 
 from act_ros.core.release_gate import GateDecision, GripperGate
@@ -119,7 +121,8 @@ def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: Safe
                   *, grippers: Sequence[int] = (), gates: Sequence[GripperGate] = (),
                   ee_positions: Sequence[np.ndarray | None] = (),
                   pad_position: np.ndarray | None = None,
-                  previous_command: np.ndarray | None = None) -> SafetyResult:
+                  previous_command: np.ndarray | None = None,
+                  measured_effort: np.ndarray | None = None) -> SafetyResult:
     """Run one command through the whole chain and return what may be sent.
 
     ``measured`` is the latest measured joint position (contract order); when it is
@@ -129,7 +132,9 @@ def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: Safe
     gripper's step is limited against it, every other joint's against ``measured``;
     without it the grippers too are limited against ``measured``. The gates (one per gated
     gripper, each with the position of its end effector in ``ee_positions``) are applied
-    last, to their gripper entries, and only to commands that passed.
+    last, to their gripper entries, and only to commands that passed. ``measured_effort``
+    (contract order, NaN where unknown; ``None``: no effort at all) is what the gates take
+    as evidence of an empty gripper (:meth:`ReleaseGateConfig.is_empty`).
     """
     requested = np.asarray(command, dtype=np.float64).reshape(-1)
     n = limits.num_joints
@@ -177,7 +182,8 @@ def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: Safe
         # grip and is sent as is (a held object must never loosen).
         i, gripper = gated.index, gated.gripper
         decision = gated.gate.apply(gripper.opening(clamped[i]), ee_position, pad_position,
-                                    measured_gripper=gripper.opening(measured[i]))
+                                    measured_gripper=gripper.opening(measured[i]),
+                                    measured_effort=_entry(measured_effort, i, n))
         if decision.changed:
             stepped[i] = np.clip(gripper.position(decision.command), limits.lower[i],
                                  limits.upper[i])
@@ -188,3 +194,11 @@ def limit_command(command: np.ndarray, measured: np.ndarray | None, limits: Safe
         decisions.append(decision)
     return SafetyResult(stepped, requested, limited, step_limited, tuple(decisions),
                         '; '.join(reasons))
+
+
+def _entry(values: np.ndarray | None, i: int, n: int) -> float | None:
+    """Entry ``i`` of a per-joint vector of ``n`` values; ``None`` where it has none."""
+    if values is None:
+        return None
+    values = np.asarray(values, dtype=np.float64).reshape(-1)
+    return float(values[i]) if values.size == n and math.isfinite(values[i]) else None

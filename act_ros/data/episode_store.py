@@ -15,6 +15,12 @@ Layout for a dataset at ``OUTPUT``:
   the episode is part of the dataset from that rename on. Nothing already saved is read
   or rewritten, so a save takes the same time at episode 1 and at episode 500.
 
+What the recorder knows of an episode beyond LeRobot's tables (its frames, dropped ticks
+by reason, the sample time of its first frame, the episode it continues: see
+``act_ros.ros.recording.record_node``) is saved with it: ``meta/recording.json`` in its
+shard, ``meta/recording/episode_NNNNNN.json`` (the episode's index in ``OUTPUT``) in the
+dataset, written before the commit point and read with :func:`recording_metadata`.
+
 A crash or SIGKILL while an episode is being recorded loses only that episode (its
 staging directory is removed by the next session); one during a save leaves the episodes
 saved before it, and the next session (:meth:`EpisodeStore.sync`) removes the files of an
@@ -43,6 +49,10 @@ from act_ros.data.episode import DatasetLayout, Episode
 logger = logging.getLogger(__name__)
 SHARD_PREFIX = 'episode_'
 _CHUNK_FILE = re.compile(r'chunk-(\d+)/file-(\d+)\.(parquet|mp4)$')
+#: The recorder's metadata of an episode: in its shard, and per episode in the dataset.
+SHARD_RECORDING_META = 'meta/recording.json'
+RECORDING_META_FMT = 'meta/recording/episode_{index:06d}.json'
+_RECORDING_META_FILE = re.compile(r'meta/recording/episode_(\d+)\.json$')
 # Statistics of bookkeeping columns that shift with an episode's place in the dataset.
 _SHIFTED_STATS = ('min', 'max', 'mean', 'q01', 'q10', 'q50', 'q90', 'q99')
 
@@ -161,6 +171,9 @@ class EpisodeStore:
                 made.append(_link_video(shard, self.output, key, chunk, file))
             made.append(_write_episode_meta(shard, self.output, chunk, file, index, offset,
                                             task_map, _video_keys(src_info)))
+            meta = _write_recording_meta(shard, self.output, index)
+            if meta is not None:
+                made.append(meta)
             if tasks is not None:
                 _write_parquet_atomic(tasks, self.output / 'meta' / 'tasks.parquet')
             info = dict(info)
@@ -186,6 +199,11 @@ class EpisodeStore:
         built = staging / 'dataset'
         try:
             shutil.copytree(shard, built, copy_function=_link_or_copy)
+            moved = built / SHARD_RECORDING_META
+            if moved.is_file():
+                target = built / RECORDING_META_FMT.format(index=0)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                moved.rename(target)
             replace_dir(built, self.output)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
@@ -215,13 +233,16 @@ class EpisodeStore:
         info = json.loads((self.output / 'meta' / 'info.json').read_text())
         chunks = int(info['chunks_size'])
         for root in (self.output / 'data', self.output / 'meta' / 'episodes',
-                     self.output / 'videos'):
+                     self.output / 'videos', self.output / 'meta' / 'recording'):
             for path in list(root.rglob('*') if root.is_dir() else ()):
                 if path.is_file() and path.name.startswith('.'):
                     path.unlink()  # a temporary file of an interrupted write
                     continue
                 match = _CHUNK_FILE.search(path.as_posix())
                 if match and int(match[1]) * chunks + int(match[2]) >= present:
+                    path.unlink()
+                match = _RECORDING_META_FILE.search(path.as_posix())
+                if match and int(match[1]) >= present:
                     path.unlink()
         stats = self.output / 'meta' / 'stats.json'
         counted = None
@@ -328,8 +349,11 @@ class EpisodeWriter:
         self._queue.put(None)
         self._thread.join()
 
-    def finish(self) -> Path:
-        """Write the queued frames, save the episode and make its shard complete."""
+    def finish(self, metadata: dict[str, Any] | None = None) -> Path:
+        """Write the queued frames, save the episode and make its shard complete (with
+        ``metadata`` as its ``meta/recording.json``)."""
+        if metadata is not None:
+            self._writer.extra_files[SHARD_RECORDING_META] = json.dumps(metadata, indent=2)
         self._stop(drain=False)
         if self.error is None and self._writer.open_frames == 0:
             self.error = ValueError('the episode has no frames')
@@ -359,7 +383,26 @@ class EpisodeWriter:
         self._writer.__exit__(type(exc), exc, None)
 
 
+def recording_metadata(dataset: str | Path, index: int) -> dict[str, Any] | None:
+    """The recorder's metadata of episode ``index`` of a dataset written by an
+    :class:`EpisodeStore` (None for an episode saved without any)."""
+    path = Path(dataset) / RECORDING_META_FMT.format(index=index)
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
 # -- appending one shard to the dataset -----------------------------------------------
+def _write_recording_meta(shard: Path, output: Path, index: int) -> Path | None:
+    """The shard's recording metadata as episode ``index``'s in ``output`` (None: it has
+    none)."""
+    src = shard / SHARD_RECORDING_META
+    if not src.is_file():
+        return None
+    path = output / RECORDING_META_FMT.format(index=index)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(path, src.read_text())
+    return path
+
+
 def _info(root: Path) -> dict:
     """``meta/info.json`` of a dataset, as stored."""
     return json.loads((root / 'meta' / 'info.json').read_text())

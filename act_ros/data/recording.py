@@ -14,6 +14,20 @@ joint positions of a leader arm (``sensor_msgs/JointState``), as configured.
 ``act_ros.ros.recording.record_node`` feeds the :class:`~act_ros.core.inputs.InputStore` from
 subscriptions on the node clock; ``act_ros.data.bag_import`` from the messages of a
 rosbag2 file on its log time. Both then call :meth:`EpisodeBuffer.sample`.
+
+Frame times. LeRobot (0.6) stores frame ``i`` of an episode at ``timestamp = i / fps``:
+its ``add_frame`` computes the timestamp itself (a caller may not give one), the videos
+are encoded at a constant frame rate, and the loader fetches each frame's image at its
+timestamp within ``tolerance_s`` (1e-4 s by default). An episode therefore cannot hold a
+gap: a frame written after a tick that was dropped is read as if it had been sampled one
+period after the frame before it (the episode plays faster than it happened). Given the
+time each frame was sampled (``at``), :meth:`EpisodeBuffer.gap_before` says how many
+ticks are missing before it; the recorder ends the episode there and continues in a new
+one (marked as its continuation), so that ``i / fps`` is the time of frame ``i`` from its
+episode's start. Splitting, not repeating frames, because LeRobot's own recorder
+(``lerobot-record``'s record loop) repeats none: a loop that runs late only logs "Record
+loop is running slower" and its frames are squeezed; what it does repeat is a camera's last
+image (``read_latest``, up to 500 ms old), which ``tolerance_s`` does here within a tick.
 """
 
 from __future__ import annotations
@@ -240,6 +254,9 @@ class FrameSink(Protocol):
 
 #: Drop reason of a tick whose frame the writer could not take (its queue was full).
 WRITER_BEHIND = 'writer behind'
+#: Drop reason of a tick that was never sampled (the timer ran late and skipped it, or an
+#: instant whose messages never all arrived in lock-step recording).
+TICK_MISSED = 'tick missed'
 
 
 class EpisodeBuffer:
@@ -248,6 +265,13 @@ class EpisodeBuffer:
     A tick whose inputs are incomplete or older than the tolerance is dropped: counted in
     :attr:`drops` (per reason; a tick can have several) and :attr:`dropped_ticks`.
 
+    Frames given their sample time (``at``, seconds) keep it: the first one sets
+    :attr:`start_s`, each later one must fall on the next tick (``start_s + i / fps``
+    within half a period); :meth:`gap_before` says how many ticks a frame would skip, and
+    one that skips any is refused (the caller starts a new episode: see the module
+    docstring). ``chain_frames`` counts the frames of the episodes this one continues
+    (``max_episode_s`` is the length of the whole chain).
+
     With a ``sink`` every frame goes to it as it comes (to disk: memory does not grow with
     the episode) and only the counts are kept here; a frame the sink refuses is a dropped
     tick (``writer behind``). Without one the frames are kept in memory for
@@ -255,7 +279,7 @@ class EpisodeBuffer:
     """
 
     def __init__(self, spec: RecordingSpec, contract: Contract,
-                 sink: FrameSink | None = None) -> None:
+                 sink: FrameSink | None = None, chain_frames: int = 0) -> None:
         self.spec = spec
         self.contract = contract
         self.cameras = tuple(spec.camera_topics)
@@ -263,6 +287,7 @@ class EpisodeBuffer:
             raise ValueError(f'camera_topics names {sorted(self.cameras)}, the contract has '
                              f'{sorted(contract.camera_names)}')
         self.sink = sink
+        self.chain_frames = int(chain_frames)
         self.clear()
 
     def clear(self) -> None:
@@ -273,6 +298,10 @@ class EpisodeBuffer:
         self._frames = 0
         self.drops = DropCounts()
         self.dropped_ticks = 0
+        self.start_s: float | None = None  # sample time of the first frame
+        self._last_tick = -1  # tick of the last frame, counted from start_s
+        self._trailing_drops = 0  # ticks dropped since the last frame
+        self._accounted_s: float | None = None  # before the first frame: the last tick counted
 
     @property
     def frames(self) -> int:
@@ -280,38 +309,125 @@ class EpisodeBuffer:
 
     @property
     def full(self) -> bool:
-        """Whether the automatic episode length (``max_episode_s``) is reached."""
-        return bool(self.spec.max_frames) and self.frames >= self.spec.max_frames
+        """Whether the automatic episode length (``max_episode_s``) is reached (by this
+        episode and those it continues)."""
+        return (bool(self.spec.max_frames)
+                and self.chain_frames + self.frames >= self.spec.max_frames)
 
-    def _append(self, images: dict[str, np.ndarray], state: Any, action: Any) -> bool:
+    @property
+    def drop_fraction(self) -> float:
+        """Dropped ticks over all ticks of this episode (frames and drops)."""
+        ticks = self.frames + self.dropped_ticks
+        return self.dropped_ticks / ticks if ticks else 0.0
+
+    def _tick_of(self, at: float) -> int:
+        return int(round((at - self.start_s) * self.spec.fps))
+
+    def gap_before(self, at: float | None) -> int:
+        """Ticks missing between the last frame and a frame sampled at ``at`` (0: it is
+        the next tick, the first frame, or untimed)."""
+        if at is None or self.start_s is None:
+            return 0
+        return max(0, self._tick_of(at) - self._last_tick - 1)
+
+    def close_gap(self, at: float) -> int:
+        """End this episode before a frame at ``at`` that :meth:`gap_before` refuses: the
+        missing ticks not counted yet (never sampled: :data:`TICK_MISSED`) are counted
+        here. Returns the missing ticks."""
+        missing = self.gap_before(at)
+        uncounted = missing - self._trailing_drops
+        if uncounted > 0:
+            self.drops.by_reason[TICK_MISSED] += uncounted
+            self.dropped_ticks += uncounted
+            self._trailing_drops += uncounted
+        return missing
+
+    def _count_missed_before(self, at: float | None) -> None:
+        """Before the first frame: count the ticks between the last one counted and ``at``
+        that were never sampled."""
+        if at is None or self.start_s is not None:
+            return
+        if self._accounted_s is not None:
+            missed = int(round((at - self._accounted_s) * self.spec.fps)) - 1
+            if missed > 0:
+                self.drops.by_reason[TICK_MISSED] += missed
+                self.dropped_ticks += missed
+        self._accounted_s = at
+
+    def take_leading_drops(self, other: EpisodeBuffer) -> None:
+        """Count as this episode's the ticks ``other`` dropped without a frame (an episode
+        that waited for its writer)."""
+        self.drops.by_reason.update(other.drops.by_reason)
+        self.dropped_ticks += other.dropped_ticks
+        self._accounted_s = other._accounted_s
+
+    def drop(self, reason: str | None = None, problems: dict[str, str] | None = None,
+             at: float | None = None) -> None:
+        """Count a dropped tick (``reason``, or the streams' ``problems``) sampled at
+        ``at``."""
+        self._count_missed_before(at)
+        if problems:
+            self.drops.add(problems)
+        if reason:
+            self.drops.by_reason[reason] += 1
+        self.dropped_ticks += 1
+        self._trailing_drops += 1
+
+    def _append(self, images: dict[str, np.ndarray], state: Any, action: Any,
+                at: float | None = None) -> bool:
+        if at is not None and self.start_s is not None:
+            tick = self._tick_of(at)
+            if tick > self._last_tick + 1:
+                raise ValueError(f'a frame {tick - self._last_tick - 1} tick(s) after the last '
+                                 'one: LeRobot would place it one period after it (end the '
+                                 'episode and continue in a new one)')
+            if tick <= self._last_tick:  # sampled within the tick of the last frame
+                self.drop('too early')
+                return False
+        if at is not None and self.start_s is None:
+            self._count_missed_before(at)
         state = np.asarray(state, dtype=np.float32)
         action = np.asarray(action, dtype=np.float32)
         if self.sink is not None:
             if not self.sink.add_frame(images, state, action):
-                self.drops.by_reason[WRITER_BEHIND] += 1
-                self.dropped_ticks += 1
+                self.drop(WRITER_BEHIND, at=at)
                 return False
         else:
             for cam in self.cameras:
                 self._images[cam].append(images[cam])
             self._state.append(state)
             self._action.append(action)
+        if at is not None:
+            if self.start_s is None:
+                self.start_s, self._last_tick = float(at), 0
+            else:
+                self._last_tick += 1
+        self._trailing_drops = 0
         self._frames += 1
         return True
 
-    def add_frame(self, values: dict[str, Any]) -> bool:
-        """Add a frame of matched values (``{stream: value}``, lock-step recording)."""
+    def add_frame(self, values: dict[str, Any], at: float | None = None) -> bool:
+        """Add a frame of matched values (``{stream: value}``, lock-step recording),
+        sampled at ``at`` (its stamp)."""
         return self._append({cam: values[image_stream(cam)] for cam in self.cameras},
-                            values[JOINT_STATES], values[ACTION])
+                            values[JOINT_STATES], values[ACTION], at)
 
-    def sample(self, snap: Snapshot) -> bool:
-        """Add the frame of this tick (True) or count why it was dropped (False)."""
+    def sample(self, snap: Snapshot, at: float | None = None) -> bool:
+        """Add the frame of this tick (True; ``at``: the tick's time) or count why it was
+        dropped (False)."""
         if not snap.ok:
-            self.drops.add(snap.problems)
-            self.dropped_ticks += 1
+            self.drop(problems=snap.problems, at=at)
             return False
         return self._append({cam: snap.value(image_stream(cam)) for cam in self.cameras},
-                            snap.value(JOINT_STATES), snap.value(ACTION))
+                            snap.value(JOINT_STATES), snap.value(ACTION), at)
+
+    def summary(self) -> dict[str, Any]:
+        """Frames, ticks and drops of this episode, and its first frame's sample time
+        (the recorder's per-episode metadata)."""
+        return {'frames': self.frames, 'ticks': self.frames + self.dropped_ticks,
+                'dropped_ticks': self.dropped_ticks, 'drops': self.drops.as_dict(),
+                'drop_fraction': round(self.drop_fraction, 6), 'start_time_s': self.start_s,
+                'fps': self.spec.fps}
 
     def no_frames_error(self) -> ValueError:
         return ValueError('the episode has no frames (every tick was dropped: '

@@ -142,6 +142,8 @@ class AtomicDatasetWriter:
         # Dataset card (markdown), written as README.md beside meta/ when the dataset is
         # committed; set it any time before the with-block ends.
         self.card: str | None = None
+        # Further text files (path inside the dataset -> text), written with the card.
+        self.extra_files: dict[str, str] = {}
         self._staging: Path | None = None
         self._dataset = None  # LeRobotDataset while open
         self._episodes = 0
@@ -317,6 +319,9 @@ class AtomicDatasetWriter:
         _prune_empty_dirs(built / 'images')  # LeRobot's staging area for frames, now empty
         if self.card is not None:
             (built / 'README.md').write_text(self.card)
+        for name, text in self.extra_files.items():
+            (built / name).parent.mkdir(parents=True, exist_ok=True)
+            (built / name).write_text(text)
         if self.output.is_dir():
             if any(self.output.iterdir()):
                 check_output(self.output, self.overwrite)  # it may have appeared meanwhile

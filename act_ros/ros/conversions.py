@@ -23,12 +23,13 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
 from act_ros.core.decode import (IMAGE_ENCODINGS, MalformedMessageError, check_frame,
-                                 compressed_to_rgb, image_to_rgb, in_frame, joint_positions,
+                                 compressed_to_rgb, image_to_rgb, in_frame, joint_efforts,
+                                 joint_positions,
                                  multiarray_positions, pose_components, pose_position,
                                  trajectory_positions)
 
 __all__ = ['IMAGE_ENCODINGS', 'MalformedMessageError', 'check_frame', 'compressed_to_rgb',
-           'image_to_rgb', 'in_frame', 'joint_positions', 'multiarray_positions',
+           'image_to_rgb', 'in_frame', 'joint_efforts', 'joint_positions', 'multiarray_positions',
            'pose_components', 'pose_position',
            'rgb_to_compressed', 'rgb_to_image', 'seconds_to_duration', 'to_float64_multiarray',
            'to_joint_trajectory', 'trajectory_positions']

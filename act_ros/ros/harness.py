@@ -59,7 +59,9 @@ class RobotHarness(Node):
 
     Attributes the caller may change at any time (read on every publish): ``image`` (RGB),
     ``encoding`` (raw encoding or ``'png'``/``'jpeg'`` for compressed transport),
-    ``joints`` (name -> position, published in dict order), ``enabled`` (stream -> bool),
+    ``joints`` (name -> position, published in dict order), ``efforts`` (name -> effort:
+    the JointState's effort array, NaN for a joint not named; empty: no efforts),
+    ``enabled`` (stream -> bool),
     ``mutate`` (stream -> function applied to the outgoing message, for malformed data),
     ``drop`` (stream -> probability that a message is not sent), ``poses`` (topic ->
     (position, quaternion w, x, y, z): a ``PoseStamped`` in ``base_link`` published with
@@ -77,6 +79,7 @@ class RobotHarness(Node):
         super().__init__(name, context=context, namespace=namespace)
         self.cameras = tuple(cameras)
         self.joints = dict(joints)
+        self.efforts: dict[str, float] = {}
         self.image = image
         self.encoding = encoding
         self.enabled = {stream: True for stream in ('joint_states', *self.cameras)}
@@ -128,13 +131,20 @@ class RobotHarness(Node):
             self._cache = {key: msg}
         return msg
 
-    def publish_once(self) -> float:
-        """Publish every enabled stream once, all with the same header stamp; returns that
-        stamp in seconds."""
+    def publish_once(self, stamp_s: float | None = None) -> float:
+        """Publish every enabled stream once, all with the same header stamp (``stamp_s``,
+        seconds; default now); returns that stamp in seconds."""
         stamp = self.get_clock().now().to_msg()
+        if stamp_s is not None:
+            stamp.sec, stamp.nanosec = int(stamp_s // 1), int(round(stamp_s % 1 * 1e9))
+            if stamp.nanosec >= 1_000_000_000:
+                stamp.sec, stamp.nanosec = stamp.sec + 1, stamp.nanosec - 1_000_000_000
         if self._sends('joint_states'):
+            efforts = dict(self.efforts)
             msg = JointState(name=list(self.joints),
-                             position=[float(v) for v in self.joints.values()])
+                             position=[float(v) for v in self.joints.values()],
+                             effort=[float(efforts.get(n, np.nan)) for n in self.joints]
+                             if efforts else [])
             msg.header.stamp = stamp
             self._joint_pub.publish(self.mutate.get('joint_states', _same)(msg))
         image = self._image_msg()

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import re
 from typing import Any
 
+from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
+
 #: The value of a launch argument the user did not give.
 NOT_GIVEN = ''
 SIM_MODES = ('lockstep', 'realtime')
@@ -193,11 +195,12 @@ def sim_parameters(values: Mapping[str, str], *, act_files: Sequence[str],
     """``(sim_bridge, act_node)`` parameter lists of ``sim.launch.py``.
 
     Defaults (overridden by the files): the bridge in lock-step, act_node on simulated
-    time. Wiring (always): the bridge starts its episodes and resets act_node before each;
-    act_node starts at once, reads the pad from the bridge's ``pad_pose`` and, paired with
-    the bridge's mode (:func:`sim_mode`), ticks once per observation and computes in the
-    tick for lock-step (``trigger: observation``, ``execution: sync``), or on its timer
-    for real time (``trigger: timer``; its execution as the files say).
+    time with the simulated gripper's effort as its gate's evidence of an empty close
+    (``release_gate.empty_effort``). Wiring (always): the bridge starts its episodes and
+    resets act_node before each; act_node starts at once, reads the pad from the bridge's
+    ``pad_pose`` and, paired with the bridge's mode (:func:`sim_mode`), ticks once per
+    observation and computes in the tick for lock-step (``trigger: observation``,
+    ``execution: sync``), or on its timer for real time (``trigger: timer``; its execution as the files say).
     """
     mode = sim_mode(values, bridge_files, namespace)
     bridge = parameter_sources(bridge_files, values, SIM_BRIDGE_ARGUMENTS,
@@ -207,7 +210,9 @@ def sim_parameters(values: Mapping[str, str], *, act_files: Sequence[str],
     pairing: dict[str, Any] = ({'trigger': 'observation', 'execution': 'sync'}
                                if mode == 'lockstep' else {'trigger': 'timer'})
     act = parameter_sources(act_files, values, SIM_ACT_NODE_ARGUMENTS,
-                            defaults={'use_sim_time': True},
+                            defaults={'use_sim_time': True,
+                                      # The bridge publishes the gripper's effort.
+                                      'release_gate.empty_effort': GRIPPER_EMPTY_EFFORT_N},
                             wiring={**pairing, 'pad_source': 'topic', 'pad_pose_topic': 'pad_pose',
                                     'autostart': True})
     return bridge, act

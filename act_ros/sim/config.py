@@ -18,6 +18,13 @@ def _check_range(name: str, value: Range) -> None:
         raise ValueError(f'{name} must be [low, high] with low <= high, got {list(value)}')
 
 
+# The simulated gripper's effort (the mean force of its finger actuators, N, as
+# sim_bridge publishes it in JointState.effort) below which fingers commanded closed hold
+# nothing: the release gate's evidence (release_gate.empty_effort) in the simulation's
+# node, evaluator and expert. Measured: closed on the box each finger pushes 2.9 N; closed
+# on nothing, under 0.5 N on the first tick and 0.00 N from the third on.
+GRIPPER_EMPTY_EFFORT_N = 1.0
+
 @dataclass(frozen=True)
 class SimConfig:
     """Simulation settings; every field is documented in ``config/sim.yaml``.

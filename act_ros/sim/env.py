@@ -40,6 +40,9 @@ class SimObservation:
     time_s: float
     box_quaternion: np.ndarray | None = None  # (w, x, y, z); None where only the yaw is known
     box_half_m: float = 0.015
+    # Actuator efforts in contract order: N m for the arm joints, the gripper's mean finger
+    # force in N (negative: closing); what sim_bridge publishes as JointState.effort.
+    joint_efforts: np.ndarray | None = None
 
     @property
     def box_lowest_z(self) -> float | None:
@@ -285,6 +288,14 @@ class PortPickAlignEnv:
         q[self.gripper_index] = opening_m / self.finger_open_m
         return q
 
+    def joint_efforts(self) -> np.ndarray:
+        """Actuator efforts in contract order: N m per arm joint, the gripper's mean finger
+        force in N (about -2.9 closed on the box, 0 closed on nothing or at rest)."""
+        effort = np.empty(self.contract.num_joints)
+        effort[self.arm_index] = self.data.actuator_force[self._arm_act]
+        effort[self.gripper_index] = float(np.mean(self.data.actuator_force[self._finger_act]))
+        return effort
+
     def box_pose(self) -> np.ndarray:
         pos = self.data.xpos[self._box_body]
         return np.array([*pos, symmetric_yaw(self.data.xmat[self._box_body].reshape(3, 3))])
@@ -310,6 +321,7 @@ class PortPickAlignEnv:
             time_s=self.step_index / self.config.fps,
             box_quaternion=self.data.xquat[self._box_body].copy(),
             box_half_m=self.config.box_size_m / 2,
+            joint_efforts=self.joint_efforts(),
         )
 
     def render(self) -> dict[str, np.ndarray]:

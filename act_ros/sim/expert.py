@@ -41,6 +41,7 @@ import math
 import numpy as np
 
 from act_ros.core.release_gate import GateDecision, ReleaseGate, ReleaseGateConfig
+from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
 from act_ros.sim.env import PortPickAlignEnv, SimObservation
 from act_ros.sim.ik import ArmIK, down_rotation, gripper_yaw
 from act_ros.sim.metrics import EpisodeResult, wrap_angle
@@ -156,7 +157,9 @@ class ScriptedExpert:
         self.env = env
         self.config = config or ExpertConfig()
         self.ik = ArmIK(env.model)
-        self.gate = ReleaseGate(gate_config)
+        # The simulated gripper's effort tells an empty close (GRIPPER_EMPTY_EFFORT_N).
+        self.gate = ReleaseGate(gate_config or ReleaseGateConfig(
+            empty_effort=GRIPPER_EMPTY_EFFORT_N))
         self._arm_index = env.arm_index
         self._gripper_index = env.gripper_index
         self._box_half = env.config.box_size_m / 2
@@ -306,8 +309,10 @@ class ScriptedExpert:
             motion = self._grasp(obs, ee, yaw_now, opening)
 
         q_cmd = self._joints_for(motion, q_arm)
+        effort = (None if obs.joint_efforts is None
+                  else float(obs.joint_efforts[self._gripper_index]))
         decision = self.gate.apply(motion.gripper, obs.ee_position, pad[:3],
-                                   measured_gripper=opening)
+                                   measured_gripper=opening, measured_effort=effort)
         self.gate_decisions.append(decision)
         action = np.empty(self.env.contract.num_joints)
         action[self._arm_index] = q_cmd

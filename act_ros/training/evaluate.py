@@ -73,13 +73,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument('--precision', choices=(AUTO, *PRECISIONS), default=AUTO,
                    help="as act_node's parameter: auto (the default) runs bf16 with backend "
                    'openvino on a CPU with native bfloat16 (AVX512-BF16 or AMX) when its actions '
-                   'stay within --precision-tolerance of fp32 on the warm-up observations, fp32 '
+                   'stay within --precision-tolerance of fp32 on the check observations, fp32 '
                    'everywhere else; fp32, bf16 (native only) or fp16 (CUDA/MPS) as set; int8: '
-                   'backend openvino with the model act-ros export --int8 quantized, its '
-                   'difference from fp32 on the warm-up observations reported')
+                   'backend openvino with the model act-ros export --int8 quantized, checked '
+                   'against fp32 and refused over --precision-tolerance')
     p.add_argument('--precision-tolerance', type=float, default=DEFAULT_TOLERANCE,
-                   help='precision auto: largest normalized action difference of bf16 against '
-                   'fp32 for bf16 to be kept (default %(default)s)')
+                   help='largest normalized action difference of a reduced precision against '
+                   'fp32 on the check observations (those saved beside the checkpoint, else '
+                   'synthetic): auto keeps fp32 over it, int8 (or bf16 with openvino) set by '
+                   'name is refused (default %(default)s)')
     p.add_argument('--render-size', type=parse_image_size, default=None,
                    help='camera HxW (default: the size the training data was recorded at)')
     p.add_argument('--episode-steps', type=int, default=None,
@@ -177,11 +179,11 @@ def _task_setup(args: argparse.Namespace) -> tuple:
     """The checkpoint's task, its robot's contract and node limits, and (for the package's
     own task) its simulation settings; None for a gym-aloha task, configured by gym-aloha."""
     from act_ros.core.contract import load_contract
-    from act_ros.training.rollout import SafetySettings, _checkpoint_task, make_sim_config
+    from act_ros.training.rollout import _checkpoint_task, make_sim_config, sim_safety
 
     task = _checkpoint_task(args.checkpoint)
     contract = load_contract(task.contract_path())
-    safety = SafetySettings.from_node_config(contract, task.node_params_path())
+    safety = sim_safety(contract, task.node_params_path())
     if task.is_aloha:
         if args.render_size is not None:
             raise ValueError(f'--render-size: {task.name} renders at the size gym-aloha gives '

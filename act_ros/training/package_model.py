@@ -120,6 +120,29 @@ def _aloha_observations(task: Any, contract: Any, shape: tuple[int, int],
     return out
 
 
+def _save_check_observations(source: Path, staging: Path, contract: Any) -> str:
+    """Real observations beside the packaged model for its start-up precision check
+    (act_ros.core.precision.CHECK_OBSERVATIONS_FILE): the source's own when it has them,
+    else frames of its training dataset (training_info.json's dataset_root) when that is
+    here, else its task's simulation (episodes' first frames at its input size). Returns
+    where they came from."""
+    from act_ros.core.precision import (CHECK_OBSERVATIONS_FILE, SAVED_CHECK_OBSERVATIONS,
+                                        save_check_observations)
+
+    if (source / CHECK_OBSERVATIONS_FILE).is_file():
+        shutil.copy2(source / CHECK_OBSERVATIONS_FILE, staging / CHECK_OBSERVATIONS_FILE)
+        return 'the source checkpoint'
+    info = source / 'training_info.json'
+    root = json.loads(info.read_text()).get('dataset_root') if info.is_file() else None
+    if root and (Path(root) / 'meta' / 'info.json').is_file():
+        from act_ros.training.quantize import save_dataset_check_observations
+
+        save_dataset_check_observations(staging, Path(root), contract)
+        return f'the training dataset {root}'
+    save_check_observations(staging, sample_observations(source, SAVED_CHECK_OBSERVATIONS))
+    return 'the task simulation'
+
+
 def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float = 1e-2,
             run_dir: Path | None = None, evaluation: Path | None = None,
             card: str | None = None, observations: list[Any] | None = None,
@@ -153,6 +176,7 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
         load_checkpoint(staging, device='cpu', contract=contract)
         obs = observations if observations is not None else sample_observations(source)
         diff = action_agreement(source, staging, obs)
+        check_source = _save_check_observations(source, staging, contract)
         if not diff <= tolerance:
             raise ValueError(f'the {dtype} model differs from {source} by {diff:.3g} in its '
                              f'actions (tolerance {tolerance}); keep fp32 or raise --tolerance')
@@ -178,7 +202,8 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
         origin = ({'source': resolved.spec, 'source_commit': resolved.commit}
                   if resolved.from_hub else {'source': str(source)})
         report = {**origin, 'dtype': dtype, **sizes,
-                  'max_action_difference': diff, 'compared_observations': len(obs), **files}
+                  'max_action_difference': diff, 'compared_observations': len(obs),
+                  'precision_check_observations': check_source, **files}
         (staging / 'packaging.json').write_text(json.dumps(report, indent=2) + '\n')
         from act_ros.core.atomic import replace_dir
 

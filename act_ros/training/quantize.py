@@ -121,6 +121,21 @@ def calibration_observations(root: Path, contract: Contract, checkpoint: LoadedC
     return observations, record
 
 
+
+def save_dataset_check_observations(checkpoint_dir: Path, dataset_root: Path,
+                                    contract: Contract, count: int | None = None) -> Path:
+    """Save ``count`` frames of the LeRobot dataset at ``dataset_root`` (evenly spaced,
+    the inputs the checkpoint takes) beside ``checkpoint_dir`` as the start-up precision
+    check's real observations (:func:`act_ros.core.precision.save_check_observations`)."""
+    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.precision import SAVED_CHECK_OBSERVATIONS, save_check_observations
+
+    checkpoint = load_checkpoint(checkpoint_dir, device='cpu', contract=contract)
+    observations, _ = calibration_observations(dataset_root, contract, checkpoint,
+                                               samples=count or SAVED_CHECK_OBSERVATIONS)
+    return save_check_observations(checkpoint_dir, observations)
+
+
 def make_int8_model(checkpoint: LoadedCheckpoint, dataset_root: Path, *,
                     samples: int = DEFAULT_SAMPLES, contract: Contract | None = None,
                     force_export: bool = False, layers: str = DEFAULT_LAYERS) -> Int8Model:

@@ -27,6 +27,7 @@ import numpy as np
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.control import SafetySettings
 from act_ros.core.seams import SeamMeter, SeamSamples
+from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,14 @@ EVAL_MODES = ('chunk', 'ensemble', 'blend')
 # blended handover plays chunks as chunk mode does and crossfades them in (chunk and blend
 # modes: the checkpoint's own n_action_steps, as LeRobot's select_action plays it).
 MODE_SETTINGS = {'chunk': {}, 'ensemble': {'n_action_steps': 1}, 'blend': {}}
+
+
+def sim_safety(contract: Contract, path: str | Path | None = None) -> SafetySettings:
+    """The node's safety settings (:meth:`SafetySettings.from_node_config`) for a simulated
+    arm: the simulation gives the gripper's effort (``SimObservation.joint_efforts``), the
+    release gate's evidence of an empty close, unless the file sets its own."""
+    return SafetySettings.from_node_config(
+        contract, path, gate_defaults={'empty_effort': GRIPPER_EMPTY_EFFORT_N})
 
 
 @dataclass
@@ -162,7 +171,7 @@ class SimPolicy:
                 raise ValueError(f'blend_ticks applies to blend mode, got mode {mode!r}')
             steps['blend_ticks'] = blend_ticks
         self.contract = contract or load_contract()
-        safety = safety or SafetySettings.from_node_config(self.contract)
+        safety = safety or sim_safety(self.contract)
         timing = (dict(execution='sync') if latency_ticks is None else
                   dict(execution='simulated', simulated_latency_ticks=latency_ticks))
         # The gates need the end effectors (forward kinematics) and the pad; a task without
@@ -212,12 +221,14 @@ class SimPolicy:
 
     def act(self, obs: Any) -> np.ndarray:
         """Joint targets to send for ``obs`` (a :class:`~act_ros.sim.env.SimObservation`)."""
-        from act_ros.core.inputs import ENVIRONMENT_STATE, JOINT_STATES, PAD_POSE, image_stream
+        from act_ros.core.inputs import (ENVIRONMENT_STATE, JOINT_EFFORTS, JOINT_STATES, PAD_POSE,
+                                         image_stream)
 
         if self.command is None:
             raise RuntimeError('SimPolicy.act() before reset()')
         now = self.tick * self.period_s  # simulated time: every input is fresh
         store = self.store
+        store.put(JOINT_EFFORTS, getattr(obs, 'joint_efforts', None), now, now)
         store.put(JOINT_STATES, np.asarray(obs.joint_positions, dtype=np.float64), now, now)
         fresh = self.runtime.will_predict() or not self._images
         for cam in self.cameras:
@@ -280,7 +291,7 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     if contract is None and task.is_aloha:
         contract = load_contract(task.contract_path())
     if safety is None and task.is_aloha:
-        safety = SafetySettings.from_node_config(contract, task.node_params_path())
+        safety = sim_safety(contract, task.node_params_path())
     policy = SimPolicy(checkpoint, mode=mode, device=device, contract=contract, safety=safety,
                        ensemble_coeff=ensemble_coeff, backend=backend,
                        latency_ticks=latency_ticks, precision=precision,

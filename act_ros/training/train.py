@@ -124,6 +124,25 @@ def _infer(config: TrainConfig, inputs: Any, metrics: dict[str, Any]) -> int:
                             'last/)')
 
 
+def _save_check_observations(config: TrainConfig, contract: Any) -> None:
+    """Frames of the training dataset beside each checkpoint, for the start-up precision
+    check of a reduced precision (act_ros.core.precision.CHECK_OBSERVATIONS_FILE); a
+    failure only loses that check's real inputs (a warning)."""
+    from act_ros.training.quantize import save_dataset_check_observations
+
+    for name in ('best', 'last'):
+        path = config.output_dir / name
+        if not (path / 'model.safetensors').is_file():
+            continue
+        try:
+            saved = save_dataset_check_observations(path, config.dataset_root, contract)
+            logger.info('precision check observations from the dataset: %s', saved)
+        except Exception as exc:  # noqa: BLE001 - the checkpoint stays usable without them
+            logger.warning('no precision check observations saved in %s (%s: %s): a reduced '
+                           'precision will be checked on synthetic frames', path,
+                           type(exc).__name__, exc)
+
+
 def run(config: TrainConfig, *, on_step: Any = None) -> dict[str, Any]:
     """Train (or only check inference) with ``config``; returns the metrics written.
 
@@ -197,6 +216,8 @@ def _run(config: TrainConfig, on_step: Any, start: float,
                 metrics['plots'] = write_plots(config.output_dir, trainer.history)
                 write_json_atomic(config.output_dir / METRICS_FILE, metrics)
     code = 0
+    if main and status != 'interrupted':
+        _save_check_observations(config, inputs.contract)
     if main and not config.skip_infer and status != 'interrupted':
         code = _infer(config, inputs, metrics)
     metrics['wall_time_s'] = trainer.previous_wall_s + (time.perf_counter() - start)

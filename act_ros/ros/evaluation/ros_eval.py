@@ -50,6 +50,7 @@ from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import CheckpointError
 from act_ros.core.hub import resolve_checkpoint
 from act_ros.core.options import BACKEND_CHOICES
+from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
 from act_ros.ros.evaluation.client import EvalClient, EvalError
 from act_ros.ros.evaluation.dds import dds_environment
 from act_ros.core.processes import ChildExitedError, ProcessSet, signals_deferred
@@ -183,6 +184,8 @@ def node_command(args: argparse.Namespace, mode: str, model_path: str | None = N
     if task is not None and task.is_aloha:
         files = [str(task.node_params_path())]
         params['contract_path'] = str(task.contract_path())
+    else:  # the bridge publishes the gripper's effort: the gate's evidence of an empty close
+        params['release_gate.empty_effort'] = GRIPPER_EMPTY_EFFORT_N
     if args.n_action_steps is not None:
         params['n_action_steps'] = args.n_action_steps
     params.update({'model_path': model_path or str(args.checkpoint.resolve()), 'mode': mode,

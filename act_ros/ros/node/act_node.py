@@ -91,6 +91,7 @@ class ActNode(LifecycleNode):
         self.counters = ControlCounters()
         self.status = NodeStatus(self)
         self.last_configure_error = ''
+        self._error_pub: Any = None  # /diagnostics for a failed configure (created on one)
         # The one warning of the last configure about features off for want of a robot
         # model of this arm (the release gate, the planned path); empty when none.
         self.robot_model_warning = ''
@@ -120,7 +121,7 @@ class ActNode(LifecycleNode):
             try:
                 self._configure()
             except (ValueError, ActRosError, OSError, ImportError) as exc:
-                return self._configure_failed(str(exc))
+                return self._configure_failed(str(exc), getattr(exc, 'values', None))
             except Exception as exc:  # noqa: BLE001 - rclpy would swallow it without a word
                 return self._configure_failed(f'{type(exc).__name__}: {exc}')
             if not self.startup.complete:
@@ -237,6 +238,8 @@ class ActNode(LifecycleNode):
             environment_state=environment_state_from_object_poses(), period_s=settings.period_s,
             joint_names=settings.joint_names, seam_window_ticks=settings.seam_window_ticks,
             counters=self.counters, gate_off=gate_off.append, wait=False)
+        if self.loop.gates:  # what tells the gate that closed fingers hold nothing
+            self.get_logger().info(self.loop.gates[0].gate.config.evidence())
         runtime = self.loop.runtime
         # The checkpoint's inputs (read from its JSON): its cameras, and the object poses
         # when it takes observation.environment_state.
@@ -278,11 +281,31 @@ class ActNode(LifecycleNode):
                 self.startup.notes['inference_child'] = (
                     'lean (ONNX export, no torch)' if runtime.lean_child else 'torch + LeRobot')
 
-    def _configure_failed(self, reason: str) -> TransitionCallbackReturn:
+    def _configure_failed(self, reason: str,
+                          values: dict[str, Any] | None = None) -> TransitionCallbackReturn:
         self.last_configure_error = reason
         self.get_logger().error(f'configure failed: {reason}')
         self._teardown()
+        self._publish_configure_error(reason, values or {})
         return TransitionCallbackReturn.FAILURE
+
+    def _publish_configure_error(self, reason: str, values: dict[str, Any]) -> None:
+        """One ERROR message on /diagnostics saying why configure failed (with its figures:
+        a refused precision's check), for monitors that do not read the log. The node
+        publishes nothing else there until it is active."""
+        from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+
+        from act_ros.ros.diagnostics import diagnostic_array
+        from act_ros.ros.node.interfaces import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
+
+        if self._error_pub is None:
+            self._error_pub = self.create_publisher(DiagnosticArray, DIAGNOSTICS_TOPIC,
+                                                    DIAGNOSTICS_QOS)
+        self._error_pub.publish(diagnostic_array(
+            name=f'{self.get_name()}: policy', hardware_id=self.get_fully_qualified_name(),
+            level=DiagnosticStatus.ERROR, message=f'configure failed: {reason}',
+            values={'configure_error': reason, **values},
+            stamp=self.get_clock().now().to_msg()))
 
     def _teardown(self) -> None:
         self.sender = None

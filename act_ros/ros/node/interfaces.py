@@ -27,7 +27,8 @@ from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.core.contract import Contract
 from act_ros.ros import conversions as conv
-from act_ros.core.inputs import EE_POSE, JOINT_STATES, PAD_POSE, image_stream, object_pose_stream
+from act_ros.core.inputs import (EE_POSE, JOINT_EFFORTS, JOINT_STATES, PAD_POSE, image_stream,
+                                 object_pose_stream)
 from act_ros.core.object_state import OBJECTS
 from act_ros.ros.node.parameters import NodeSettings
 from act_ros.ros.node.visualization import PlanVisualizer
@@ -128,16 +129,26 @@ and, with ``visualization.enabled``, the plan's view
     subs = []
     sources: dict[str, str] = {}
 
-    def subscribe(msg_type: Any, topic: str, stream: str, convert: Callable[[Any], Any]) -> None:
-        subs.append(node.create_subscription(
-            msg_type, topic, lambda msg: node.store(stream, msg, convert),
-            qos_profile_sensor_data, callback_group=group))
+    def subscribe(msg_type: Any, topic: str, stream: str, convert: Callable[[Any], Any],
+                  *also: tuple[str, Callable[[Any], Any]]) -> None:
+        # ``also``: other streams from the same message, stored first (the tick that the
+        # last one triggers sees them).
+        def store(msg: Any) -> None:
+            for other, other_convert in also:
+                node.store(other, msg, other_convert)
+            node.store(stream, msg, convert)
+
+        subs.append(node.create_subscription(msg_type, topic, store, qos_profile_sensor_data,
+                                             callback_group=group))
         sources[stream] = describe_subscription(msg_type, subs[-1].topic_name,
                                                 qos_profile_sensor_data)
 
     names = settings.joint_names
+    # The efforts (where the message carries them) are the release gate's evidence of an
+    # empty gripper; the positions are the policy's state.
     subscribe(JointState, settings.joint_states_topic, JOINT_STATES,
-              lambda msg: conv.joint_positions(msg, names))
+              lambda msg: conv.joint_positions(msg, names),
+              (JOINT_EFFORTS, lambda msg: conv.joint_efforts(msg, names)))
     compressed = settings.image_transport == 'compressed'
     for cam in contract.camera_names if cameras is None else cameras:
         subscribe(CompressedImage if compressed else Image, settings.camera_topics[cam],

@@ -124,15 +124,19 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('precision', 'auto', 'Inference precision: auto (bf16 with backend openvino on a CPU '
           'with native bfloat16, AVX512-BF16 or AMX, kept only when its actions on the warm-up '
           'observations stay within precision_tolerance of fp32; fp32 everywhere else), fp32, '
-          'fp16 (CUDA/MPS), bf16 (native bfloat16 only) or int8 (backend openvino, the model '
-          'act-ros export --int8 quantized with NNCF on a calibration dataset; checked against '
-          'fp32 at configure and kept; auto never picks it).',
+          'fp16 (CUDA/MPS), bf16 (native bfloat16 only; with backend openvino checked like '
+          'int8) or int8 (backend openvino, the model act-ros export --int8 quantized with NNCF '
+          'on a calibration dataset; checked against fp32 at configure and refused over '
+          'precision_tolerance; auto never picks it).',
           choices=('auto', 'fp32', 'fp16', 'bf16', 'int8')),
         P('precision_tolerance', DEFAULT_TOLERANCE, 'precision auto: largest difference of any '
           'normalized action (units of its standard deviation in the training data) between '
-          'bf16 and fp32 on the warm-up observations for bf16 to be kept; over it, fp32 with '
-          'a warning (precision int8: int8 is kept, with a warning). The measured difference '
-          'is logged and on /diagnostics (precision.check_max_diff).', low=0.0, high=10.0),
+          'a reduced precision and fp32 on the check observations (the real ones saved beside '
+          'the checkpoint, precision_check_observations.npz, else synthetic ones, with a '
+          'warning) for it to be kept; over it, auto falls back to fp32 with a warning and a '
+          'precision set by name (int8, bf16 on openvino) fails configure. The measured '
+          'difference is logged and on /diagnostics (precision.check_max_diff).',
+          low=0.0, high=10.0),
         P('backend', 'auto', 'Inference backend: auto (openvino on a CPU when it is installed, '
           'torch when a GPU is present, compile_model or fp16 is set, or openvino is missing; '
           'the choice and its reason are logged and on /diagnostics as backend and '
@@ -272,11 +276,20 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           low=1, high=1000),
         P('release_gate.closed_command', 0.0, 'Gripper command sent while HOLDING.',
           low=0.0, high=1.0),
-        P('release_gate.empty_opening', 0.05, 'Measured gripper opening at or below which the '
-          'closed fingers hold nothing (the object was lost): HOLDING returns to FREE.',
-          low=0.0, high=1.0),
+        P('release_gate.empty_effort', None, "Evidence of an empty gripper: the gripper joint's "
+          "|effort| (JointState.effort, in the joint's effort units) below which fingers "
+          'commanded closed hold nothing (the object was lost): HOLDING returns to FREE. Set it '
+          'between the effort of fingers closed on nothing and on the thinnest object. Not set, '
+          'or a JointState without efforts: empty_opening decides.',
+          type_=Parameter.Type.DOUBLE),
+        P('release_gate.empty_opening', None, 'Opt-in evidence of an empty gripper where no '
+          'effort is known: the opening (0 closed, 1 open) of the thinnest object the arm picks; '
+          'a closed gripper measured below it holds nothing. Not set (and no effort): a closed '
+          'gripper always counts as holding, since its opening cannot tell a thin object (a '
+          'card, a cable) from nothing; HOLDING then ends only by a release near the pad.',
+          type_=Parameter.Type.DOUBLE),
         P('release_gate.empty_ticks', 5, 'Consecutive ticks of an empty gripper before HOLDING '
-          'returns to FREE.', low=1, high=1000),
+          'returns to FREE (longer than the fingers take to close).', low=1, high=1000),
         P('pad_source', 'parameter', 'Pad position from pad_position_m or from pad_pose_topic.',
           choices=('parameter', 'topic'), read_only=True),
         P('pad_position_m', [0.25, 0.0, 0.0], 'Pad position (x, y, z) in the robot base frame.'),
@@ -384,7 +397,8 @@ def _as_float(value: Any) -> Any:
 
 def _override_problem(spec: ParamSpec, given: Any, exc: Exception) -> str | None:
     """Describe a refused override, or ``None`` when it is an int for a float (converted)."""
-    is_float = isinstance(spec.default, float) or spec.type_ == Parameter.Type.DOUBLE_ARRAY or (
+    is_float = isinstance(spec.default, float) or spec.type_ in (
+        Parameter.Type.DOUBLE, Parameter.Type.DOUBLE_ARRAY) or (
         isinstance(spec.default, list) and spec.default and isinstance(spec.default[0], float))
     numbers = given if isinstance(given, (list, tuple)) else [given]
     if is_float and numbers and all(isinstance(v, int) and not isinstance(v, bool)

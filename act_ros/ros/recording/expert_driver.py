@@ -65,9 +65,9 @@ class ExpertDriver(Node):
         self.commands_sent = 0
         names = list(self.contract.joint_names)
         self.joint_names = names
-        self.create_subscription(JointState, 'joint_states',
-                                 lambda m: self._put('joint_states', conv.joint_positions(m, names),
-                                                     m), qos_profile_sensor_data)
+        self._efforts: np.ndarray | None = None  # of the latest joint state (the gate's)
+        self.create_subscription(JointState, 'joint_states', self._on_joint_state,
+                                 qos_profile_sensor_data)
         for name in STREAMS[1:]:
             self.create_subscription(PoseStamped, name,
                                      lambda m, n=name: self._put(n, _pose(m), m),
@@ -82,6 +82,11 @@ class ExpertDriver(Node):
         response.success, response.message = True, 'the next observation starts an episode'
         return response
 
+    def _on_joint_state(self, msg: JointState) -> None:
+        positions = conv.joint_positions(msg, self.joint_names)
+        self._efforts = conv.joint_efforts(msg, self.joint_names)
+        self._put('joint_states', positions, msg)
+
     def _put(self, stream: str, value: np.ndarray, msg: Any) -> None:
         stamp = _stamp_s(msg)
         self.store.put(stream, value, stamp, stamp)
@@ -93,7 +98,8 @@ class ExpertDriver(Node):
         pose = snap.value('ee_pose')
         obs = SimObservation(images={}, joint_positions=snap.value('joint_states'),
                              ee_position=pose[:3], box_pose=snap.value('box_pose'),
-                             pad_pose=snap.value('pad_pose'), step_index=0, time_s=stamp)
+                             pad_pose=snap.value('pad_pose'), step_index=0, time_s=stamp,
+                             joint_efforts=self._efforts)
         with self._lock:
             if self._reset_pending:
                 self.expert.reset(obs)

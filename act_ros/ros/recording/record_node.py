@@ -11,9 +11,16 @@ Services (``std_srvs/Trigger``): ``~/start_episode``, ``~/save_episode`` (the da
 ``output`` then holds it), ``~/discard_episode``. With ``max_episode_s`` > 0 an episode
 is saved automatically when it reaches that length. Status (recording or not, frames,
 dropped ticks and why, per-input rates, episodes saved, last error) goes to
-``/diagnostics``. Frames go to disk as they are sampled (a background writer thread per
-episode feeds the video encoder), so memory does not grow with the episode; a save runs in
-a saver thread, off the sampling timer, which keeps sampling the next episode. Saved
+``/diagnostics``. An episode never exceeds ``max_episode_frames`` and never holds a gap: at
+the cap, and before a frame that follows dropped ticks (LeRobot places frame ``i`` at
+``i / fps``: see :mod:`act_ros.data.recording`), the episode is saved and recording
+continues in a new one, whose metadata (``meta/recording/episode_N.json``:
+:func:`act_ros.data.episode_store.recording_metadata`) names the episode it continues;
+each episode's metadata also counts its dropped ticks by reason and flags it when they
+exceed ``max_drop_fraction`` of its ticks. Frames go to disk as they are sampled (a
+background writer thread per episode feeds the video encoder), so memory does not grow
+with the episode; a save runs in a saver thread, off the sampling timer, which keeps
+sampling the next episode. Saved
 episodes persist one by one (:mod:`act_ros.data.episode_store`): a crash, SIGKILL or
 SIGINT loses only the episode being recorded, and a restarted recorder continues the same
 dataset.
@@ -45,11 +52,14 @@ from act_ros.core.decode import MalformedMessageError
 from act_ros.data.recording import (ACTION, ACTION_SOURCES, COMMAND_TYPES, IMAGE_TRANSPORTS,
                                     EpisodeBuffer, RecordingSpec, StampMatcher, make_store)
 from act_ros.data.episode_store import EpisodeStore, EpisodeWriter
+from act_ros.data.writer import MAX_EPISODE_FRAMES
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array
 from act_ros.ros.node.interfaces import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
 from act_ros.ros.node.parameters import (CONTRACT_PATH, ParamSpec, declare_parameters,
                                          parameters_help)
 
+#: Drop reason of a tick after a split whose continuation's writer was not made yet.
+NO_WRITER = 'no writer yet'
 MESSAGE_TYPES = {'sensor_msgs/msg/Image': Image,
                  'sensor_msgs/msg/CompressedImage': CompressedImage,
                  'sensor_msgs/msg/JointState': JointState,
@@ -105,6 +115,13 @@ def record_parameters(contract) -> list[ParamSpec]:
           'seconds form one frame.', low=0.0, high=1.0, read_only=True),
         P('max_episode_s', 0.0, 'Save an episode automatically at this length; 0 = only on '
           '~/save_episode.', low=0.0, high=3600.0),
+        P('max_episode_frames', MAX_EPISODE_FRAMES, 'Frames an episode holds at most (the '
+          'dataset writer takes no more): at this many the episode is saved and recording '
+          'continues in a new one, marked in its metadata as the continuation.',
+          low=2, high=MAX_EPISODE_FRAMES, read_only=True),
+        P('max_drop_fraction', 0.05, 'An episode whose dropped ticks exceed this fraction of '
+          'its ticks is flagged (its metadata, a warning, episodes_flagged on /diagnostics).',
+          low=0.0, high=1.0, read_only=True),
         P('start_recording', False, 'Start the first episode at start-up.', read_only=True),
         P('restart_after_save', False, 'Start the next episode as soon as one is saved '
           '(back-to-back episodes of max_episode_s).'),
@@ -131,6 +148,9 @@ class _SaveJob:
 
     writer: EpisodeWriter | None
     buffer: EpisodeBuffer | None
+    continues: _SaveJob | None = None  # the episode this one continues
+    ended_by: str = 'saved'  # why the episode ended (its metadata)
+    index: int | None = None  # its index in the dataset, once saved
     future: Future = field(default_factory=Future)
 
 
@@ -194,6 +214,16 @@ class RecordNode(Node):
         self.saved = self.episodes.episodes_in_output()
         self.last_error = ''
         self.restart_after_save = p['restart_after_save']
+        self.max_episode_frames = p['max_episode_frames']
+        self.max_drop_fraction = p['max_drop_fraction']
+        self._continues: _SaveJob | None = None  # the episode the open one continues
+        # An episode ended at a gap or the cap whose continuation waits for its writer (none
+        # was made ahead): the ticks meanwhile are dropped, counted for the continuation.
+        self._awaiting: _SaveJob | None = None
+        self.continuations = 0
+        self.flagged = 0
+        self.discarded_frames = 0
+        self.last_discard = ''  # what was last discarded, and why (/diagnostics)
         self._stopped = False
         self._lock = threading.Lock()
         self._match_lock = threading.Lock()
@@ -268,41 +298,62 @@ class RecordNode(Node):
                 self._add_matched(frame)
 
     def _add_matched(self, frame: dict[str, Any]) -> None:
-        with self._lock:
-            if not self.recording or self._stopped:
-                return
-            self.buffer.add_frame(frame)
-            job = self._after_frame()
-        if job is not None:
-            self._saves.put(job)
+        self._record(frame['stamp_s'], True, lambda buffer: buffer.add_frame(
+            frame, frame['stamp_s']))
 
     # -- episode -----------------------------------------------------------------------
-    def _begin(self) -> None:
-        """Start an episode (its writer made now unless one was made ahead)."""
+    @property
+    def active(self) -> bool:
+        """Recording, or about to go on recording (a continuation awaiting its writer)."""
+        return self.recording or self._awaiting is not None
+
+    def _begin(self, continuation_only: bool = False) -> None:
+        """Start an episode (its writer made now unless one was made ahead); the awaited
+        continuation if there is one (``continuation_only``: nothing else)."""
         with self._lock:
             writer, self._spare = self._spare, None
         if writer is None:
             writer = self.episodes.begin(**self.writer_options)
         with self._lock:
-            self._attach(writer)
-        self.get_logger().info(f'episode {self.saved + self.pending_saves}: recording '
-                               f'(shard {writer.index})')
+            if continuation_only and (self._awaiting is None or self._stopped):
+                if self._spare is None:
+                    self._spare, writer = writer, None
+            else:
+                self._attach(writer)
+        if writer is None:
+            return
+        if self._continues is None:
+            self.get_logger().info(f'episode {self.saved + self.pending_saves}: recording '
+                                   f'(shard {writer.index})')
 
-    def _attach(self, writer: EpisodeWriter) -> None:
-        """(lock held) Record into ``writer`` from the next tick on."""
+    def _attach(self, writer: EpisodeWriter, continues: _SaveJob | None = None) -> None:
+        """(lock held) Record into ``writer`` from the next tick on (the continuation of
+        ``continues``' episode, or of the awaited one, if any)."""
+        waited = None
+        if continues is None and self._awaiting is not None:
+            continues, waited = self._awaiting, self.buffer
+        self._awaiting = None
+        chain = 0
+        if continues is not None:
+            chain = continues.buffer.chain_frames + continues.buffer.frames
         self.writer = writer
-        self.buffer = EpisodeBuffer(self.spec, self.contract, sink=writer)
-        with self._match_lock:
-            self.matcher.clear()
+        self.buffer = EpisodeBuffer(self.spec, self.contract, sink=writer, chain_frames=chain)
+        if waited is not None:  # the ticks dropped while the writer was made
+            self.buffer.take_leading_drops(waited)
+        self._continues = continues
+        if continues is None:
+            with self._match_lock:
+                self.matcher.clear()
         self.recording = True
+        self._prepares.put(True)  # the next writer, made ahead for a continuation
 
-    def _detach(self, restart: bool) -> _SaveJob | None:
+    def _detach(self, restart: bool, ended_by: str = 'saved') -> _SaveJob | None:
         """(lock held) End the open episode: its save job, or None when not recording.
         With ``restart`` and a writer made ahead, the next episode starts at once."""
         if self.writer is None:
             return None
-        job = _SaveJob(self.writer, self.buffer)
-        self.writer, self.recording = None, False
+        job = _SaveJob(self.writer, self.buffer, continues=self._continues, ended_by=ended_by)
+        self.writer, self.recording, self._continues = None, False, None
         self.buffer = EpisodeBuffer(self.spec, self.contract)
         self.pending_saves += 1
         if restart and self._spare is not None and not self._stopped:
@@ -313,27 +364,100 @@ class RecordNode(Node):
     def _after_frame(self) -> _SaveJob | None:
         """(lock held) After a tick: stop an episode whose writer failed; end a full one."""
         if self.writer is not None and self.writer.error is not None:
-            writer = self.writer
-            self.writer, self.recording = None, False
+            writer, frames = self.writer, self.buffer.frames
+            self.writer, self.recording, self._continues = None, False, None
             self.buffer = EpisodeBuffer(self.spec, self.contract)
-            self.last_error = (f'episode (shard {writer.index}) stopped: writing failed: '
-                               f'{type(writer.error).__name__}: {writer.error}')
+            self.discarded_frames += frames
+            self.last_discard = f'{frames} frames (shard {writer.index}): writing failed'
+            self.last_error = (f'episode (shard {writer.index}) discarded: {frames} frames '
+                               f'not saved: writing failed: {type(writer.error).__name__}: '
+                               f'{writer.error}')
+            self.get_logger().error(self.last_error)
             threading.Thread(target=writer.discard, daemon=True).start()
             return None
         if self.buffer.full:
-            return self._detach(self.restart_after_save)
-        return None
-
-    def _tick(self) -> None:
-        with self._lock:
-            if not self.recording or self._stopped:
-                return
-            self.buffer.sample(self.store.snapshot(self._now()))
-            job = self._after_frame()
-        if job is not None:  # saved by the saver thread; sampling goes on
             self.get_logger().info(f'episode reached max_episode_s '
                                    f'({self.spec.max_episode_s:.1f} s): saving it')
-            self._saves.put(job)
+            return self._detach(self.restart_after_save, 'max_episode_s')
+        return None
+
+    def _split_reason(self, at: float) -> str | None:
+        """(lock held) Why a frame sampled at ``at`` must start a new episode, if it must."""
+        if self.buffer.frames >= self.max_episode_frames:
+            return f'max_episode_frames ({self.max_episode_frames})'
+        missing = self.buffer.gap_before(at)
+        if missing:
+            return f'a gap of {missing} tick(s)'
+        return None
+
+    def _split(self, why: str, at: float) -> tuple[_SaveJob, bool]:
+        """(lock held) End the open episode before the frame at ``at`` and continue in a
+        new one: (the ended episode's save job, whether the new one is attached: not when
+        no writer was made ahead)."""
+        if why.startswith('a gap'):
+            self.buffer.close_gap(at)
+            why = f'{why}: {self.buffer.drops.as_dict()}'
+        job = self._detach(False, why)
+        self.continuations += 1
+        if self._spare is None:  # made by the preparer; ticks until then are dropped
+            self._awaiting = job
+            self.buffer = EpisodeBuffer(self.spec, self.contract, chain_frames=(
+                job.buffer.chain_frames + job.buffer.frames))
+            self._prepares.put(True)
+            return job, False
+        spare, self._spare = self._spare, None
+        self._attach(spare, continues=job)
+        return job, True
+
+    def _record(self, at: float, ready: bool, add: Any) -> None:
+        """Add the frame sampled at ``at`` (``add(buffer)``; ``ready``: the tick has a
+        complete set, so a frame will be added) to the open episode, after ending it and
+        continuing in a new one where the frame would exceed the cap or follow a gap."""
+        jobs: list[_SaveJob | None] = []
+        with self._lock:
+            if not self.active or self._stopped:
+                return
+            if self._awaiting is not None:  # no writer yet: a dropped tick, counted
+                if ready:
+                    self.buffer.drop(NO_WRITER, at=at)
+                else:
+                    add(self.buffer)  # counts why the tick was dropped
+                return
+            why = self._split_reason(at) if ready else None
+            attached = True
+            if why is not None:
+                job, attached = self._split(why, at)
+                jobs.append(job)
+            if attached:
+                add(self.buffer)
+                jobs.append(self._after_frame())
+            elif ready:
+                self.buffer.drop(NO_WRITER, at=at)
+        for job in jobs:
+            if job is not None:  # saved by the saver thread; sampling goes on
+                if job.ended_by != 'saved' and not job.ended_by.startswith('max_episode_s'):
+                    self.get_logger().info(f'episode (shard {job.writer.index}) ended by '
+                                           f'{job.ended_by}: saving it; recording continues '
+                                           'in a new episode')
+                self._saves.put(job)
+
+    def _tick_time(self) -> float:
+        """The time of this timer tick: the timer's grid point it belongs to (the next
+        scheduled call less a period), so that a tick the executor ran late keeps its place
+        and one it never ran shows as a missing tick. The inputs are sampled now, at most a
+        period later (the callback's latency)."""
+        now = self._now()
+        left = self._timer.time_until_next_call()
+        if left is None:
+            return now
+        return now + left * 1e-9 - self.spec.period_s
+
+    def _tick(self) -> None:
+        at = self._tick_time()
+        if not self.active:
+            return
+        snap = self.store.snapshot(self._now())
+        self._record(at, snap.ok, lambda buffer: buffer.sample(snap, at))
 
     def _save_loop(self) -> None:
         """The saver thread: finish and append episodes in order, off the sampling path,
@@ -379,37 +503,67 @@ class RecordNode(Node):
             if buffer.frames == 0:
                 job.writer.discard()
                 raise buffer.no_frames_error()
-            shard = job.writer.finish()
+            metadata = self._metadata(job)
+            shard = job.writer.finish(metadata)
             finished = time.monotonic()
             index = self.episodes.commit(shard)
         except (ValueError, OSError, RuntimeError) as exc:
+            job.continues = None
             with self._lock:
                 self.pending_saves -= 1
-                self.last_error = f'save failed: {exc}'
+                self.discarded_frames += buffer.frames
+                self.last_discard = f'{buffer.frames} frames: save failed'
+                self.last_error = f'save failed: {buffer.frames} frames not saved: {exc}'
             return False, self.last_error
+        job.index = index
+        job.continues = None  # its index is in the metadata; the chain is not kept
         with self._lock:
             self.pending_saves -= 1
             self.saved += 1
             self.last_error = ''  # the dataset is fine again
             self.last_save_s = time.monotonic() - start
+            if metadata['flagged']:
+                self.flagged += 1
+        if metadata['flagged']:
+            self.get_logger().warning(
+                f'episode {index} flagged: {buffer.dropped_ticks} of {metadata["ticks"]} '
+                f'ticks dropped ({metadata["drop_fraction"]:.1%} > max_drop_fraction '
+                f'{self.max_drop_fraction:.1%}): {buffer.drops.as_dict()}')
+        continued = metadata['continues_episode']
         return True, (f'episode {index} saved: {buffer.frames} frames, '
                       f'{buffer.dropped_ticks} ticks dropped {buffer.drops.as_dict() or ""}; '
+                      f'{"" if continued is None else f"continues episode {continued}; "}'
                       f'{self.episodes.output} holds {self.saved} episode(s) '
                       f'(save took {self.last_save_s:.2f} s: shard {finished - start:.2f} s, '
                       f'append {time.monotonic() - finished:.2f} s)')
 
+    def _metadata(self, job: _SaveJob) -> dict[str, Any]:
+        """The episode's recording metadata (``meta/recording/episode_N.json``)."""
+        meta = job.buffer.summary()
+        meta['flagged'] = meta['drop_fraction'] > self.max_drop_fraction
+        meta['max_drop_fraction'] = self.max_drop_fraction
+        meta['ended_by'] = job.ended_by
+        meta['continues_episode'] = None if job.continues is None else job.continues.index
+        if job.continues is not None and job.continues.index is None:
+            meta['continues_unsaved'] = job.continues.ended_by  # its save failed
+        meta['trigger'] = self.trigger
+        return meta
+
     def _prepare_next(self) -> None:
-        """With restart_after_save, start the next episode if none is open, and make the
-        writer of the one after it ahead of time (so a full episode hands over at once)."""
-        if not self.restart_after_save or self._stopped:
+        """With restart_after_save, start the next episode if none is open; while an
+        episode is open (or will be), make the writer of the next one ahead of time, so
+        that a full episode or a continuation hands over between two ticks."""
+        if self._stopped:
             return
         try:
             with self._lock:
                 idle = self.writer is None
-            if idle:
-                self._begin()
+                awaited = self._awaiting is not None
+            if idle and (self.restart_after_save or awaited):
+                self._begin(continuation_only=not self.restart_after_save)
             with self._lock:
-                need = self._spare is None and not self._stopped
+                need = (self._spare is None and not self._stopped
+                        and (self.active or self.restart_after_save))
             if need:
                 spare = self.episodes.begin(**self.writer_options)
                 with self._lock:
@@ -425,14 +579,17 @@ class RecordNode(Node):
         """Save the open episode: hand it to the saver thread and await the result (a
         coroutine, so the executor goes on sampling meanwhile, also on one thread)."""
         with self._lock:
+            awaited, self._awaiting = self._awaiting, None  # its continuation: not begun
             job = self._detach(self.restart_after_save)
+        if job is None and awaited is not None:  # the episode it ended is being saved
+            return await awaited.future
         if job is None:
             return False, 'not recording: call ~/start_episode first'
         self._saves.put(job)
         return await job.future
 
     def _start(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
-        if self.recording:
+        if self.active:
             response.success, response.message = False, 'already recording an episode'
         else:
             try:
@@ -455,12 +612,17 @@ class RecordNode(Node):
     def _discard(self, request: Trigger.Request, response: Trigger.Response) -> Trigger.Response:
         with self._lock:
             writer, frames = self.writer, self.buffer.frames
-            self.writer, self.recording = None, False
+            self.writer, self.recording, self._continues = None, False, None
+            self._awaiting = None
             self.buffer = EpisodeBuffer(self.spec, self.contract)
         if writer is not None:
             writer.discard()
+            with self._lock:
+                self.discarded_frames += frames
+                self.last_discard = f'{frames} frames: ~/discard_episode'
         response.success = writer is not None
-        response.message = f'discarded {frames} frames' if writer is not None else 'not recording'
+        response.message = (f'discarded {frames} frames (~/discard_episode)' if writer is not None
+                            else 'not recording')
         self.get_logger().info(response.message)
         return response
 
@@ -479,7 +641,7 @@ class RecordNode(Node):
         with self._lock:
             writer, frames = self.writer, self.buffer.frames
             spare, self._spare = self._spare, None
-            self.writer, self.recording = None, False
+            self.writer, self.recording, self._awaiting = None, False, None
             self.buffer = EpisodeBuffer(self.spec, self.contract)
         for w in (writer, spare):
             if w is not None:
@@ -507,8 +669,12 @@ class RecordNode(Node):
         now = self._now()
         with self._lock:
             values: dict[str, Any] = {
-                'recording': self.recording, 'frames': self.buffer.frames,
-                'dropped_ticks': self.buffer.dropped_ticks, 'episodes_saved': self.saved,
+                'recording': self.active, 'frames': self.buffer.frames,
+                'dropped_ticks': self.buffer.dropped_ticks,
+                'drop_fraction': round(self.buffer.drop_fraction, 4),
+                'episodes_saved': self.saved, 'episodes_flagged': self.flagged,
+                'continuations': self.continuations, 'frames_discarded': self.discarded_frames,
+                'last_discard': self.last_discard or 'none',
                 'saves_pending': self.pending_saves,
                 'last_save_s': round(self.last_save_s, 3),
                 'writer_queue': self.writer.queued if self.writer is not None else 0,

@@ -9,7 +9,9 @@ Topics (relative names follow the namespace; remap them as for a real robot):
 - out, sensor-data QoS: ``camera/top/image_raw`` and ``camera/wrist/image_raw``
   (``sensor_msgs/Image`` rgb8, frames ``top_camera``/``wrist_camera``; the policy node's
   default camera topics), ``joint_states`` (``sensor_msgs/JointState``, contract names
-  and order, gripper normalized), ``ee_pose``, ``box_pose``, ``pad_pose``
+  and order, gripper normalized; efforts: the actuator forces, the gripper's the mean
+  finger force in N, which the release gate takes as its evidence of an empty close),
+  ``ee_pose``, ``box_pose``, ``pad_pose``
   (``geometry_msgs/PoseStamped`` in ``frame_id``; the pad pose is the centre of its top
   face, x axis along its stripe: what ``act_node`` reads with ``pad_source: topic``);
 - out, reliable: ``/clock`` (``rosgraph_msgs/Clock``, simulated time) and
@@ -226,7 +228,8 @@ class SimBridge(Node):
             self._publish_sensors(obs, stamp)
 
     def _publish_sensors(self, obs: Any, stamp: Any) -> None:
-        self.joint_pub.publish(msgs.joint_state(obs.joint_positions, self.joint_names, stamp))
+        self.joint_pub.publish(msgs.joint_state(obs.joint_positions, self.joint_names, stamp,
+                                                getattr(obs, 'joint_efforts', None)))
         for cam in self.image_pubs:
             self.image_pubs[cam].publish(msgs.camera_image(obs.images[cam], stamp,
                                                            f'{cam}_camera'))

@@ -53,9 +53,12 @@ def camera_image(rgb: np.ndarray, stamp: Time, frame_id: str) -> Image:
     return rgb_to_image(rgb, 'rgb8', stamp=stamp, frame_id=frame_id)
 
 
-def joint_state(positions: np.ndarray, joint_names: Sequence[str], stamp: Time) -> JointState:
-    """Measured joints (contract names and order; gripper normalized 0 closed .. 1 open)."""
-    msg = JointState(name=list(joint_names), position=[float(v) for v in positions])
+def joint_state(positions: np.ndarray, joint_names: Sequence[str], stamp: Time,
+                efforts: np.ndarray | None = None) -> JointState:
+    """Measured joints (contract names and order; gripper normalized 0 closed .. 1 open),
+    with their actuator efforts where given (N m; the gripper's mean finger force in N)."""
+    msg = JointState(name=list(joint_names), position=[float(v) for v in positions],
+                     effort=[] if efforts is None else [float(v) for v in efforts])
     msg.header.stamp = stamp
     return msg
 
