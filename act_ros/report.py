@@ -175,7 +175,7 @@ RECORDING_RUNS = (
 # and blend mode (`act-ros bench node --mode chunk,blend --json`).
 SEAMS_DIR = 'docs/results/seams'
 SEAM_MODES = ('chunk', 'ensemble', 'blend')
-SEAMS_BENCH_NODE = 'docs/benchmarks/node/x86-avx2/in480_c30_modes.json'
+SEAMS_BENCH_NODE = 'docs/benchmarks/node/in480_c30_modes.json'  # x86-avx512-bf16
 
 PROVENANCE_KEYS = ('command', 'commit', 'machine')
 MARKER = re.compile(r'<!-- report:([a-z0-9_]+) -->\n(.*?)<!-- /report:\1 -->', re.S)
