@@ -162,10 +162,26 @@ def test_params_file_mirrors_the_declared_parameters():
 
 
 def _commented_keys(text: str) -> set[str]:
-    """Parameter names written as ``# name: value`` lines (documented, left at default)."""
+    """Parameter names written as ``# name: value`` lines (documented, left at default),
+    under the mapping keys they are indented in (``release_gate.empty_effort``)."""
     import re
 
-    return {m.group(1) for m in re.finditer(r'^\s*#\s*([a-z_][\w.]*):', text, re.M)}
+    keys, sections = set(), []  # sections: (indent, key) of the mappings enclosing a line
+    for line in text.splitlines():
+        commented = re.match(r'^(\s*)#\s*([a-z_][\w.]*):', line)
+        plain = re.match(r'^(\s*)([A-Za-z_/*][\w./*]*):\s*(#.*)?$', line)
+        match = commented or plain
+        if not match:
+            continue
+        indent = len(match.group(1))
+        sections = [(i, k) for i, k in sections if i < indent]
+        if commented:
+            path = [k for _, k in sections]
+            inner = path[path.index('ros__parameters') + 1:] if 'ros__parameters' in path else []
+            keys.add('.'.join([*inner, match.group(2)]))
+        else:
+            sections.append((indent, match.group(2)))
+    return keys
 
 
 def _flatten(tree: dict, prefix: str = '') -> dict:
