@@ -122,6 +122,23 @@ THIN = MEASURED.copy()
 THIN[GRIPPER] = 0.02   # fingers closed on a 2 mm object (a card) in a 100 mm gripper
 
 
+def _closed_far_from_pad(context, path, tiny_checkpoint, state, params, effort):
+    """A node whose policy commands the gripper closed (the harness's image) with the
+    measured joints ``state``, the gripper's ``effort`` in the joint states (None: none),
+    the end effector 0.5 m from the pad; returns it, the harness and the image that makes
+    the policy open."""
+    from act_ros.ros.harness import make_gated_checkpoint
+
+    checkpoint, open_image, closed_image = make_gated_checkpoint(tiny_checkpoint, path,
+                                                                 state=state)
+    node = make_node(context, checkpoint, ee_source='topic', **params)
+    harness = RobotHarness(context=context, joints=dict(zip(JOINTS, state)), image=closed_image)
+    if effort is not None:
+        harness.efforts = {JOINTS[GRIPPER]: effort}
+    harness.ee_position = np.array([0.6, 0.3, 0.3])
+    return node, harness, open_image
+
+
 @pytest.mark.parametrize('evidence, params, effort', [
     # The gripper's effort in JointState (fingers on nothing push nothing) ...
     ('effort', {'release_gate.empty_effort': 1.0}, 0.0),
@@ -133,16 +150,8 @@ def test_a_gripper_closed_on_nothing_frees_the_gate(rclpy_context, tmp_path, tin
     """Commanded closed while the fingers measure empty (the object slipped out, or the
     grasp missed): nothing is held, HOLDING returns to FREE and an open request passes far
     from the pad, so the policy can grasp again."""
-    from act_ros.ros.harness import make_gated_checkpoint
-
-    checkpoint, open_image, closed_image = make_gated_checkpoint(
-        tiny_checkpoint, tmp_path / 'gated_empty', state=EMPTY)
-    node = make_node(rclpy_context, checkpoint, ee_source='topic', **params)
-    harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, EMPTY)),
-                           image=closed_image)
-    if effort is not None:
-        harness.efforts = {JOINTS[GRIPPER]: effort}
-    harness.ee_position = np.array([0.6, 0.3, 0.3])  # far from the pad
+    node, harness, open_image = _closed_far_from_pad(rclpy_context, tmp_path / 'gated_empty',
+                                                     tiny_checkpoint, EMPTY, params, effort)
     with spinning(rclpy_context, node, harness):
         assert node.start()
         assert evidence in node.loop.gates[0].gate.config.evidence()
@@ -164,16 +173,8 @@ def test_a_thin_object_stays_gated_far_from_the_pad(rclpy_context, tmp_path, tin
     """Fingers closed on a 2 mm object measure almost closed: the opening alone cannot tell
     it from nothing, so the gate keeps HOLDING and suppresses every open request outside
     the release radius, long past empty_ticks (the object is never released in transit)."""
-    from act_ros.ros.harness import make_gated_checkpoint
-
-    checkpoint, open_image, closed_image = make_gated_checkpoint(
-        tiny_checkpoint, tmp_path / 'gated_thin', state=THIN)
-    node = make_node(rclpy_context, checkpoint, ee_source='topic', **params)
-    harness = RobotHarness(context=rclpy_context, joints=dict(zip(JOINTS, THIN)),
-                           image=closed_image)
-    if effort is not None:
-        harness.efforts = {JOINTS[GRIPPER]: effort}
-    harness.ee_position = np.array([0.6, 0.3, 0.3])  # 0.5 m from the pad
+    node, harness, open_image = _closed_far_from_pad(rclpy_context, tmp_path / 'gated_thin',
+                                                     tiny_checkpoint, THIN, params, effort)
     with spinning(rclpy_context, node, harness):
         assert node.start()
         wait_gate(harness, 'HOLDING')

@@ -134,13 +134,43 @@ def _save_check_observations(source: Path, staging: Path, contract: Any) -> str:
         return 'the source checkpoint'
     info = source / 'training_info.json'
     root = json.loads(info.read_text()).get('dataset_root') if info.is_file() else None
-    if root and (Path(root) / 'meta' / 'info.json').is_file():
-        from act_ros.training.quantize import save_dataset_check_observations
+    from act_ros.training.quantize import save_dataset_check_observations
 
+    if root and (Path(root) / 'meta' / 'info.json').is_file():
         save_dataset_check_observations(staging, Path(root), contract)
         return f'the training dataset {root}'
-    save_check_observations(staging, sample_observations(source, SAVED_CHECK_OBSERVATIONS))
-    return 'the task simulation'
+    try:
+        return _save_expert_check_observations(source, staging, contract)
+    except ImportError:  # no simulation installed: episode starts (or random frames)
+        save_check_observations(staging, sample_observations(source, SAVED_CHECK_OBSERVATIONS))
+        return 'the task simulation (episode starts)'
+
+
+# Expert episodes recorded for the check observations of a checkpoint without its dataset,
+# and their first seed (apart from the evaluation seeds, 2 000 000+).
+CHECK_EPISODES, CHECK_SEED = 2, 1_000_000
+
+
+def _save_expert_check_observations(source: Path, staging: Path, contract: Any) -> str:
+    """Frames along ``CHECK_EPISODES`` scripted-expert episodes of the checkpoint's task
+    (its simulation, at its input size), evenly spaced: the approach, the grasp, the carry
+    and the placement, as the policy sees them."""
+    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.data.collect import CollectConfig, collect
+    from act_ros.sim.tasks import checkpoint_task
+    from act_ros.training.quantize import save_dataset_check_observations
+
+    task = checkpoint_task(source)
+    shape = next(iter(load_checkpoint(source, device='cpu', contract=contract)
+                      .image_shapes.values()), (96, 128))
+    with tempfile.TemporaryDirectory(prefix='act_ros_check_') as tmp:
+        demos = Path(tmp) / 'demos'
+        collect(CollectConfig(output=demos, episodes=CHECK_EPISODES, seed=CHECK_SEED,
+                              image_height=shape[0], image_width=shape[1], task=task.name,
+                              contract_path=task.contract_path()), progress=False)
+        save_dataset_check_observations(staging, demos, contract)
+    return (f'the task simulation ({CHECK_EPISODES} scripted-expert episodes from seed '
+            f'{CHECK_SEED})')
 
 
 def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float = 1e-2,
