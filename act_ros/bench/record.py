@@ -213,6 +213,7 @@ def bench_record(args: argparse.Namespace) -> dict[str, Any]:
         'append_s': [e['append_s'] for e in episodes],
         'recorder_exit': recorder.returncode, 'workdir': str(work)}
     result['dataset'] = _check_dataset(output)
+    result['recording'] = _recording_summary(output, result['dataset'].get('episodes', 0))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return result
@@ -231,6 +232,23 @@ def _check_dataset(root: Path) -> dict[str, Any]:
                 'last_frame_keys': sorted(k for k in item if k.startswith('observation'))}
     except Exception as exc:  # noqa: BLE001 - reported, not raised
         return {'error': f'{type(exc).__name__}: {exc}'}
+
+
+def _recording_summary(root: Path, episodes: int) -> dict[str, Any]:
+    """What the recorder's per-episode metadata says over the run: episodes that continue
+    the one before (a cap or a gap split them), episodes flagged for drops, why each ended,
+    and the shortest episode."""
+    from act_ros.data.episode_store import recording_metadata
+
+    metas = [m for m in (recording_metadata(root, k) for k in range(episodes)) if m]
+    ended: dict[str, int] = {}
+    for m in metas:
+        ended[str(m.get('ended_by'))] = ended.get(str(m.get('ended_by')), 0) + 1
+    return {'episodes_with_metadata': len(metas),
+            'continuations': sum(m.get('continues_episode') is not None for m in metas),
+            'flagged': sum(bool(m.get('flagged')) for m in metas),
+            'ended_by': ended,
+            'shortest_frames': min((m.get('frames', 0) for m in metas), default=None)}
 
 
 # -- store -----------------------------------------------------------------------------
