@@ -16,7 +16,8 @@ the whole bag), sampling its tree's memory the same way.
 
 Each prints one JSON summary (and writes it to ``--output``). Nothing here asserts a
 bound: the figures are for docs/recording.md. On a shared machine run it when nothing
-else runs; ``--minutes 1`` is a quick check of the harness itself.
+else runs; ``--minutes 1 --episode-s 15`` is a quick check of the harness itself (with
+episodes as long as the run, the stop loses the only one).
 
 ``store``: the time of appending a saved episode to the dataset, at episode 1 and at
 episode ``--episodes`` (small PNG episodes: what the append costs, without encoding).

@@ -425,7 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
                    '(the default) or aloha_transfer_cube (its robot contract, closed-loop '
                    'evaluation and auxiliary target; recorded in every checkpoint)')
     p.add_argument('--chunk-size', type=int, help="actions per model call (ACT's chunk_size; "
-                   "default: the preset's, else the contract's)")
+                   "default: the preset's, else the model preset's, else LeRobot's 100)")
     p.add_argument('--n-action-steps', type=int, help='actions played from each chunk before '
                    'the next model call, stored in the checkpoint (default: chunk size, as '
                    "LeRobot's ACT)")
