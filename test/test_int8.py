@@ -469,23 +469,20 @@ def test_node_refuses_the_shipped_object_state_policy_in_int8(rclpy_context, cal
                                                              tmp_path):
     """models/sim_port_pick_align_poses quantized to int8 on every layer (the repository's
     result: it aligned 0.46 against fp32's 0.91, check_max_diff 1.697): act_node asked for
-    int8 on it
-    checks it against fp32 on the real observations saved beside the checkpoint (dataset
+    int8 on it checks it against fp32 on the real observations saved beside the checkpoint (dataset
     frames) and refuses it at configure, with the figure in the log line and on
     /diagnostics."""
     from diagnostic_msgs.msg import DiagnosticArray
+    import rclpy
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
 
-    rclpy = pytest.importorskip('rclpy')
     from act_ros.core.paths import share_dir
     from act_ros.ros.harness import spinning, wait_until
     from act_ros.ros.node.act_node import ActNode
     from act_ros.training.quantize import save_dataset_check_observations
 
-    shipped = share_dir() / 'models' / 'sim_port_pick_align_poses'
-    if not (shipped / 'model.safetensors').is_file():
-        pytest.skip(f'{shipped} has no weights here')
+    shipped = share_dir() / 'models' / 'sim_port_pick_align_poses'  # committed: never absent
     ckpt = tmp_path / 'poses'
     shutil.copytree(shipped, ckpt)
     # Every layer on integers: the quantization that aligned 0.43-0.46 (docs/performance.md).
@@ -505,7 +502,7 @@ def test_node_refuses_the_shipped_object_state_policy_in_int8(rclpy_context, cal
         with spinning(rclpy_context, listener):
             assert node.trigger_configure() == TransitionCallbackReturn.FAILURE
             line = node.last_configure_error
-            assert wait_until(lambda: seen, 30.0), 'no /diagnostics message on the refusal'
+            assert wait_until(lambda: seen, 120.0), 'no /diagnostics message on the refusal'
     finally:
         node.destroy_node()
         listener.destroy_node()

@@ -33,6 +33,9 @@ CONTRACT = load_contract()
 H, W = 48, 64
 SEED = 21
 DISCOVERY_S = 30.0
+# A bound on waiting for frames that must come (a few seconds' worth), not a speed
+# requirement: a busy machine gets there late, never not at all.
+PROGRESS_S = 120.0
 
 
 def _read(root: Path):
@@ -161,16 +164,17 @@ def test_timer_recording_drops_ticks_without_fresh_inputs(rclpy_context, tmp_pat
             recorder.status_values()
         assert call(start).success
         total = lambda: recorder.buffer.chain_frames + recorder.buffer.frames  # noqa: E731
-        assert wait_until(lambda: total() >= 15, 20.0)
+        assert wait_until(lambda: total() >= 15, PROGRESS_S)
         harness.enabled['wrist'] = False  # the wrist camera stops: ticks are dropped
         # Counted by their reason: on a busy machine a tick can also be dropped for another
         # input that came late, which the total would mix in.
         assert wait_until(
-            lambda: recorder.status_values().get('dropped.image/wrist stale', 0) >= 5, 20.0), \
+            lambda: recorder.status_values().get('dropped.image/wrist stale', 0) >= 5,
+            PROGRESS_S), \
             recorder.status_values()
         harness.enabled['wrist'] = True
         frames = total()
-        assert wait_until(lambda: total() >= frames + 10, 20.0)
+        assert wait_until(lambda: total() >= frames + 10, PROGRESS_S)
         response = call(save)
         assert response.success, response.message
     # The frame after the stall ended the episode (a gap) and began its continuation.
