@@ -21,6 +21,7 @@ import numpy as np
 from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
+from rclpy.time import Time
 from sensor_msgs.msg import CompressedImage, Image, JointState
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
@@ -134,11 +135,8 @@ class RobotHarness(Node):
     def publish_once(self, stamp_s: float | None = None) -> float:
         """Publish every enabled stream once, all with the same header stamp (``stamp_s``,
         seconds; default now); returns that stamp in seconds."""
-        stamp = self.get_clock().now().to_msg()
-        if stamp_s is not None:
-            stamp.sec, stamp.nanosec = int(stamp_s // 1), int(round(stamp_s % 1 * 1e9))
-            if stamp.nanosec >= 1_000_000_000:
-                stamp.sec, stamp.nanosec = stamp.sec + 1, stamp.nanosec - 1_000_000_000
+        stamp = (self.get_clock().now() if stamp_s is None
+                 else Time(nanoseconds=round(stamp_s * 1e9))).to_msg()
         if self._sends('joint_states'):
             efforts = dict(self.efforts)
             msg = JointState(name=list(self.joints),

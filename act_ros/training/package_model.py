@@ -65,11 +65,19 @@ def action_agreement(source: Path, packaged: Path, observations: list[Any]) -> f
     return float(max(np.abs(a - b).max() for a, b in zip(*chunks)))
 
 
+def _input_shape(checkpoint: Path, contract: Any) -> tuple[int, int]:
+    """The camera input size (H, W) of ``checkpoint``; one without cameras takes any size
+    (its observations carry the object poses)."""
+    from act_ros.core.checkpoint import load_checkpoint
+
+    return next(iter(load_checkpoint(checkpoint, device='cpu', contract=contract)
+                     .image_shapes.values()), (96, 128))
+
+
 def sample_observations(checkpoint: Path, count: int = 4) -> list[Any]:
     """Observations to compare on: simulation frames at the checkpoint's input size (the
     start of ``count`` episodes), or random images where MuJoCo is not installed; with
     the object poses, for a checkpoint that takes them."""
-    from act_ros.core.checkpoint import load_checkpoint
     from act_ros.core.observation import Observation
 
     from act_ros.core.object_state import environment_state
@@ -77,9 +85,7 @@ def sample_observations(checkpoint: Path, count: int = 4) -> list[Any]:
 
     task = checkpoint_task(checkpoint)
     contract = checkpoint_contract(checkpoint)
-    # A checkpoint without cameras: any size (its observations carry the object poses).
-    shape = next(iter(load_checkpoint(checkpoint, device='cpu', contract=contract)
-                      .image_shapes.values()), (96, 128))
+    shape = _input_shape(checkpoint, contract)
     if task.is_aloha:
         return _aloha_observations(task, contract, shape, count)
     try:
@@ -155,14 +161,12 @@ def _save_expert_check_observations(source: Path, staging: Path, contract: Any) 
     """Frames along ``CHECK_EPISODES`` scripted-expert episodes of the checkpoint's task
     (its simulation, at its input size), evenly spaced: the approach, the grasp, the carry
     and the placement, as the policy sees them."""
-    from act_ros.core.checkpoint import load_checkpoint
     from act_ros.data.collect import CollectConfig, collect
     from act_ros.sim.tasks import checkpoint_task
     from act_ros.training.quantize import save_dataset_check_observations
 
     task = checkpoint_task(source)
-    shape = next(iter(load_checkpoint(source, device='cpu', contract=contract)
-                      .image_shapes.values()), (96, 128))
+    shape = _input_shape(source, contract)
     with tempfile.TemporaryDirectory(prefix='act_ros_check_') as tmp:
         demos = Path(tmp) / 'demos'
         collect(CollectConfig(output=demos, episodes=CHECK_EPISODES, seed=CHECK_SEED,
