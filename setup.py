@@ -86,7 +86,7 @@ setup(
     install_requires=[
         'setuptools',
         'lerobot>=0.6,<0.7',
-        'huggingface-hub>=1.6,<2',  # Hub ids (act_ros.core.hub); LeRobot 0.6 needs the same
+        'huggingface-hub>=1.6,<2',  # Hub ids (act_ros.core.inference.hub); LeRobot 0.6 needs the same
         'torch>=2.7,<2.12',
         'numpy>=1.26,<3',
         'pyyaml>=6,<7',

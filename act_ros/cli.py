@@ -29,7 +29,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'recipe': ('act_ros.training.recipe', 'a whole training recipe (config/recipe_<name>.yaml) '
                'as one resumable command'),
     'bench': ('act_ros.bench.__main__', 'benchmarks (runtime, node, compile, training, all)'),
-    'init-checkpoint': ('act_ros.core.checkpoint', 'write an untrained ACT checkpoint (benchmarks, tests)'),
+    'init-checkpoint': ('act_ros.core.inference.checkpoint',
+                        'write an untrained ACT checkpoint (benchmarks, tests)'),
     'package-model': ('act_ros.training.package_model', 'check a checkpoint and copy it to a '
                       'deployable model folder (fp16 weights)'),
     'export': ('act_ros.training.quantize', 'export a checkpoint to ONNX (openvino / onnxruntime '

@@ -28,17 +28,17 @@ stops it and the demo without leaving processes behind.
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
 import json
 import os
-from pathlib import Path
 import shutil
 import signal
 import sys
 import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
 
-from act_ros.core.atomic import write_json_atomic
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_json_atomic
 
 # Evaluation seeds: disjoint from collection (0, 1, ...), from the trainer's checkpoint
 # selection (1_000_000 + k) and from act-ros evaluate's default (2_000_000 + k).

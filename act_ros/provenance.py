@@ -9,9 +9,9 @@ without one), and where the source differed from the commit, which files did
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
 import os
 import platform
+from collections.abc import Iterable, Sequence
 
 
 def machine_description() -> str:
@@ -45,8 +45,8 @@ BENCH_PACKAGES = ('act_ros', 'torch', 'lerobot', 'accelerate', 'numpy', 'onnxrun
 
 def library_versions(packages: Iterable[str] = BENCH_PACKAGES) -> str:
     """Installed versions of the packages the numbers depend on, and the source revision."""
-    from importlib import metadata
     import subprocess
+    from importlib import metadata
 
     found = []
     for name in packages:
@@ -97,7 +97,7 @@ def result_provenance(command: str, argv: Sequence[str], *, output_path: object 
     it (``argv`` without the output option and the ``omit`` options, which name paths of
     this machine), the source revision and the machine with its CPU class (what the
     kernels depend on)."""
-    from act_ros.core.precision import cpu_class
+    from act_ros.core.inference.precision import cpu_class
 
     words, skip = [], False
     for arg in argv:

@@ -31,15 +31,15 @@ in ``PARTS``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 import collections
 import json
 import math
 import os
-from pathlib import Path
 import re
 import statistics
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from act_ros.core.arguments import HelpFormatter
@@ -1012,7 +1012,8 @@ def part_faults(src: Sources) -> str:
 
 def part_executor(src: Sources) -> str:
     """``act-ros bench executor``'s table, as the benchmark prints it."""
-    from act_ros.bench.executor import Try, table as executor_table
+    from act_ros.bench.executor import Try
+    from act_ros.bench.executor import table as executor_table
     data = src.json(EXECUTOR_BENCH)
     return executor_table([Try(**t) for t in data['tries']], data['commands']) + '\n'
 

@@ -4,9 +4,9 @@ import ast
 import functools
 import itertools
 import os
-from pathlib import Path
 import re
 import shutil
+from pathlib import Path
 
 # Set before anything imports huggingface_hub, mujoco or rclpy.
 os.environ['HF_HUB_OFFLINE'] = '1'
@@ -132,7 +132,7 @@ def module_tmp(request, tmp_path_factory):
 @pytest.fixture(scope='session')
 def tiny_checkpoint(tmp_path_factory):
     """A small real ACT checkpoint (LeRobot format, 48x64 cameras), shared by the session."""
-    from act_ros.core.checkpoint import create_checkpoint
+    from act_ros.core.inference.checkpoint import create_checkpoint
     return create_checkpoint(tmp_path_factory.mktemp('ckpt') / 'tiny', preset='tiny',
                              image_size=(48, 64), seed=0)
 
@@ -141,7 +141,7 @@ def tiny_checkpoint(tmp_path_factory):
 def tiny_pose_checkpoint(tmp_path_factory):
     """The tiny checkpoint with the object poses (observation.environment_state) as an
     input beside both cameras (48x64), shared by the session."""
-    from act_ros.core.checkpoint import create_checkpoint
+    from act_ros.core.inference.checkpoint import create_checkpoint
     return create_checkpoint(tmp_path_factory.mktemp('ckpt_poses') / 'tiny_poses',
                              preset='tiny', image_size=(48, 64), seed=0, environment_state=True)
 
@@ -152,9 +152,10 @@ def exported_checkpoint(tmp_path_factory, tiny_checkpoint):
     ONNX backends; skips where OpenVINO and ONNX Runtime are both missing."""
     import shutil
 
-    from act_ros.cli import main
-    from act_ros.core.options import installed_backends
     from extras import skip_unless
+
+    from act_ros.cli import main
+    from act_ros.core.inference.options import installed_backends
     skip_unless(installed_backends() != ['torch'], 'an ONNX backend (openvino or onnxruntime)',
                 'openvino,onnxruntime')
     ckpt = tmp_path_factory.mktemp('exported') / 'tiny'

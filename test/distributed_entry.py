@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 import signal
 import sys
+from pathlib import Path
 
 import numpy as np
 import torch

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from act_ros.core.options import installed_backends
+from act_ros.core.inference.options import installed_backends
 
 REQUIRED = os.environ.get('ACT_ROS_REQUIRE_EXTRAS') == '1'
 BACKENDS = installed_backends()

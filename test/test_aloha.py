@@ -14,7 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from extras import needs_gym_aloha
 
 pytestmark = [pytest.mark.sim, needs_gym_aloha]
@@ -24,8 +23,8 @@ pytestmark = [pytest.mark.sim, needs_gym_aloha]
 def test_seeded_episode_is_gym_alohas_own():
     """Same seed, same actions: our environment and gym-aloha's gym env (what LeRobot's
     lerobot-eval runs) give the same joints, object pose and reward at every step."""
-    import gymnasium as gym
     import gym_aloha  # noqa: F401 (registers the ids)
+    import gymnasium as gym
 
     from act_ros.sim.aloha.env import AlohaEnv
 
@@ -127,8 +126,7 @@ def test_success_ends_the_episode_only_when_asked():
 
 # ------------------------------------------------------------------ expert
 def test_quaternion_helpers():
-    from act_ros.sim.aloha.expert import (axis_angle_quat, quat_multiply, quat_to_matrix,
-                                          slerp)
+    from act_ros.sim.aloha.expert import axis_angle_quat, quat_multiply, quat_to_matrix, slerp
 
     q = axis_angle_quat([0, 1, 0], -60)
     np.testing.assert_allclose(quat_multiply(np.array([1.0, 0, 0, 0]), q), q)
@@ -188,8 +186,8 @@ def test_contract_names_gym_alohas_joints():
 @pytest.fixture(scope='module')
 def aloha_checkpoint(module_tmp) -> Path:
     """An untrained 14-joint checkpoint for transfer cube: chunk 100, all 100 played."""
-    from act_ros.core.checkpoint import create_checkpoint
     from act_ros.core.contract import load_contract
+    from act_ros.core.inference.checkpoint import create_checkpoint
     from act_ros.sim.tasks import sim_task
 
     task = sim_task('aloha_transfer_cube')

@@ -5,18 +5,23 @@ import json
 import logging
 import shutil
 
+import extras
 import numpy as np
 import pytest
 
-import extras
-
-from act_ros.core import backends
-from act_ros.core.checkpoint import checkpoint_hash, create_checkpoint, load_checkpoint
 from act_ros.core.errors import DeviceUnavailableError
-from act_ros.core.export import (EXPORT_DIR, OPSET, graph_signature, metadata_path, read_metadata,
-                                 stale_reason)
+from act_ros.core.inference import backends
+from act_ros.core.inference.checkpoint import checkpoint_hash, create_checkpoint, load_checkpoint
+from act_ros.core.inference.export import (
+    EXPORT_DIR,
+    OPSET,
+    graph_signature,
+    metadata_path,
+    read_metadata,
+    stale_reason,
+)
+from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 from act_ros.core.observation import Observation
-from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
 ONNX_BACKENDS = [name for name in backends.installed_backends() if name != 'torch']
 needs_onnx = extras.needs_onnx
@@ -111,7 +116,7 @@ def test_stale_export_is_rebuilt_and_follows_new_weights(exported, torch_actions
     other = create_checkpoint(tmp_path / 'other', preset='tiny', image_size=(48, 64), seed=1)
     shutil.copy(other / 'model.safetensors', ckpt / 'model.safetensors')
     backend = ONNX_BACKENDS[0]
-    with caplog.at_level(logging.INFO, logger='act_ros.core.export'):
+    with caplog.at_level(logging.INFO, logger='act_ros.core.inference.export'):
         actions, rt = _actions(ckpt, 'ensemble', backend)
     assert rt.predictor.backend.export.exported is True
     assert any('stale' in r.message and 'the checkpoint changed' in r.message
@@ -255,7 +260,7 @@ def test_evaluator_takes_a_backend():
 @needs_onnx
 @exporting
 def test_read_only_checkpoint_uses_its_export_or_the_user_cache(exported, tmp_path, monkeypatch):
-    from act_ros.core import export as export_module
+    from act_ros.core.inference import export as export_module
     monkeypatch.setattr(export_module.os, 'access', lambda *args, **kwargs: False)
     monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path))
     result = export_module.ensure_onnx_export(load_checkpoint(exported))
@@ -345,8 +350,8 @@ def exported_poses(request, module_tmp):
 @pytest.mark.parametrize('backend', ONNX_BACKENDS)
 def test_backend_matches_torch_eager_with_object_poses(exported_poses, backend):
     from act_ros.core.contract import load_contract
-    from act_ros.core.onnx_predictor import lean_onnx_predictor
-    from act_ros.core.options import PredictorOptions
+    from act_ros.core.inference.onnx_predictor import lean_onnx_predictor
+    from act_ros.core.inference.options import PredictorOptions
 
     cameras = exported_poses.name == 'cameras_and_poses'
     name = 'model_48x64.onnx' if cameras else 'model_nocam.onnx'

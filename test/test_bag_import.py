@@ -5,8 +5,8 @@ fail with one clear line."""
 
 from __future__ import annotations
 
-from pathlib import Path
 import struct
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -14,11 +14,11 @@ import pytest
 pytest.importorskip('rosbags')
 pytest.importorskip('lerobot.datasets.lerobot_dataset')
 
+from bag_tools import read_dataset, write_episode_bag  # noqa: E402
+
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.data.bag_import import BagImportError, import_bags, main  # noqa: E402
 from act_ros.data.recording import RecordingSpec  # noqa: E402
-
-from bag_tools import read_dataset, write_episode_bag  # noqa: E402
 
 CONTRACT = load_contract()
 H, W = 48, 64

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from act_ros.bench import check
-from act_ros.core.precision import cpu_class
+from act_ros.core.inference.precision import cpu_class
 
 
 def test_cpu_class_follows_the_flags_that_pick_the_kernels():
@@ -380,7 +380,7 @@ _PROBE = """
 import sys
 from act_ros.bench.slowdown import slowdown_of
 print('torch imported at start-up:', 'torch' in sys.modules)
-from act_ros.core.inference import ChunkPredictor
+from act_ros.core.inference.predictor import ChunkPredictor
 from act_ros.training.loop import Trainer
 print('factors:', slowdown_of(ChunkPredictor.normalized_chunk),
       slowdown_of(Trainer.train_step))

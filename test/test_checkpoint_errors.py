@@ -7,11 +7,11 @@ import shutil
 import pytest
 import torch
 
-from act_ros.core.checkpoint import create_checkpoint, load_checkpoint, read_checkpoint_info
 from act_ros.core.contract import load_contract
 from act_ros.core.device import select_device
 from act_ros.core.errors import CheckpointError, ContractMismatchError, DeviceUnavailableError
-from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+from act_ros.core.inference.checkpoint import create_checkpoint, load_checkpoint, read_checkpoint_info
+from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
 ENV = 'observation.environment_state'
 
@@ -224,7 +224,7 @@ def test_fp16_on_cpu_is_an_error(ckpt):
 
 
 def test_bf16_on_a_cpu_without_native_bf16_is_refused(ckpt):
-    from act_ros.core.inference import cpu_has_native_bf16
+    from act_ros.core.inference.predictor import cpu_has_native_bf16
     if cpu_has_native_bf16():
         rt = PolicyRuntime(RuntimeConfig(model_path=ckpt, device='cpu', precision='bf16',
                                          warmup=False))
@@ -240,7 +240,7 @@ def test_chunk_defaults_are_lerobots():
     """The chunk a run trains with unless told is LeRobot's ACT default."""
     from lerobot.policies.act.configuration_act import ACTConfig
 
-    from act_ros.core.checkpoint_info import LEROBOT_ACT_CHUNK_SIZE
+    from act_ros.core.inference.checkpoint_info import LEROBOT_ACT_CHUNK_SIZE
 
     fields = ACTConfig.__dataclass_fields__
     assert LEROBOT_ACT_CHUNK_SIZE == fields['chunk_size'].default == \

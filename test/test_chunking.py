@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from act_ros.core.chunking import ChunkQueue, TickEnsembler, TimedChunk
+from act_ros.core.inference.chunking import ChunkQueue, TickEnsembler, TimedChunk
 
 
 def test_ensembler_matches_lerobot_online_ensembler_one_chunk_per_tick():
@@ -85,7 +85,7 @@ def test_blend_keeps_committed_actions_and_crossfades_the_rest_from_the_arrival_
     """A chunk computed at tick 4 arrives at tick 6 (2 ticks of latency): ticks before 6
     keep the old chunk's actions; from 6 on, (1 - w_k) old + w_k new with the new chunk's
     row for that tick (rows 2, 3, ...: not its row 0, meant for a tick already past)."""
-    from act_ros.core.chunking import BlendQueue, smoothstep_weights
+    from act_ros.core.inference.chunking import BlendQueue, smoothstep_weights
 
     q = BlendQueue(blend_ticks=4)
     old, new = _line(0), _line(4, base=100.0)
@@ -105,7 +105,7 @@ def test_blend_keeps_committed_actions_and_crossfades_the_rest_from_the_arrival_
 
 
 def test_blend_weights_rise_with_flat_ends_and_zero_window_switches():
-    from act_ros.core.chunking import BlendQueue, smoothstep_weights
+    from act_ros.core.inference.chunking import BlendQueue, smoothstep_weights
 
     w = smoothstep_weights(6)
     assert np.all(np.diff(w) > 0) and 0 < w[0] < 0.1 and 0.9 < w[-1] < 1
@@ -122,7 +122,7 @@ def test_blend_weights_rise_with_flat_ends_and_zero_window_switches():
 def test_blend_fades_from_the_old_plan_however_it_ends():
     """The old chunk runs out inside the fade: its last action is held (as a position
     controller holds it). A chunk arriving during a fade fades from the blend playing."""
-    from act_ros.core.chunking import BlendQueue, smoothstep_weights
+    from act_ros.core.inference.chunking import BlendQueue, smoothstep_weights
 
     w = smoothstep_weights(4)
     q = BlendQueue(4)
@@ -145,7 +145,7 @@ def test_blend_fades_from_the_old_plan_however_it_ends():
 def test_blend_hides_an_offset_that_chunk_switching_shows():
     """Two chunks that disagree by 0.3: switching steps the command by 0.3 in one tick;
     the 6-tick crossfade spreads it with no tick-to-tick change above a third of it."""
-    from act_ros.core.chunking import BlendQueue
+    from act_ros.core.inference.chunking import BlendQueue
 
     old, new = _line(0, 40, slope=0.01), _line(20, 40, base=0.3, slope=0.01)
     steps = {}
@@ -162,14 +162,14 @@ def test_blend_hides_an_offset_that_chunk_switching_shows():
 @pytest.mark.parametrize('text, ticks', [('6', 6), ('0', 0), ('0.2s', 6), (' 0.5s', 15),
                                          ('0s', 0)])
 def test_blend_window_in_ticks_or_seconds(text, ticks):
-    from act_ros.core.chunking import blend_window_ticks
+    from act_ros.core.inference.chunking import blend_window_ticks
 
     assert blend_window_ticks(text, 30.0) == ticks
 
 
 @pytest.mark.parametrize('text', ['-1', 'abc', '0.2', '-0.1s', 'nans', 's'])
 def test_blend_window_refuses_what_it_cannot_read(text):
-    from act_ros.core.chunking import blend_window_ticks
+    from act_ros.core.inference.chunking import blend_window_ticks
 
     with pytest.raises(ValueError, match="expected ticks .* or seconds"):
         blend_window_ticks(text, 30.0)
@@ -177,7 +177,7 @@ def test_blend_window_refuses_what_it_cannot_read(text):
 
 @pytest.mark.parametrize('store', ['queue', 'ensemble', 'blend'])
 def test_preview_is_what_the_next_ticks_play_and_changes_nothing(store):
-    from act_ros.core.chunking import BlendQueue
+    from act_ros.core.inference.chunking import BlendQueue
 
     q = {'queue': lambda: ChunkQueue(10), 'ensemble': lambda: TickEnsembler(0.01, 10),
          'blend': lambda: BlendQueue(3)}[store]()

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from pathlib import Path
 import shutil
 import subprocess
 import sys
-
-import pytest
+from pathlib import Path
 
 import extras
+import pytest
 from test_launch_act import console_scripts
 
 ROOT = Path(__file__).resolve().parents[1]

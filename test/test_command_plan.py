@@ -1,11 +1,11 @@
-"""The rest of the plan as safe points (act_ros.core.command_plan), and the control loop
+"""The rest of the plan as safe points (act_ros.core.control.command_plan), and the control loop
 that sends them and measures the seams of what it sends."""
 
 import numpy as np
 import pytest
 
-from act_ros.core.command_plan import interpolate, limit_plan, plan_velocities
-from act_ros.core.safety import SafetyLimits
+from act_ros.core.control.command_plan import interpolate, limit_plan, plan_velocities
+from act_ros.core.control.safety import SafetyLimits
 
 LIMITS = SafetyLimits(lower=np.array([-1.0, -1.0, 0.0]), upper=np.array([1.0, 1.0, 1.0]),
                       max_step=np.array([0.1, 0.1, 0.2]))

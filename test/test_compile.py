@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 import torch
 
-from act_ros.core.checkpoint import load_checkpoint
 from act_ros.core.contract import load_contract
-from act_ros.core.inference import ChunkPredictor, PredictorOptions
-from act_ros.core.loss import act_training_loss
+from act_ros.core.inference.checkpoint import load_checkpoint
+from act_ros.core.inference.predictor import ChunkPredictor, PredictorOptions
 from act_ros.core.observation import Observation
+from act_ros.training.loss import act_training_loss
 
 pytestmark = pytest.mark.slow
 

@@ -3,7 +3,7 @@
 import pytest
 
 from act_ros.core.contract import Contract, GripperSpec, load_contract
-from act_ros.core.kinematics import default_urdf_path
+from act_ros.core.control.kinematics import default_urdf_path
 
 
 def test_default_contract():

@@ -4,14 +4,13 @@ service package, no ament or rosidl module."""
 
 import ast
 import importlib
-from pathlib import Path
 import pkgutil
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-
 
 ROS_FREE = ('core', 'sim', 'data', 'training')
 
@@ -39,16 +38,18 @@ def test_ros_free_packages_import_no_ros(package):
 
 def test_every_core_module_imports():
     import act_ros.core as core
-    names = [m.name for m in pkgutil.iter_modules(core.__path__)]
-    assert 'contract' in names and 'safety' in names
+    names = [m.name for m in pkgutil.walk_packages(core.__path__, 'act_ros.core.')]
+    assert 'act_ros.core.contract' in names and 'act_ros.core.control.safety' in names
     for name in names:
-        importlib.import_module(f'act_ros.core.{name}')
+        importlib.import_module(name)
 
 
 ROOT = Path(__file__).resolve().parents[1]
 ARCHITECTURE = ROOT / 'docs' / 'architecture.md'
 # The sentence of docs/architecture.md that states the layers, lowest first.
 LAYER_SENTENCE = 'Each layer imports only from the layers before it in this\nlist:'
+# The sentence that orders the rooms (subpackages) inside a layer, lowest first.
+ROOM_SENTENCE = 'Rooms inside a layer keep the same rule, lowest\nfirst:'
 
 
 def _module_imports(path):
@@ -123,10 +124,23 @@ def documented_layers():
     return ranks
 
 
-def back_arrows(graph, ranks):
-    """Imports from a lower layer to a higher one: (importer, imported)."""
+def documented_rooms():
+    """{room: rank inside its layer} from docs/architecture.md, e.g. ``core.control``."""
+    text = ARCHITECTURE.read_text()
+    assert ROOM_SENTENCE in text, f'{ARCHITECTURE.name} no longer orders the rooms'
+    sentence = text.split(ROOM_SENTENCE, 1)[1].split('(', 1)[0]
+    rooms = re.findall(r'`([\w.]+)`', sentence)
+    return {room: rooms.index(room) - rooms.index(room.split('.')[0]) for room in rooms}
+
+
+def back_arrows(graph, ranks, rooms=None):
+    """Imports from a lower layer to a higher one, or from a lower room of a layer to a
+    higher room of it: (importer, imported)."""
+    rooms = documented_rooms() if rooms is None else rooms
+
     def rank(module):
-        return ranks[module.split('.')[1]]
+        parts = module.split('.')
+        return ranks[parts[1]], rooms.get('.'.join(parts[1:3]), 0)
     return sorted((a, b) for a, deps in graph.items() for b in deps
                   if a != 'act_ros' and rank(b) > rank(a))
 
@@ -155,11 +169,25 @@ def test_a_function_level_back_import_is_caught(tmp_path):
 
     root = tmp_path / 'act_ros'
     shutil.copytree(ROOT / 'act_ros', root, ignore=shutil.ignore_patterns('__pycache__'))
-    safety = root / 'core' / 'safety.py'
+    safety = root / 'core' / 'control' / 'safety.py'
     safety.write_text(safety.read_text() + '\n\ndef _planted():\n'
                       '    from act_ros.training.rollout import SimPolicy\n'
                       '    return SimPolicy\n')
     graph = import_graph(_modules(root))
     assert back_arrows(graph, documented_layers()) == [
-        ('act_ros.core.safety', 'act_ros.training.rollout')]
+        ('act_ros.core.control.safety', 'act_ros.training.rollout')]
     assert cycles_of(graph)  # rollout imports the safety chain: a circle as well
+
+
+def test_a_back_import_between_rooms_is_caught(tmp_path):
+    """Rooms are ordered too: inference importing the control path runs up a room."""
+    import shutil
+
+    root = tmp_path / 'act_ros'
+    shutil.copytree(ROOT / 'act_ros', root, ignore=shutil.ignore_patterns('__pycache__'))
+    runtime = root / 'core' / 'inference' / 'runtime.py'
+    runtime.write_text(runtime.read_text() + '\n\ndef _planted():\n'
+                       '    from act_ros.core.control.release_gate import ReleaseGate\n'
+                       '    return ReleaseGate\n')
+    assert back_arrows(import_graph(_modules(root)), documented_layers()) == [
+        ('act_ros.core.inference.runtime', 'act_ros.core.control.release_gate')]

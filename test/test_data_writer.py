@@ -7,9 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from act_ros.core.contract import load_contract
+from act_ros.core.contract import load_contract, parse_image_size
 from act_ros.data import synthetic
-from act_ros.core.contract import parse_image_size
 from act_ros.data.episode import DatasetLayout, Episode
 from act_ros.data.video_backend import video_backend
 from act_ros.data.writer import AtomicDatasetWriter

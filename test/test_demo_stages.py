@@ -2,6 +2,7 @@
 limits stop the stage and every child it started."""
 
 import sys
+
 import pytest
 
 from act_ros.demo import SHIPPED_MODELS, Stages

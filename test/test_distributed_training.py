@@ -19,19 +19,19 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 import signal
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 import torch
 
-from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE
+from act_ros.core.inference.checkpoint_info import SIM_CHUNK_SIZE
 from act_ros.training.distributed import LocalProcess, check_launch_env, from_environment
 from act_ros.training.state import BatchOrder
 
@@ -299,8 +299,8 @@ def test_two_processes_train_like_one_at_the_same_global_batch(one_and_two):
 def test_two_process_checkpoints_have_the_single_process_layout_and_load(one_and_two):
     from lerobot.policies.act.modeling_act import ACTPolicy
 
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
     from act_ros.core.observation import Observation
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
     one, two = one_and_two['one'], one_and_two['two']
     assert _layout(one) == _layout(two)
@@ -431,7 +431,7 @@ def test_batch_shards_are_disjoint_and_make_up_the_single_process_batch():
 def test_rescaled_l1_of_the_shards_averages_to_the_global_batch_loss():
     """The gradient DDP averages is that of the global batch's loss: each process's L1 is
     weighted by its share of the valid (unpadded) action steps."""
-    from act_ros.core.loss import act_loss, dimension_weights
+    from act_ros.training.loss import act_loss, dimension_weights
 
     g = torch.Generator().manual_seed(0)
     actions, hat = torch.randn(6, 30, 6, generator=g), torch.randn(6, 30, 6, generator=g)

@@ -23,12 +23,12 @@ import ast
 import contextlib
 import importlib
 import io
-from pathlib import Path
 import re
 import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 

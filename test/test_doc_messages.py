@@ -15,9 +15,9 @@ message reworded in the code, or quoted from memory, fails here.
 from __future__ import annotations
 
 import ast
+import re
 from functools import cache
 from pathlib import Path
-import re
 
 import pytest
 

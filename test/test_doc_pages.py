@@ -4,8 +4,8 @@ docs/training_results.md, which it links)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 import re
+from pathlib import Path
 
 import pytest
 

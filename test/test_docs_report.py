@@ -4,8 +4,8 @@ committed result files, and a page that differs from what the report writes fail
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import re
+from pathlib import Path
 
 import pytest
 

@@ -191,7 +191,7 @@ def test_every_mode_records_the_seams_of_its_commands(tiny_checkpoint, tmp_path,
 
     def measured(stride, fade=1):
         # A handover at h is measured through tick h + 2 of the episode, a crossfade of
-        # `fade` ticks through its last tick + 2 (core.seams: judged over all its ticks).
+        # `fade` ticks through its last tick + 2 (core.control.seams: judged over all its ticks).
         return 2 * len(range(stride, 34 - 2 - (fade - 1), stride))
     out = tmp_path / 'all.json'
     assert main(common + ['--mode', 'all', '--output', str(out)]) == 0

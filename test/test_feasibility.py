@@ -6,7 +6,7 @@ time and holds the rate exactly where the verdict says it does."""
 
 import pytest
 
-from act_ros.core.feasibility import Latency, verdict
+from act_ros.core.inference.feasibility import Latency, verdict
 
 
 def _v(mode='chunk', execution='process', worst=0.1, chunk=30, rate=30.0, size=(480, 640)):
@@ -73,7 +73,7 @@ def _run_simulated(checkpoint, delivery_ticks: int, ticks: int = 240):
     """Chunk execution against simulated time: every chunk delivered ``delivery_ticks``
     ticks after its request (execution 'simulated', the schedule of 'async'); the actions
     of ``ticks`` ticks (None where the queue had none) and the runtime."""
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
     runtime = PolicyRuntime(RuntimeConfig(model_path=checkpoint, device='cpu', mode='chunk',
                                           execution='simulated', warmup=False,
                                           simulated_latency_ticks=delivery_ticks))
@@ -94,7 +94,7 @@ def test_the_runtime_holds_the_rate_exactly_where_the_verdict_says(tiny_checkpoi
     (32 > 30). The margin of 2 ticks is slack for chunks that come later than measured: with
     every chunk delivered L + 2 ticks after its request, the runtime never runs dry at
     L = 13, and runs dry at L = 14, as the verdict says."""
-    from act_ros.core.runtime import REQUEST_MARGIN_TICKS
+    from act_ros.core.inference.runtime import REQUEST_MARGIN_TICKS
 
     margin = REQUEST_MARGIN_TICKS
     actions, runtime = _run_simulated(tiny_checkpoint, latency_ticks + margin)
@@ -133,8 +133,8 @@ def test_a_model_slower_than_a_chunk_is_the_reason_given_for_no_command(tiny_che
     says why (the node logs it as a warning) instead of "waiting for the first chunk"."""
     import numpy as np
 
-    from act_ros.core.control import CHUNKS_LATE, WAITING_FOR_CHUNK
-    from act_ros.core.inputs import JOINT_STATES, PAD_POSE, image_stream
+    from act_ros.core.control.inputs import JOINT_STATES, PAD_POSE, image_stream
+    from act_ros.core.control.loop import CHUNKS_LATE, WAITING_FOR_CHUNK
     from act_ros.training.rollout import SimPolicy
 
     policy = SimPolicy(tiny_checkpoint, latency_ticks=35)  # the tiny chunk is 30 steps

@@ -12,12 +12,11 @@ import numpy as np
 import pytest
 import torch
 
-from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE  # the tiny preset's
 from act_ros.core.contract import load_contract
-from act_ros.core.loss import act_training_loss
+from act_ros.core.inference.checkpoint_info import SIM_CHUNK_SIZE  # the tiny preset's
 from act_ros.training.config import TrainConfig
-from act_ros.training.feature_cache import (FeatureCache, backbone_bypassed,
-                                            build_feature_cache, freeze)
+from act_ros.training.feature_cache import FeatureCache, backbone_bypassed, build_feature_cache, freeze
+from act_ros.training.loss import act_training_loss
 
 pytest.importorskip('lerobot')
 CONTRACT = load_contract()
@@ -27,7 +26,7 @@ KEYS = [cam.feature for cam in CONTRACT.cameras]
 def _policy():
     from lerobot.policies.act.modeling_act import ACTPolicy
 
-    from act_ros.core.checkpoint import make_act_config
+    from act_ros.core.inference.checkpoint import make_act_config
 
     torch.manual_seed(0)
     policy = ACTPolicy(make_act_config(CONTRACT, image_size=(48, 64), preset='tiny',
@@ -400,7 +399,7 @@ def test_another_backbone_or_normalization_is_another_key(tmp_path):
     assert _build_disk(tmp_path, backbone, pixels, frames,
                        normalization=normalized)[0].computed == 6
 
-    from act_ros.core.checkpoint import make_act_config
+    from act_ros.core.inference.checkpoint import make_act_config
 
     config = make_act_config(CONTRACT, image_size=(48, 64), preset='tiny')
     stats = {'observation.state': {'mean': torch.zeros(6), 'std': torch.ones(6)},

@@ -15,15 +15,14 @@ listing, as it is on any machine where torch ever ran.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
 
 import pytest
-
 from extras import needs_onnx
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -97,7 +96,7 @@ def test_synthetic_dataset_is_quiet(tmp_path, user):
 
 LOAD = '''
 import os, sys
-from act_ros.core.checkpoint import load_checkpoint
+from act_ros.core.inference.checkpoint import load_checkpoint
 tmp = os.environ['TMPDIR']
 before = len(os.listdir(tmp))
 for _ in range(3):

@@ -12,17 +12,16 @@ value shows it, and the ROS executables list every declared parameter with its d
 from __future__ import annotations
 
 import argparse
-from concurrent.futures import ThreadPoolExecutor
 import contextlib
 import importlib
 import io
 import os
-from pathlib import Path
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
-
 from test_launch_act import console_scripts
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from act_ros.core.errors import CheckpointError
-from act_ros.core.hub import in_hub_cache, parse_hub_id, resolve_checkpoint
+from act_ros.core.inference.hub import in_hub_cache, parse_hub_id, resolve_checkpoint
 
 REPO = 'test-org/act_tiny'
 COMMIT = 'a' * 40
@@ -54,7 +54,7 @@ def cache(tmp_path, monkeypatch):
 
 
 def test_id_resolves_to_the_snapshot_refs_main_names(cache, tiny_checkpoint):
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
 
     folder = populate(cache, tiny_checkpoint)
     resolved = resolve_checkpoint(REPO)
@@ -70,8 +70,8 @@ def test_the_runtime_resolves_an_id_once_and_hands_it_on(cache, tiny_checkpoint)
     """The runtime's resolution reaches the loader and the JSON reader as it is: the model
     loaded knows the commit it came from (a second resolution of the snapshot's directory
     would know a local path only)."""
-    from act_ros.core.checkpoint_info import read_checkpoint_info
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.checkpoint_info import read_checkpoint_info
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     folder = populate(cache, tiny_checkpoint)
     with PolicyRuntime(RuntimeConfig(model_path=REPO, device='cpu', execution='sync',
@@ -93,8 +93,8 @@ def test_id_at_a_branch_and_at_a_commit(cache, tiny_checkpoint):
 
 
 def test_id_with_a_subfolder(cache, tiny_checkpoint):
-    from act_ros.core.checkpoint import read_checkpoint_info
     from act_ros.core.contract import load_contract
+    from act_ros.core.inference.checkpoint import read_checkpoint_info
 
     folder = populate(cache, tiny_checkpoint, subfolder='pretrained_model')
     for spec in (f'{REPO}/pretrained_model', f'{REPO}@main/pretrained_model',
@@ -164,7 +164,7 @@ def test_a_local_directory_named_like_an_id_wins(cache, tiny_checkpoint, tmp_pat
     for spec in (str(tmp_path / 'nope'), './nope/x', 'nope'):
         assert parse_hub_id(spec) is None
         assert 'a Hub checkpoint is named org/name[@revision][/subfolder]' in _error(spec)
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
     with pytest.raises(CheckpointError, match=r'does not exist \(a Hub checkpoint is named '
                        r'org/name\[@revision\]\[/subfolder\]\)'):
         load_checkpoint(tmp_path / 'nope')
@@ -224,7 +224,7 @@ def test_then_in_the_package_models_folder(name, tiny_checkpoint, tmp_path, monk
 
 
 def test_the_shipped_models_are_found_by_name_from_any_directory(tmp_path, monkeypatch, no_hub):
-    from act_ros.core.hub import package_models_dir
+    from act_ros.core.inference.hub import package_models_dir
 
     monkeypatch.chdir(tmp_path)
     resolved = resolve_checkpoint('models/sim_port_pick_align_poses')
@@ -380,7 +380,7 @@ def test_node_with_an_uncached_hub_id_fails_configure_with_one_line(cache, rclpy
 
 def test_exports_of_a_hub_snapshot_go_to_the_user_cache(cache, tiny_checkpoint, tmp_path,
                                                         monkeypatch):
-    from act_ros.core.export import _writable_export_dir
+    from act_ros.core.inference.export import _writable_export_dir
 
     folder = populate(cache, tiny_checkpoint)
     monkeypatch.setenv('XDG_CACHE_HOME', str(tmp_path / 'xdg'))

@@ -1,6 +1,6 @@
-"""The input store (act_ros.core.inputs): which streams make a snapshot unusable."""
+"""The input store (act_ros.core.control.inputs): which streams make a snapshot unusable."""
 
-from act_ros.core.inputs import JOINT_STATES, PAD_POSE, InputStore, image_stream
+from act_ros.core.control.inputs import JOINT_STATES, PAD_POSE, InputStore, image_stream
 
 
 def test_a_rejected_optional_stream_stops_commands_until_its_next_good_message():

@@ -1,4 +1,4 @@
-"""precision int8 (act_ros.core.quantized, act_ros.training.quantize): `act-ros export --int8`
+"""precision int8 (act_ros.core.inference.quantized, act_ros.training.quantize): `act-ros export --int8`
 quantizes the ONNX export with NNCF, calibrated on frames of a real LeRobot dataset turned
 into model inputs by the runtime's own preprocessing; the openvino backend runs it, checked
 against fp32 at start-up; a missing dataset or quantized model is a clear error; precision
@@ -7,21 +7,26 @@ auto never picks int8."""
 import json
 import shutil
 
+import extras
 import numpy as np
 import pytest
 
-import extras
-
-from act_ros.core.backends import OpenVINOBackend, backend_inputs
-from act_ros.core.checkpoint import load_checkpoint
 from act_ros.core.contract import load_contract
 from act_ros.core.errors import DeviceUnavailableError, QuantizedModelError
-from act_ros.core.export import EXPORT_DIR, read_metadata
-from act_ros.core.options import BACKENDS, PredictorOptions
-from act_ros.core.precision import PrecisionPlan, cpu_saturates_int8
-from act_ros.core.quantized import (DEFAULT_LAYERS, OVERFLOW_FIX, int8_paths, quantize_export, read_record,
-                                    stale_reason)
-from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+from act_ros.core.inference.backends import OpenVINOBackend, backend_inputs
+from act_ros.core.inference.checkpoint import load_checkpoint
+from act_ros.core.inference.export import EXPORT_DIR, read_metadata
+from act_ros.core.inference.options import BACKENDS, PredictorOptions
+from act_ros.core.inference.precision import PrecisionPlan, cpu_saturates_int8
+from act_ros.core.inference.quantized import (
+    DEFAULT_LAYERS,
+    OVERFLOW_FIX,
+    int8_paths,
+    quantize_export,
+    read_record,
+    stale_reason,
+)
+from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
 needs_openvino = extras.needs_openvino
 needs_nncf = extras.needs_nncf
@@ -63,7 +68,7 @@ def _onnx(ckpt):
 
 
 def _backend_export(ckpt):
-    from act_ros.core.export import OnnxExport
+    from act_ros.core.inference.export import OnnxExport
     path = _onnx(ckpt)
     return OnnxExport(path=path, metadata=read_metadata(path), exported=False, seconds=0.0)
 
@@ -71,7 +76,7 @@ def _backend_export(ckpt):
 def _predictor(ckpt, precision='fp32'):
     import torch
 
-    from act_ros.core.inference import ChunkPredictor
+    from act_ros.core.inference.predictor import ChunkPredictor
     return ChunkPredictor(load_checkpoint(ckpt, device='cpu'), load_contract(),
                           torch.device('cpu'),
                           PredictorOptions(backend='openvino', precision=precision, threads=1))
@@ -180,7 +185,7 @@ def test_model_inputs_are_the_runtimes_preprocessing(exported_checkpoint, calibr
     full predictor's inputs equal the lean inference child's, and its backend is put back.
     Where the lean child hands OpenVINO uint8 pixels (the compiled model normalizes them
     itself), the model's first layer sees their per-channel affine: that is compared."""
-    from act_ros.core.onnx_predictor import lean_onnx_predictor
+    from act_ros.core.inference.onnx_predictor import lean_onnx_predictor
     from act_ros.training.quantize import calibration_observations
     contract = load_contract()
     predictor = _predictor(exported_checkpoint)
@@ -316,7 +321,7 @@ def test_runtime_runs_int8_and_reports_its_difference_from_fp32(quantized, execu
         # Checked on synthetic frames only (nothing saved beside this checkpoint): a warning.
         assert check.warning and check.source == 'synthetic'
         assert check.as_values()['precision.check_max_diff'] == check.max_diff
-        from act_ros.core.feasibility import Latency
+        from act_ros.core.inference.feasibility import Latency
         assert '(openvino int8)' in rt.feasibility(30.0, Latency(0.1, 0.1, 2)).line()
         if execution == 'sync':
             assert rt.predictor.backend.int8 is not None
@@ -326,7 +331,7 @@ def test_runtime_runs_int8_and_reports_its_difference_from_fp32(quantized, execu
             assert rt._remote.spec.precision_plan is None
             assert rt._remote.spec.options.precision == 'int8'
         rt.reset()
-        from act_ros.core.precision import check_observations
+        from act_ros.core.inference.precision import check_observations
         obs = check_observations([(c, f'observation.images.{c}', (48, 64)) for c in rt.cameras],
                                  rt.contract.lower, rt.contract.upper, 0, count=2)[1]
         action = rt.act(obs)
@@ -435,7 +440,7 @@ def test_an_interrupted_quantization_leaves_no_valid_or_temporary_file(quantized
                                                                        tmp_path, monkeypatch):
     """The record goes before the files are replaced and comes back last: a write that
     fails half-way leaves no model that could load, and no temporary file."""
-    from act_ros.core import quantized as quantized_module
+    from act_ros.core.inference import quantized as quantized_module
     from act_ros.training.quantize import calibration_observations
     ckpt = tmp_path / 'tiny'
     shutil.copytree(quantized, ckpt)
@@ -472,8 +477,8 @@ def test_node_refuses_the_shipped_object_state_policy_in_int8(rclpy_context, cal
     int8 on it checks it against fp32 on the real observations saved beside the checkpoint (dataset
     frames) and refuses it at configure, with the figure in the log line and on
     /diagnostics."""
-    from diagnostic_msgs.msg import DiagnosticArray
     import rclpy
+    from diagnostic_msgs.msg import DiagnosticArray
     from rclpy.lifecycle import TransitionCallbackReturn
     from rclpy.parameter import Parameter
 

@@ -9,7 +9,7 @@ import pytest
 pytest.importorskip('pinocchio')
 
 from act_ros.core.contract import load_contract  # noqa: E402
-from act_ros.core.kinematics import ForwardKinematics, default_urdf_path  # noqa: E402
+from act_ros.core.control.kinematics import ForwardKinematics, default_urdf_path  # noqa: E402
 
 
 @pytest.fixture(scope='module')
@@ -77,7 +77,7 @@ def test_gripper_kinematics_serves_the_contracts_model_or_says_why_not(tmp_path)
     and the reason: the package's model is never taken for another arm."""
     from dataclasses import replace
 
-    from act_ros.core.kinematics import gripper_kinematics
+    from act_ros.core.control.kinematics import gripper_kinematics
 
     contract = load_contract()
     fks, why = gripper_kinematics(contract)

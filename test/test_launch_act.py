@@ -284,8 +284,14 @@ def test_rviz_launch_file_runs_rviz_with_the_installed_config():
 def test_rviz_config_shows_what_the_node_publishes():
     from act_ros.core.contract import load_contract
     from act_ros.ros.node.parameters import camera_topic_param, parameter_specs
-    from act_ros.ros.node.visualization import (END_EFFECTOR, GATE_TEXT, MARKERS_TOPIC,
-                                                PATH_TOPIC, PLANNED_GRIPPER, REGION)
+    from act_ros.ros.node.visualization import (
+        END_EFFECTOR,
+        GATE_TEXT,
+        MARKERS_TOPIC,
+        PATH_TOPIC,
+        PLANNED_GRIPPER,
+        REGION,
+    )
 
     config = yaml.safe_load(RVIZ_CONFIG.read_text())['Visualization Manager']
     defaults = {s.name: s.default for s in parameter_specs(load_contract())}
@@ -318,7 +324,7 @@ def test_display_description_moves_the_fingers_by_the_normalized_gripper():
     import numpy as np
     import pinocchio
 
-    from act_ros.core.kinematics import default_urdf_path
+    from act_ros.core.control.kinematics import default_urdf_path
     from act_ros.ros.robot_description import display_description
 
     text = display_description()

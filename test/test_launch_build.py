@@ -18,9 +18,9 @@ default among its choices; an included launch file receives only arguments it de
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 import sys
 import types
+from pathlib import Path
 
 import pytest
 

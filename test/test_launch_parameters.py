@@ -14,18 +14,24 @@ with these functions.
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import yaml
 
-from act_ros.ros.launch_arguments import (ACT_NODE_ARGUMENTS, RECORD_NODE_ARGUMENTS,
-                                          SIM_ACT_NODE_ARGUMENTS, SIM_BRIDGE_ARGUMENTS,
-                                          file_parameters, parameter_sources, sim_mode,
-                                          sim_parameters)
+from act_ros.ros.launch_arguments import (
+    ACT_NODE_ARGUMENTS,
+    RECORD_NODE_ARGUMENTS,
+    SIM_ACT_NODE_ARGUMENTS,
+    SIM_BRIDGE_ARGUMENTS,
+    file_parameters,
+    parameter_sources,
+    sim_mode,
+    sim_parameters,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH = ROOT / 'launch'

@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from test_launch_act import (_calls, _flatten, _keyword, _string, console_scripts, package_name,
-                             used_arguments)
+from test_launch_act import _calls, _flatten, _keyword, _string, console_scripts, package_name, used_arguments
 
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCH_FILE = ROOT / 'launch' / 'record.launch.py'
@@ -85,9 +83,10 @@ def test_given_camera_topics_and_transports_reach_the_node(ros_domain_id, tmp_pa
     params file): a compressed camera is then read on ``<topic>/compressed``, the other
     cameras as the file says."""
     rclpy = pytest.importorskip('rclpy')
+    from test_launch_parameters import _rcl_arguments
+
     from act_ros.ros.launch_arguments import RECORD_NODE_ARGUMENTS, parameter_sources
     from act_ros.ros.recording.record_node import RecordNode
-    from test_launch_parameters import _rcl_arguments
 
     values = {'output': str(tmp_path / 'demos'), 'top_image_topic': '/cam/top',
               'top_image_transport': 'compressed', 'wrist_image_topic': '',

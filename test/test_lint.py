@@ -1,9 +1,9 @@
 """Linters as tests: ruff over the package, tests, launch files and setup.py."""
 
-from pathlib import Path
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 

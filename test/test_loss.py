@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from act_ros.core.loss import act_loss, act_training_loss, dimension_weights
+from act_ros.training.loss import act_loss, act_training_loss, dimension_weights
 
 
 def test_hand_computed_example():

@@ -4,15 +4,14 @@ package's models go (the user cache)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
-from act_ros.core.export import (EXPORT_DIR, TensorSpec, cache_export_dir, find_export,
-                                 package_model)
+from act_ros.core.inference.export import EXPORT_DIR, TensorSpec, cache_export_dir, find_export, package_model
 
 ROOT = Path(__file__).resolve().parents[1]
 CARD = 'MODEL_CARD.md'

@@ -2,12 +2,12 @@
 what arrives on the command and diagnostics topics (no mocks of rclpy)."""
 
 import os
-from pathlib import Path
 import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -22,11 +22,16 @@ from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
-from act_ros.core.backends import installed_backends  # noqa: E402
 from act_ros.core.contract import load_contract  # noqa: E402
+from act_ros.core.inference.backends import installed_backends  # noqa: E402
+from act_ros.ros.harness import (  # noqa: E402
+    FAST_ROBOT_MAX_JOINT_VELOCITY,
+    RobotHarness,
+    fast_robot_model,
+    spinning,
+    wait_until,
+)
 from act_ros.ros.node.act_node import ActNode  # noqa: E402
-from act_ros.ros.harness import (FAST_ROBOT_MAX_JOINT_VELOCITY, RobotHarness,  # noqa: E402
-                                 fast_robot_model, spinning, wait_until)
 
 CONTRACT = load_contract()
 JOINTS = list(CONTRACT.joint_names)
@@ -126,7 +131,7 @@ def test_shuffled_joint_states_give_commands_in_contract_order(rclpy_context, ch
 
 def expected_action(checkpoint, rgb, state, environment_state=None):
     """What the runtime computes for this observation (the node must send the same)."""
-    from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import Observation, PolicyRuntime, RuntimeConfig
     with PolicyRuntime(RuntimeConfig(checkpoint, execution='sync', n_action_steps=1,
                                      contract=CONTRACT, warmup=False)) as runtime:
         action = runtime.act(Observation(images={'top': rgb, 'wrist': rgb}, state=state,

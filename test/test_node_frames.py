@@ -5,15 +5,24 @@ like a malformed message, no command goes out while it is the newest on its topi
 
 import time
 
-from diagnostic_msgs.msg import DiagnosticStatus
 import pytest
+from diagnostic_msgs.msg import DiagnosticStatus
 
 pytestmark = pytest.mark.ros
 rclpy = pytest.importorskip('rclpy')
 
+from test_node_act import (  # noqa: E402
+    BOX,
+    DISCOVERY_S,
+    PAD,
+    assert_silent_once_stale,
+    make_harness,
+    make_node,
+    wait_commands,
+    wait_diagnostics,
+)
+
 from act_ros.ros.harness import spinning  # noqa: E402
-from test_node_act import (BOX, DISCOVERY_S, PAD, assert_silent_once_stale,  # noqa: E402
-                           make_harness, make_node, wait_commands, wait_diagnostics)
 
 
 def _rejected(topic: str, frame: str, expected: str = 'base_link') -> str:

@@ -7,8 +7,8 @@ its action statistics are rescaled so that a black image gives one end of the gr
 range and a white image the other (found by running the model on both).
 """
 
-from pathlib import Path
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -19,9 +19,14 @@ rclpy = pytest.importorskip('rclpy')
 from rclpy.parameter import Parameter  # noqa: E402
 
 from act_ros.core.contract import load_contract  # noqa: E402
+from act_ros.ros.harness import (  # noqa: E402
+    FAST_ROBOT_MAX_JOINT_VELOCITY,
+    RobotHarness,
+    fast_robot_model,
+    spinning,
+    wait_until,
+)
 from act_ros.ros.node.act_node import ActNode  # noqa: E402
-from act_ros.ros.harness import (FAST_ROBOT_MAX_JOINT_VELOCITY, RobotHarness,  # noqa: E402
-                                 fast_robot_model, spinning, wait_until)
 
 CONTRACT = load_contract()
 JOINTS = list(CONTRACT.joint_names)
@@ -202,7 +207,7 @@ def test_stale_end_effector_pose_counts_as_far_from_pad(rclpy_context, gated):
 
 
 def test_forward_kinematics_source_measures_the_distance_to_the_pad(rclpy_context, gated):
-    from act_ros.core.kinematics import ForwardKinematics
+    from act_ros.core.control.kinematics import ForwardKinematics
 
     checkpoint, _, closed_image = gated
     fk = ForwardKinematics(joint_names=CONTRACT.arm_joint_names)

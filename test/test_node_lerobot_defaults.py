@@ -18,12 +18,12 @@ rclpy = pytest.importorskip('rclpy')
 
 from rclpy.lifecycle import TransitionCallbackReturn  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
+from test_runtime_parity import lerobot_reference  # noqa: E402
 
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.core.observation import Observation  # noqa: E402
 from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
 from act_ros.ros.node.act_node import ActNode  # noqa: E402
-from test_runtime_parity import lerobot_reference  # noqa: E402
 
 CONTRACT = load_contract()
 H, W = 40, 56

@@ -44,7 +44,7 @@ def arm(request, module_tmp):
     """(name, contract, checkpoint) with every gripper's request pinned to open."""
     from safetensors.torch import load_file, save_file
 
-    from act_ros.core.checkpoint import create_checkpoint, read_policy_config
+    from act_ros.core.inference.checkpoint import create_checkpoint, read_policy_config
 
     name = request.param
     contract = load_contract(arm_files(name)[0])

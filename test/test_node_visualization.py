@@ -6,8 +6,8 @@ A recorder node subscribes to both topics as RViz would (reliable, transient loc
 robot is the :class:`~act_ros.ros.harness.RobotHarness` stand-in of the other node tests.
 """
 
-import threading
 import pathlib
+import threading
 import time
 
 import numpy as np
@@ -21,14 +21,18 @@ from rclpy.node import Node  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from visualization_msgs.msg import Marker, MarkerArray  # noqa: E402
 
-from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE  # noqa: E402
 from act_ros.core.contract import load_contract  # noqa: E402
-from act_ros.core.kinematics import ForwardKinematics  # noqa: E402
-from act_ros.ros.harness import (FAST_ROBOT_MAX_JOINT_VELOCITY, RobotHarness,  # noqa: E402
-                                 fast_robot_model, spinning, wait_until)
+from act_ros.core.control.kinematics import ForwardKinematics  # noqa: E402
+from act_ros.core.inference.checkpoint_info import SIM_CHUNK_SIZE  # noqa: E402
+from act_ros.ros.harness import (  # noqa: E402
+    FAST_ROBOT_MAX_JOINT_VELOCITY,
+    RobotHarness,
+    fast_robot_model,
+    spinning,
+    wait_until,
+)
 from act_ros.ros.node.act_node import ActNode  # noqa: E402
-from act_ros.ros.node.visualization import (GATE_COLORS, VISUALIZATION_QOS,  # noqa: E402
-                                            GateView, PlanView)
+from act_ros.ros.node.visualization import GATE_COLORS, VISUALIZATION_QOS, GateView, PlanView  # noqa: E402
 
 CONTRACT = load_contract()
 JOINTS = list(CONTRACT.joint_names)
@@ -107,7 +111,7 @@ def fk():
 
 def expected_chunk(checkpoint, image) -> np.ndarray:
     """The chunk the model computes for the harness's inputs, outside the node."""
-    from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import Observation, PolicyRuntime, RuntimeConfig
     with PolicyRuntime(RuntimeConfig(checkpoint, execution='sync', contract=CONTRACT,
                                      warmup=False)) as runtime:
         return runtime.predictor.predict(Observation(images={'top': image, 'wrist': image},
@@ -274,7 +278,7 @@ def test_markers_of_an_unknown_pad_are_deleted_and_a_gate_off_is_grey(fk):
 
 
 def test_a_chunk_without_an_observation_stamp_is_stamped_now_and_skips_nan_rows(fk):
-    from act_ros.core.chunking import TimedChunk
+    from act_ros.core.inference.chunking import TimedChunk
 
     actions = np.tile(MEASURED, (4, 1))
     actions[2, 0] = np.nan
@@ -377,7 +381,7 @@ def test_bench_node_compare_repeats_in_a_balanced_order_and_compares_medians(cap
 
 def test_plot_plan_draws_what_the_topics_carry(tmp_path, fk):
     """act-ros plot-plan's picture, from the node's own messages (no spinning)."""
-    from act_ros.core.chunking import TimedChunk
+    from act_ros.core.inference.chunking import TimedChunk
     from act_ros.ros.plan_plot import PlanRecord, draw
 
     view = PlanView(fk, (GRIPPER,), 'base_link', 1 / 30)
@@ -411,8 +415,8 @@ def test_current_chunk_carries_the_stamp_of_its_observation(tiny_checkpoint, mod
     """Against simulated time (chunks delivered 5 ticks after their request): the chunk
     shown is the one being played, stamped with the observation it was computed from, not
     the one of the tick that received it; a reset shows none."""
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
     from act_ros.core.observation import Observation
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
     rng = np.random.default_rng(0)
     image = rng.integers(0, 256, size=(48, 64, 3), dtype=np.uint8)

@@ -19,8 +19,8 @@ import torch
 
 from act_ros.core.contract import load_contract
 from act_ros.core.errors import ObservationError
-from act_ros.core.object_state import (ENVIRONMENT_STATE_FEATURE as ENV, ENVIRONMENT_STATE_NAMES,
-                                       environment_state)
+from act_ros.core.object_state import ENVIRONMENT_STATE_FEATURE as ENV
+from act_ros.core.object_state import ENVIRONMENT_STATE_NAMES, environment_state
 from act_ros.core.observation import Observation
 from act_ros.training.config import TrainConfig
 from act_ros.training.data import STD_FLOOR, TrainingDataError
@@ -105,7 +105,7 @@ def _dataset_env_stats(dataset: Path) -> tuple[np.ndarray, np.ndarray]:
 
 
 def test_pose_policy_trains_and_loads_in_lerobot_and_the_runtime(pose_run, pose_dataset):
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     out, metrics = pose_run
     assert metrics['status'] == 'completed' and metrics['inference_check']['finite']
@@ -146,7 +146,7 @@ def test_pose_policy_trains_and_loads_in_lerobot_and_the_runtime(pose_run, pose_
 
 
 def test_state_only_policy_trains_and_runs_in_lerobot_and_the_runtime(state_only_run):
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     out, metrics = state_only_run
     assert metrics['status'] == 'completed' and metrics['inference_check']['finite']
@@ -255,7 +255,7 @@ def test_camera_choice_is_checked(tmp_path, caplog):
 def test_process_execution_passes_the_object_poses(tiny_pose_checkpoint):
     """The model in a child process gets the poses with each request: the same chunks as
     in process, and a request without them is refused in the caller, not the child."""
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     rng = np.random.default_rng(3)
     image = rng.integers(0, 256, (48, 64, 3), dtype=np.uint8)

@@ -7,17 +7,16 @@ import json
 import shutil
 import sys
 
+import extras
 import numpy as np
 import pytest
 
-import extras
-
-from act_ros.core import backends
 from act_ros.core.contract import load_contract
 from act_ros.core.errors import CheckpointError
+from act_ros.core.inference import backends
+from act_ros.core.inference.onnx_predictor import NumpyProcessors, lean_onnx_predictor
+from act_ros.core.inference.options import PredictorOptions
 from act_ros.core.observation import Observation
-from act_ros.core.onnx_predictor import NumpyProcessors, lean_onnx_predictor
-from act_ros.core.options import PredictorOptions
 
 ONNX_BACKENDS = [name for name in backends.installed_backends() if name != 'torch']
 needs_onnx = extras.needs_onnx
@@ -36,7 +35,7 @@ def _observations(count, seed=0, size=(48, 64)):
 def exported(module_tmp, tiny_checkpoint):
     """A copy of the tiny checkpoint with its ONNX export (only tests marked to need an
     ONNX backend use it)."""
-    from act_ros.core.export import main
+    from act_ros.core.inference.export import main
     ckpt = module_tmp('lean') / 'tiny'
     shutil.copytree(tiny_checkpoint, ckpt)
     assert main(['--checkpoint', str(ckpt)]) == 0
@@ -47,9 +46,9 @@ def exported(module_tmp, tiny_checkpoint):
 @pytest.mark.slow
 @pytest.mark.parametrize('backend', ONNX_BACKENDS)
 def test_lean_predictor_equals_the_full_one(exported, backend):
-    from act_ros.core.checkpoint import load_checkpoint
     from act_ros.core.device import select_device
-    from act_ros.core.inference import ChunkPredictor
+    from act_ros.core.inference.checkpoint import load_checkpoint
+    from act_ros.core.inference.predictor import ChunkPredictor
 
     options = PredictorOptions(backend=backend, threads=1)
     lean, why = lean_onnx_predictor(exported, CONTRACT, options)
@@ -93,7 +92,7 @@ def _check_image_feed(lean, full, obs):
 @needs_onnx
 @pytest.mark.slow
 def test_inference_child_starts_without_torch_and_computes_the_same(exported):
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     backend = ONNX_BACKENDS[0]
     common = dict(model_path=exported, device='cpu', backend=backend, torch_threads=1)
@@ -137,7 +136,7 @@ def test_processor_steps_it_does_not_reproduce_mean_the_full_path(tiny_checkpoin
 def test_missing_stats_are_refused_as_by_the_full_load(tiny_checkpoint, tmp_path):
     from safetensors.numpy import load_file, save_file
 
-    from act_ros.core.checkpoint_info import read_checkpoint_info
+    from act_ros.core.inference.checkpoint_info import read_checkpoint_info
 
     ckpt = tmp_path / 'ckpt'
     shutil.copytree(tiny_checkpoint, ckpt)
@@ -154,8 +153,8 @@ def test_numpy_normalization_equals_lerobots(tmp_path, mode):
     import torch
     from lerobot.configs.types import NormalizationMode
 
-    from act_ros.core.checkpoint import create_checkpoint, load_checkpoint
-    from act_ros.core.checkpoint_info import read_checkpoint_info
+    from act_ros.core.inference.checkpoint import create_checkpoint, load_checkpoint
+    from act_ros.core.inference.checkpoint_info import read_checkpoint_info
 
     rng = np.random.default_rng(3)
     stats = {}
@@ -188,8 +187,8 @@ def test_numpy_normalization_equals_lerobots(tmp_path, mode):
 @extras.needs_openvino  # the compiled-model cache is OpenVINO's
 @pytest.mark.slow
 def test_openvino_compiled_model_is_cached_per_export_content(exported):
-    from act_ros.core.backends import OPENVINO_CACHE_DIR, OpenVINOBackend
-    from act_ros.core.export import EXPORT_DIR, OnnxExport, read_metadata
+    from act_ros.core.inference.backends import OPENVINO_CACHE_DIR, OpenVINOBackend
+    from act_ros.core.inference.export import EXPORT_DIR, OnnxExport, read_metadata
 
     path = exported / EXPORT_DIR / 'model_48x64.onnx'
     meta = read_metadata(path)
@@ -212,8 +211,8 @@ def test_openvino_normalizes_uint8_images_in_the_compiled_model(exported):
     """image_affine: the images go in as uint8 pixels and OpenVINO's pre-processing
     normalizes them: the chunk of the numpy-normalized float inputs, to float32 rounding;
     the compiled model with its pre-processing is cached too; a bad affine is refused."""
-    from act_ros.core.backends import OPENVINO_CACHE_DIR, OpenVINOBackend
-    from act_ros.core.export import EXPORT_DIR, OnnxExport, read_metadata
+    from act_ros.core.inference.backends import OPENVINO_CACHE_DIR, OpenVINOBackend
+    from act_ros.core.inference.export import EXPORT_DIR, OnnxExport, read_metadata
 
     options = PredictorOptions(backend='openvino', threads=1)
     lean, why = lean_onnx_predictor(exported, CONTRACT, options)
@@ -249,8 +248,8 @@ def test_openvino_normalizes_uint8_images_in_the_compiled_model(exported):
 def test_onnx_predictor_module_needs_no_torch():
     import subprocess
 
-    code = ('import sys; import act_ros.core.onnx_predictor, act_ros.core.backends, '
-            'act_ros.core.export, act_ros.core.runtime; '
+    code = ('import sys; import act_ros.core.inference.onnx_predictor, act_ros.core.inference.backends, '
+            'act_ros.core.inference.export, act_ros.core.inference.runtime; '
             "print(sorted(m for m in ('torch', 'lerobot') if m in sys.modules))")
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
                          timeout=300)

@@ -25,10 +25,10 @@ import configparser
 import importlib.metadata
 import importlib.util
 import os
-from pathlib import Path
 import re
 import sys
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 

@@ -6,18 +6,17 @@ from __future__ import annotations
 import json
 
 import numpy as np
-
 import pytest
 
 pytest.importorskip('lerobot')
 
 
 def test_fp16_package_loads_everywhere_and_acts_like_the_source(tiny_checkpoint, tmp_path):
+    import torch
     from lerobot.policies.act.modeling_act import ACTPolicy
     from safetensors.torch import load_file
-    import torch
 
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
     from act_ros.training.package_model import package
 
     out = tmp_path / 'models' / 'shipped'
@@ -29,7 +28,7 @@ def test_fp16_package_loads_everywhere_and_acts_like_the_source(tiny_checkpoint,
     assert (out / 'MODEL_CARD.md').read_text() == '# card\n'
     assert json.loads((out / 'packaging.json').read_text())['dtype'] == 'fp16'
     # Real observations for the start-up precision check go with the model.
-    from act_ros.core.precision import load_check_observations
+    from act_ros.core.inference.precision import load_check_observations
     saved = load_check_observations(out, ['top', 'wrist'])
     assert saved is not None and len(saved) == 8, report
     # The tiny checkpoint's training dataset is gone: frames along scripted-expert episodes
@@ -62,7 +61,7 @@ def test_a_package_that_fails_its_check_leaves_nothing(tiny_checkpoint, tmp_path
 def test_a_checkpoint_that_takes_the_object_poses_packages(tiny_pose_checkpoint, tmp_path,
                                                           cameras):
     """Its check observations carry the object poses (and no camera is needed)."""
-    from act_ros.core.checkpoint import create_checkpoint, load_checkpoint
+    from act_ros.core.inference.checkpoint import create_checkpoint, load_checkpoint
     from act_ros.training.package_model import package
 
     source = tiny_pose_checkpoint if cameras is None else create_checkpoint(

@@ -112,7 +112,7 @@ def test_pretrain_changes_only_the_backbone_and_resumes_as_one_run(tiny_checkpoi
                                                                    capsys):
     import torch
 
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
 
     whole, parts = tmp_path / 'whole', tmp_path / 'parts'
     base = ['--checkpoint', str(tiny_checkpoint), *ARGS]
@@ -148,7 +148,7 @@ def test_pretrain_changes_only_the_backbone_and_resumes_as_one_run(tiny_checkpoi
                                                         'pad_deg'))
     load_checkpoint(whole / 'last')  # a LeRobot checkpoint the trainer and node load
     # --precision auto (default): bf16 autocast only where the CPU computes it natively.
-    from act_ros.core.precision import cpu_has_native_bf16
+    from act_ros.core.inference.precision import cpu_has_native_bf16
     assert result['precision'] == ('bf16' if cpu_has_native_bf16() else 'fp32')
 
 
@@ -225,7 +225,7 @@ def test_image_size_renders_at_it_and_the_checkpoint_then_expects_it(tiny_checkp
                                                                     capsys):
     import torch
 
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
     from act_ros.training.rollout import checkpoint_render_size
 
     run = tmp_path / 'run'

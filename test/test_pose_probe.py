@@ -24,7 +24,7 @@ def run_last(tiny_checkpoint, module_tmp):
     encoder pose head and its statistics, as the trainer saves them."""
     import torch
 
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
     from act_ros.training.auxiliary import ObjectPoseAuxiliary
 
     last = module_tmp('run') / 'last'

@@ -1,23 +1,27 @@
-"""precision auto (act_ros.core.precision): the rule with injected CPU flags, the check of
+"""precision auto (act_ros.core.inference.precision): the rule with injected CPU flags, the check of
 bf16 against fp32 with real backends (bf16 itself only where the CPU computes it natively),
 the fallback to fp32, and where the result shows (runtime, verdict, node, evaluator); the
-latency split of background chunks (act_ros.core.latency_split)."""
-
-import numpy as np
-import pytest
+latency split of background chunks (act_ros.core.inference.latency_split)."""
 
 import extras
+import numpy as np
+import pytest
 import torch
 
-from act_ros.core import precision as precision_rules
-from act_ros.core.backends import installed_backends
-from act_ros.core.feasibility import Latency, verdict
-from act_ros.core.latency_split import (PARTS, ChunkTiming, SplitStats, window_line,
-                                        window_means)
-from act_ros.core.precision import (DEFAULT_TOLERANCE, PrecisionPlan, auto_precision,
-                                    check_observations, compare_backends, cpu_has_native_bf16,
-                                    parse_cpuinfo_flags)
-from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+from act_ros.core.inference import precision as precision_rules
+from act_ros.core.inference.backends import installed_backends
+from act_ros.core.inference.feasibility import Latency, verdict
+from act_ros.core.inference.latency_split import PARTS, ChunkTiming, SplitStats, window_line, window_means
+from act_ros.core.inference.precision import (
+    DEFAULT_TOLERANCE,
+    PrecisionPlan,
+    auto_precision,
+    check_observations,
+    compare_backends,
+    cpu_has_native_bf16,
+    parse_cpuinfo_flags,
+)
+from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
 NATIVE_BF16 = cpu_has_native_bf16()
 NO_BF16 = ('this CPU has no native bfloat16 (no avx512_bf16 or amx_bf16 among its flags): '
@@ -151,7 +155,7 @@ def _runtime(checkpoint, **overrides):
 def test_tolerance_decides_with_real_backends(exported):
     """The check's arithmetic on two real fp32 backends that differ in rounding: OpenVINO as
     the reference, ONNX Runtime as the candidate (bf16 cannot run on every CPU)."""
-    from act_ros.core.backends import OnnxRuntimeBackend
+    from act_ros.core.inference.backends import OnnxRuntimeBackend
     with _runtime(exported, precision='fp32') as rt:
         predictor = rt.predictor
         reference = predictor.backend
@@ -229,8 +233,11 @@ def test_bf16_is_kept_within_the_tolerance_and_refused_over_it(exported):
 def test_check_observations_saved_beside_a_checkpoint_load_back(tmp_path):
     """save_check_observations / load_check_observations: frames, state and object poses
     round-trip; a file that lacks an input the checkpoint takes is not used."""
-    from act_ros.core.precision import (CHECK_OBSERVATIONS_FILE, load_check_observations,
-                                        save_check_observations)
+    from act_ros.core.inference.precision import (
+        CHECK_OBSERVATIONS_FILE,
+        load_check_observations,
+        save_check_observations,
+    )
 
     cameras = [('top', 'observation.images.top', (12, 16)), ('wrist', 'w', (12, 16))]
     saved = check_observations(cameras, np.zeros(6), np.ones(6), 10, count=4, seed=1)
@@ -260,7 +267,7 @@ def test_bf16_set_by_name_is_checked_on_the_saved_observations_and_refused_over_
 
     from act_ros.core.contract import load_contract
     from act_ros.core.errors import PrecisionRefusedError
-    from act_ros.core.precision import save_check_observations
+    from act_ros.core.inference.precision import save_check_observations
 
     ckpt = tmp_path / 'ckpt'
     shutil.copytree(exported, ckpt)

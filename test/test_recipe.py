@@ -64,7 +64,7 @@ def test_expected_minutes_per_cpu_class_are_printed_for_this_cpu(tmp_path, monke
     assert r.expected_on('x86-avx512') is None
     assert r.expected_line('arm64') == ('expected wall clock on this CPU (arm64): about 35 min '
                                         '(a 2-core CPU)')
-    monkeypatch.setattr('act_ros.core.precision.cpu_class', lambda: 'x86-avx512')
+    monkeypatch.setattr('act_ros.core.inference.precision.cpu_class', lambda: 'x86-avx512')
     assert recipe_mod.main(['t', '--file', str(path), '--run-dir', str(tmp_path / 'r'),
                             '--list']) == 0
     out = capsys.readouterr().out

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,14 +20,13 @@ pytestmark = pytest.mark.ros
 rclpy = pytest.importorskip('rclpy')
 pytest.importorskip('lerobot.datasets.lerobot_dataset')
 
+from bag_tools import read_dataset  # noqa: E402
 from rclpy.parameter import Parameter  # noqa: E402
 from std_srvs.srv import Trigger  # noqa: E402
 
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.data.episode_store import recording_metadata  # noqa: E402
 from act_ros.ros.harness import RobotHarness, spinning, wait_until  # noqa: E402
-
-from bag_tools import read_dataset  # noqa: E402
 
 CONTRACT = load_contract()
 H, W = 48, 64

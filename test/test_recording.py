@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from act_ros.core.contract import load_contract
-from act_ros.core.inputs import JOINT_STATES, image_stream
+from act_ros.core.control.inputs import JOINT_STATES, image_stream
 from act_ros.data.recording import ACTION, EpisodeBuffer, RecordingSpec, make_store
 
 CONTRACT = load_contract()

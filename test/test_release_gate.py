@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from act_ros.core.release_gate import GateState, ReleaseGate, ReleaseGateConfig, gripper_gates
+from act_ros.core.control.release_gate import GateState, ReleaseGate, ReleaseGateConfig, gripper_gates
 
 PAD = np.array([0.25, 0.10, 0.0])
 NEAR = PAD + np.array([0.03, -0.02, 0.06])   # 0.07 m away
@@ -173,7 +173,7 @@ def test_one_gate_per_gripper_none_without_gripper_or_with_the_gate_off():
     from dataclasses import replace
 
     from act_ros.core.contract import load_contract
-    from act_ros.core.control import release_gates
+    from act_ros.core.control.loop import release_gates
 
     aloha = load_contract('robots/aloha/contract.yaml')
     gates = gripper_gates(aloha, ReleaseGateConfig())
@@ -198,8 +198,8 @@ def test_the_simulated_evaluation_takes_the_gripper_effort_as_evidence(tmp_path)
     import yaml
 
     from act_ros.core.contract import load_contract
+    from act_ros.core.control.loop import SafetySettings
     from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
-    from act_ros.core.control import SafetySettings
     from act_ros.training.rollout import sim_safety
 
     contract = load_contract()

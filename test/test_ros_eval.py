@@ -7,7 +7,6 @@ stop the driver while its children are running and check that none of them survi
 
 import json
 import os
-from pathlib import Path
 import queue
 import re
 import signal
@@ -15,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,8 +23,8 @@ pytestmark = [pytest.mark.ros, pytest.mark.sim]
 pytest.importorskip('rclpy')
 pytest.importorskip('mujoco')
 
-from act_ros.ros.evaluation import ros_eval  # noqa: E402
 from act_ros.core.processes import child_setup, wait_gone  # noqa: E402
+from act_ros.ros.evaluation import ros_eval  # noqa: E402
 
 PID_LINE = re.compile(r'started (sim_bridge|act_node) \(pid (\d+)')
 
@@ -139,7 +139,7 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_every_mode(
 @pytest.fixture(scope='module')
 def no_camera_checkpoint(module_tmp):
     """The tiny ACT on the joints and the object poses alone."""
-    from act_ros.core.checkpoint import create_checkpoint
+    from act_ros.core.inference.checkpoint import create_checkpoint
     return create_checkpoint(module_tmp('ckpt') / 'no_camera', preset='tiny',
                              cameras=(), environment_state=True)
 

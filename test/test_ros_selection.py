@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from conftest import is_ros_test_module
 
 TEST_DIR = Path(__file__).resolve().parent
@@ -22,7 +21,7 @@ TEST_DIR = Path(__file__).resolve().parent
     ('CMD = [sys.executable, "-m", "act_ros.ros.recording.record_node"]\n', True),
     ('def test_x():\n    main(["evaluate", "--over-ros"])\n', True),
     ('from launch_ros.actions import Node\n', True),
-    ('import numpy as np\nfrom act_ros.core.safety import clamp\n', False),
+    ('import numpy as np\nfrom act_ros.core.control.safety import clamp\n', False),
     ('"""Rosbag2 files through act-ros import-bag."""\nimport rosbags\n', False),
     ('from act_ros.core.contract import load_contract\n', False),
 ])

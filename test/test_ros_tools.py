@@ -5,10 +5,10 @@ test's ROS domain) against real services and publishers in this process."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 

@@ -11,8 +11,8 @@ import threading
 import numpy as np
 import pytest
 
+from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 from act_ros.core.observation import Observation
-from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
 # A request held this many ticks after the tick that made it: its chunk is taken on the
 # tick after that. Chunk mode asks for the next chunk when at most 3 ticks of the current
@@ -258,7 +258,7 @@ def _call_coded_model(runtime, step=100.0):
 
 
 def test_sync_blend_asks_every_stride_and_crossfades_each_chunk_in(tiny_checkpoint):
-    from act_ros.core.chunking import smoothstep_weights
+    from act_ros.core.inference.chunking import smoothstep_weights
 
     rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', mode='blend',
                                      execution='sync', n_action_steps=10, blend_ticks=4))
@@ -300,7 +300,7 @@ def test_blend_against_latency_fades_in_from_the_arrival_tick(tiny_checkpoint):
     """With chunks delivered 5 ticks after their observation, every action before a chunk
     arrives is the old chunk's (committed), and the fade starts at the arrival tick with
     the new chunk's row for that tick."""
-    from act_ros.core.chunking import smoothstep_weights
+    from act_ros.core.inference.chunking import smoothstep_weights
 
     latency, window = 5, 4
     rt = PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu', mode='blend',

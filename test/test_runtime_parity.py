@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from act_ros.core.contract import load_contract
+from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 from act_ros.core.observation import Observation
-from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
 TICKS = 90
 

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
+from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 from act_ros.core.observation import Observation
-from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
 # A healthy child answers in milliseconds; the runtime's hang timeout is set this high so
 # that no busy machine makes it expire. Only the stopped child of the 'hung' case gets a

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 
 from act_ros.core.contract import GripperSpec, load_contract
-from act_ros.core.release_gate import GateState, GripperGate, ReleaseGate, ReleaseGateConfig
-from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
+from act_ros.core.control.release_gate import GateState, GripperGate, ReleaseGate, ReleaseGateConfig
+from act_ros.core.control.safety import SafetyLimits, check_chunk, limit_command
 
 LOWER = np.array([-1.0, -1.0, 0.0])
 UPPER = np.array([1.0, 1.0, 1.0])

@@ -1,12 +1,11 @@
-"""Seams of a command stream (act_ros.core.seams) against a direct computation."""
+"""Seams of a command stream (act_ros.core.control.seams) against a direct computation."""
 
 import math
 
 import numpy as np
 import pytest
 
-from act_ros.core.seams import (EDGES, SeamMeter, SeamSamples, arm_seam_meter,
-                                histogram_quantile)
+from act_ros.core.control.seams import EDGES, SeamMeter, SeamSamples, arm_seam_meter, histogram_quantile
 
 DT = 1 / 30
 NAMES = ('a', 'b', 'gripper')

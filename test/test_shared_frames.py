@@ -1,4 +1,4 @@
-"""Camera frames to the inference child through shared memory (act_ros.core.shared_frames):
+"""Camera frames to the inference child through shared memory (act_ros.core.inference.shared_frames):
 the round trip between two mappings of one region, a region that grows, what cannot go
 through it, and a real child process computing from frames it read there."""
 
@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from act_ros.core.shared_frames import SharedFrames, is_reference
+from act_ros.core.inference.shared_frames import SharedFrames, is_reference
 
 linux_only = pytest.mark.skipif(not hasattr(os, 'memfd_create'),
                                 reason='memfd_create is Linux-only (elsewhere: the socket)')
@@ -68,10 +68,10 @@ def test_the_inference_child_reads_frames_from_the_region(tiny_checkpoint):
     one, a bad frame still gets the child's one-line error, and the region is the
     frames' size."""
     from act_ros.core.contract import load_contract
-    from act_ros.core.inference_process import InferenceProcessError, ProcessSpec, RemotePredictor
+    from act_ros.core.inference.inference_process import InferenceProcessError, ProcessSpec, RemotePredictor
+    from act_ros.core.inference.options import PredictorOptions
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
     from act_ros.core.observation import Observation
-    from act_ros.core.options import PredictorOptions
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
     contract = load_contract()
     rng = np.random.default_rng(5)
@@ -96,7 +96,7 @@ def test_the_inference_child_reads_frames_from_the_region(tiny_checkpoint):
 
 
 def test_shared_frames_module_needs_no_torch():
-    code = ('import sys; import act_ros.core.shared_frames; '
+    code = ('import sys; import act_ros.core.inference.shared_frames; '
             'assert "torch" not in sys.modules, "torch imported"')
     out = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr

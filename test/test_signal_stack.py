@@ -15,9 +15,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import pytest
-
 import extras
+import pytest
 
 from act_ros.core.signal_stack import current_signal_stack, kept_signal_stack
 
@@ -25,8 +24,8 @@ CHILD = r'''
 import faulthandler, gc, signal, sys, threading
 from pathlib import Path
 faulthandler.enable()  # as pytest does: its alternate stack is the one to keep
-from act_ros.core.backends import create_backend
-from act_ros.core.checkpoint import create_checkpoint, load_checkpoint
+from act_ros.core.inference.backends import create_backend
+from act_ros.core.inference.checkpoint import create_checkpoint, load_checkpoint
 from act_ros.core.signal_stack import current_signal_stack
 
 ckpt = load_checkpoint(create_checkpoint(Path(sys.argv[1]) / 'tiny', preset='tiny',

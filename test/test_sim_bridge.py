@@ -30,8 +30,8 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.ros import conversions as conv  # noqa: E402
 from act_ros.ros.harness import spinning, wait_until  # noqa: E402
-from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N  # noqa: E402
 from act_ros.ros.sim_bridge.bridge import STATUS_QOS, SimBridge  # noqa: E402
+from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N  # noqa: E402
 
 JOINTS = list(load_contract().joint_names)
 DISCOVERY_S = 20.0  # generous: the test machine may be shared and slow

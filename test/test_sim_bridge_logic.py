@@ -17,8 +17,14 @@ from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint  # noqa: E
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.ros.conversions import MalformedMessageError  # noqa: E402
 from act_ros.ros.sim_bridge.loop import BridgeLoop  # noqa: E402
-from act_ros.ros.sim_bridge.messages import (array_target, parse_status, status_json,  # noqa: E402
-                                             time_msg, trajectory_target, yaw_quaternion)
+from act_ros.ros.sim_bridge.messages import (  # noqa: E402
+    array_target,
+    parse_status,
+    status_json,
+    time_msg,
+    trajectory_target,
+    yaw_quaternion,
+)
 from act_ros.sim import PortPickAlignEnv, SimConfig  # noqa: E402
 
 JOINTS = list(load_contract().joint_names)
@@ -157,7 +163,7 @@ def test_published_object_poses_give_the_simulation_environment_state(env):
     """``box_pose`` and ``pad_pose`` as sim_bridge builds them, decoded as act_node decodes
     them, are ``SimObservation.environment_state`` (what the in-process evaluator feeds a
     checkpoint that takes the object poses): the node and the evaluator see one input."""
-    from act_ros.core.decode import pose_components
+    from act_ros.core.control.decode import pose_components
     from act_ros.core.object_state import environment_state_from_poses
     from act_ros.ros.sim_bridge.messages import pose_stamped
     from act_ros.sim.scene import BOX_BODY

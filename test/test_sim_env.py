@@ -142,7 +142,7 @@ def test_mujoco_end_effector_equals_urdf_forward_kinematics(env):
     pytest.importorskip('pinocchio')
     import mujoco
 
-    from act_ros.core.kinematics import ForwardKinematics
+    from act_ros.core.control.kinematics import ForwardKinematics
 
     fk = ForwardKinematics()
     contract = env.contract
@@ -222,7 +222,7 @@ def test_gripper_command_maps_to_the_finger_opening(env):
     ('type="revolute"', "has type 'continuous'"),
 ])
 def test_urdf_outside_the_supported_subset_is_rejected(tmp_path, replace, message):
-    from act_ros.core.kinematics import default_urdf_path
+    from act_ros.core.control.kinematics import default_urdf_path
     from act_ros.sim.urdf_mjcf import parse_urdf
 
     text = default_urdf_path().read_text()

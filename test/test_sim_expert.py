@@ -8,11 +8,9 @@ import pytest
 
 pytest.importorskip('mujoco')
 
-from act_ros.core.release_gate import GateState, ReleaseGate  # noqa: E402
-from act_ros.sim import (ExpertConfig, PortPickAlignEnv, ScriptedExpert, SimConfig,  # noqa: E402
-                         summarize_results)
-from act_ros.sim.perturb import (PERTURBATIONS, Perturbation, run_perturbed_episode,  # noqa: E402
-                                 sample_perturbation)
+from act_ros.core.control.release_gate import GateState, ReleaseGate  # noqa: E402
+from act_ros.sim import ExpertConfig, PortPickAlignEnv, ScriptedExpert, SimConfig, summarize_results  # noqa: E402
+from act_ros.sim.perturb import PERTURBATIONS, Perturbation, run_perturbed_episode, sample_perturbation  # noqa: E402
 
 pytestmark = pytest.mark.sim
 

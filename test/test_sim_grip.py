@@ -2,7 +2,7 @@
 
 The scripted expert's commands are passed through the same chain the node applies
 (joint limits, max step, release gate) with the gripper rate-limited against its previous
-command, as :class:`act_ros.core.control.ControlLoop` does. While the box is carried the
+command, as :class:`act_ros.core.control.loop.ControlLoop` does. While the box is carried the
 fingers must squeeze it with the full closed command's force and the box must not turn
 in them. The reference run limits the gripper against its measured (blocked) position,
 the behaviour this replaced, and shows the weak grip it gave.
@@ -15,8 +15,8 @@ import pytest
 
 pytest.importorskip('mujoco')
 
-from act_ros.core.release_gate import ReleaseGateConfig, gripper_gates  # noqa: E402
-from act_ros.core.safety import SafetyLimits, limit_command  # noqa: E402
+from act_ros.core.control.release_gate import ReleaseGateConfig, gripper_gates  # noqa: E402
+from act_ros.core.control.safety import SafetyLimits, limit_command  # noqa: E402
 from act_ros.sim import PortPickAlignEnv, ScriptedExpert, SimConfig  # noqa: E402
 from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N  # noqa: E402
 from act_ros.sim.ik import gripper_yaw  # noqa: E402

@@ -1,4 +1,4 @@
-"""Joint speed limits in physical units (act_ros.core.speed_limits): from the URDF, from
+"""Joint speed limits in physical units (act_ros.core.control.speed_limits): from the URDF, from
 max_joint_velocity, from the deprecated per-tick max_joint_step, refused above the URDF,
 and the same speed at any control rate through the safety chain."""
 
@@ -9,11 +9,15 @@ import pytest
 import yaml
 
 from act_ros.core.contract import load_contract
-from act_ros.core.kinematics import default_urdf_path
+from act_ros.core.control.kinematics import default_urdf_path
+from act_ros.core.control.safety import SafetyLimits, limit_command
+from act_ros.core.control.speed_limits import (
+    DEFAULT_ARM_SPEED,
+    DEFAULT_GRIPPER_TRAVEL_S,
+    resolve_speed_limits,
+    urdf_velocity_limits,
+)
 from act_ros.core.paths import config_path
-from act_ros.core.safety import SafetyLimits, limit_command
-from act_ros.core.speed_limits import (DEFAULT_ARM_SPEED, DEFAULT_GRIPPER_TRAVEL_S,
-                                       resolve_speed_limits, urdf_velocity_limits)
 
 CONTRACT = load_contract()
 GRIPPER = CONTRACT.gripper_indices[0]

@@ -80,7 +80,7 @@ import json, sys, time
 opened = []
 sys.addaudithook(lambda event, args: opened.append(str(args[0]))
                  if event == 'open' and args and isinstance(args[0], str) else None)
-from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 rt = PolicyRuntime(RuntimeConfig(model_path=sys.argv[1], device='cpu', execution='process',
                                  torch_threads=1), wait=False)
 ready_before_wait = rt._remote.ready
@@ -120,7 +120,7 @@ def test_process_parent_never_imports_torch_or_opens_the_weights(tiny_checkpoint
 
 
 def test_in_process_runtime_reports_its_load_moments(tiny_checkpoint):
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     with PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, device='cpu',
                                      execution='async', torch_threads=1)) as rt:
@@ -158,8 +158,8 @@ def _edit_config(path, edit):
     (lambda c: c.update(chunk_size=0), CheckpointError, 'chunk_size must be a positive'),
 ])
 def test_checkpoint_info_refuses_what_the_full_load_refuses(ckpt, edit, error, match):
-    from act_ros.core.checkpoint_info import read_checkpoint_info
     from act_ros.core.contract import load_contract
+    from act_ros.core.inference.checkpoint_info import read_checkpoint_info
 
     _edit_config(ckpt, edit)
     with pytest.raises(error, match=match):
@@ -167,9 +167,9 @@ def test_checkpoint_info_refuses_what_the_full_load_refuses(ckpt, edit, error, m
 
 
 def test_checkpoint_info_matches_the_loaded_checkpoint(tiny_checkpoint):
-    from act_ros.core.checkpoint import load_checkpoint
-    from act_ros.core.checkpoint_info import read_checkpoint_info
     from act_ros.core.contract import load_contract
+    from act_ros.core.inference.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint_info import read_checkpoint_info
 
     info = read_checkpoint_info(tiny_checkpoint, load_contract())
     loaded = load_checkpoint(tiny_checkpoint)
@@ -179,7 +179,7 @@ def test_checkpoint_info_matches_the_loaded_checkpoint(tiny_checkpoint):
 
 
 def test_missing_weights_fail_before_the_child_starts(ckpt):
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     (ckpt / 'model.safetensors').unlink()
     with pytest.raises(CheckpointError, match=r'model\.safetensors: missing'):
@@ -187,7 +187,7 @@ def test_missing_weights_fail_before_the_child_starts(ckpt):
 
 
 def test_n_action_steps_above_chunk_size_fails_in_the_parent(tiny_checkpoint):
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     with pytest.raises(ValueError, match=r'n_action_steps \(31\) cannot exceed'):
         PolicyRuntime(RuntimeConfig(model_path=tiny_checkpoint, execution='process',

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import json
 import logging
-from pathlib import Path
 import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -94,7 +94,7 @@ def test_short_run_learns_and_writes_everything(short_run):
     info = json.loads((out / 'best' / 'training_info.json').read_text())
     assert info['step'] == best['step'] and info['dataset_image_size'] == [H, W]
     # Frames of the dataset beside best/ and last/: the start-up precision check's inputs.
-    from act_ros.core.precision import load_check_observations
+    from act_ros.core.inference.precision import load_check_observations
     for name in ('best', 'last'):
         saved = load_check_observations(out / name, [])
         assert saved is not None and len(saved) == 8, name
@@ -104,8 +104,8 @@ def test_checkpoint_loads_in_lerobot_and_in_runtime(short_run):
     from lerobot.policies.act.modeling_act import ACTPolicy
     from lerobot.policies.factory import make_pre_post_processors
 
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
     from act_ros.core.observation import Observation
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
 
     path = short_run[0] / 'best'
     policy = ACTPolicy.from_pretrained(path)

@@ -11,8 +11,7 @@ import torch
 
 from act_ros.core.contract import load_contract
 from act_ros.sim.metrics import FAILURE_PHASES, EpisodeResult, failure_phase, summarize_results
-from act_ros.training.backbone import (TrainableBatchNorm, calibrate_frozen_batchnorm,
-                                       frozen_batchnorm_layers)
+from act_ros.training.backbone import TrainableBatchNorm, calibrate_frozen_batchnorm, frozen_batchnorm_layers
 from act_ros.training.config import TrainConfig
 from act_ros.training.loop import perturb_state, random_shift, resolve_precision
 
@@ -21,7 +20,7 @@ def _act_model(image_size=(48, 64)):
     pytest.importorskip('lerobot')
     from lerobot.policies.act.modeling_act import ACTPolicy
 
-    from act_ros.core.checkpoint import make_act_config
+    from act_ros.core.inference.checkpoint import make_act_config
 
     torch.manual_seed(0)
     return ACTPolicy(make_act_config(load_contract(), image_size=image_size, preset='tiny'))
@@ -200,7 +199,7 @@ def test_trainer_feeds_the_perturbed_state_to_the_policy(tmp_path, dropout):
 
 
 def test_precision_auto_follows_the_hardware(monkeypatch):
-    import act_ros.core.inference as inference
+    import act_ros.core.inference.predictor as inference
 
     cpu = torch.device('cpu')
     monkeypatch.setattr(inference, 'cpu_has_native_bf16', lambda: False)
@@ -369,7 +368,7 @@ def test_attention_yaw_readout_reads_an_object_the_same_in_any_cell():
     """The attention readout weighs cells by their own content with weights shared over the
     cells: an object's features moved to another cell (or camera) give the same yaws; the
     flattened readout gives other ones. The positions come from the flattened grid."""
-    from act_ros.training.auxiliary import TARGET_DIM, ObjectPoseHead, _POSITIONS
+    from act_ros.training.auxiliary import _POSITIONS, TARGET_DIM, ObjectPoseHead
 
     torch.manual_seed(0)
     grids = [(3, 4), (3, 4)]

@@ -9,16 +9,15 @@ closed-loop episode.
 
 from __future__ import annotations
 
+import importlib.util
 import json
-from pathlib import Path
 import shlex
 import time
-
-import importlib.util
-
-import pytest
+from pathlib import Path
 
 import extras
+import pytest
+
 from act_ros.core.contract import load_contract  # noqa: E402
 from act_ros.data.episode import DatasetLayout  # noqa: E402
 from act_ros.data.synthetic import synthetic_episode  # noqa: E402
@@ -68,12 +67,11 @@ def imported_dataset(root: Path, tmp: Path) -> Path:
     """Two episodes of one rosbag2 file (an episode marker between them), imported."""
     extras.skip_unless(importlib.util.find_spec('rosbags') is not None, 'rosbags', 'bag')
     import numpy as np
+    from bag_tools import write_episode_bag
 
     from act_ros.data.bag_import import import_bags
     from act_ros.data.episode import Episode
     from act_ros.data.recording import RecordingSpec
-
-    from bag_tools import write_episode_bag
 
     layout = _layout('ros2')
     first, second = (synthetic_episode(layout, FRAMES, seed) for seed in (3, 4))
@@ -126,8 +124,7 @@ def test_without_a_preset_the_dataset_decides(tmp_path, caplog):
     """No ``--preset``: a recorder's dataset (and any robot this package does not simulate)
     trains with ``arm``; the datasets of the package's own simulations and generator with
     theirs; an unreadable dataset gets ``arm`` and is refused later by what opens it."""
-    from act_ros.data.episode import (ROBOT_TYPE_ALOHA_SIM, ROBOT_TYPE_SIM,
-                                      ROBOT_TYPE_SYNTHETIC)
+    from act_ros.data.episode import ROBOT_TYPE_ALOHA_SIM, ROBOT_TYPE_SIM, ROBOT_TYPE_SYNTHETIC
     from act_ros.training.config import build_parser, config_from_args, preset_for_dataset
 
     recorded = recorder_dataset(tmp_path / 'recorded')

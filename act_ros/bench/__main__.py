@@ -15,13 +15,13 @@ import argparse
 import importlib
 import json
 import os
-from pathlib import Path
 import re
 import subprocess
 import sys
+from pathlib import Path
 
-from act_ros.core.atomic import write_text_atomic
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_text_atomic
 
 # One benchmark may run for a while (compile matrices, node load tests), never forever.
 BENCHMARK_TIMEOUT_S = 3 * 3600.0
@@ -49,7 +49,7 @@ def benchmark_args(name: str, part: Path, *, device: str, size: str) -> list[str
     if name == 'node':
         # The configuration recommended for a CPU: model in its own process, one
         # single-threaded executor, the fastest installed CPU backend.
-        from act_ros.core.backends import installed_backends
+        from act_ros.core.inference.backends import installed_backends
         backend = 'openvino' if 'openvino' in installed_backends() else 'torch'
         cpu = device in ('auto', 'cpu') and not _has_accelerator()
         # Inference threads: all cores but one, which is left to the executor and the

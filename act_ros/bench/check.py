@@ -44,20 +44,29 @@ import argparse
 import datetime
 import json
 import os
-from pathlib import Path
-import subprocess
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-from act_ros.bench.margins import (CAP, REGRESSION, Figure, Margin, derive, from_json,
-                                   margin_text, num, verdict)
-from act_ros.core.atomic import write_text_atomic
-from act_ros.core.precision import cpu_class
+from act_ros.bench.margins import (
+    CAP,
+    REGRESSION,
+    Figure,
+    Margin,
+    derive,
+    from_json,
+    margin_text,
+    num,
+    verdict,
+)
 from act_ros.bench.slowdown import check_factor, slowed_environment
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_text_atomic
+from act_ros.core.inference.precision import cpu_class
 
 PARTS = ('runtime', 'training', 'node', 'faults')
 BASELINE_REPEATS = 5  # runs of every part behind a baseline (--write-baseline --repeats)
@@ -136,10 +145,10 @@ def part_runtime(work: Path, *, iters: int = 15, loop_s: float = 6.0) -> dict[st
     from lerobot.policies.act.modeling_act import ACTPolicy
 
     from act_ros.bench.runtime import control_loop, lerobot_tensors, sample_observations
-    from act_ros.core.checkpoint import create_checkpoint, load_checkpoint
     from act_ros.core.contract import load_contract
-    from act_ros.core.inference import ChunkPredictor
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.checkpoint import create_checkpoint, load_checkpoint
+    from act_ros.core.inference.predictor import ChunkPredictor
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     torch.set_num_threads(1)
     device = torch.device('cpu')

@@ -3,9 +3,9 @@
 ``act-ros bench compile`` (or ``python -m act_ros.bench.compile``). Same weights, same
 inputs, eager and compiled side by side (A/B interleaved, medians):
 
-- inference: :class:`~act_ros.core.inference.ACTInferenceModel` (normalized observation ->
+- inference: :class:`~act_ros.core.inference.predictor.ACTInferenceModel` (normalized observation ->
   action chunk, batch 1 as the runtime runs it), compiled as the runtime compiles it
-  (:func:`~act_ros.core.inference.compile_inference_model`: inductor, frozen weights in
+  (:func:`~act_ros.core.inference.predictor.compile_inference_model`: inductor, frozen weights in
   mode 'default');
 - training: the trainer's step (:meth:`~act_ros.training.loop.Trainer.train_step`: batch
   assembly, normalization, loss, backward, clipping, AdamW, scheduler), once with the loss
@@ -20,25 +20,25 @@ its row says FAIL and the exit status is 1.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Iterator
 import contextlib
 import copy
-from dataclasses import dataclass, field
 import itertools
-from pathlib import Path
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from act_ros.core.atomic import write_text_atomic
 from act_ros.bench.report import machine_description, markdown_table
-from act_ros.core.checkpoint import PRESETS, parse_image_size
-from act_ros.core.inference import ACTInferenceModel, compile_inference_model
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_text_atomic
+from act_ros.core.inference.checkpoint import PRESETS, parse_image_size
+from act_ros.core.inference.predictor import ACTInferenceModel, compile_inference_model
 
 TOLERANCE = 1e-5  # differences above this are marked (actions in normalized units, loss)
 MARK = ' !'
@@ -482,8 +482,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(run_setting(config, setting, inputs))
         if rows[-1].error:
             print(f'[bench compile] FAIL: {rows[-1].error}', file=sys.stderr, flush=True)
-    from act_ros.core.checkpoint import make_act_config
     from lerobot.policies.act.modeling_act import ACTPolicy
+
+    from act_ros.core.inference.checkpoint import make_act_config
     parameters = sum(p.numel() for p in ACTPolicy(make_act_config(
         inputs.contract, image_size=config.image_size, preset=config.model_preset)).parameters())
     report = render(config, rows, device, parameters, header=not args.no_header)

@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
 import socket
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -183,7 +183,7 @@ def _worker(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     """The worker entry (``--worker``); the measurement runs from ``act-ros bench training
     --processes``."""
-    from act_ros.core.checkpoint import PRESETS, parse_image_size
+    from act_ros.core.inference.checkpoint import PRESETS, parse_image_size
 
     p = argparse.ArgumentParser(prog=f'python -m {__name__}', description=__doc__,
                                 formatter_class=HelpFormatter)

@@ -25,20 +25,20 @@ medians and worst over the tries; ``--json`` writes every try.
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass
 import json
 import os
-from pathlib import Path
 import sys
 import tempfile
 import threading
 import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from act_ros.core.atomic import write_text_atomic
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_text_atomic
 
 KINDS = ('rclpy_multi_threaded', 'pool', 'single_threaded')
 LABELS = {'rclpy_multi_threaded': "rclpy MultiThreadedExecutor (4 threads)",
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
     import rclpy
 
-    from act_ros.core.checkpoint import create_checkpoint
+    from act_ros.core.inference.checkpoint import create_checkpoint
     tries: list[Try] = []
     with tempfile.TemporaryDirectory(prefix='act_ros_bench_executor_') as tmp:
         checkpoint = args.checkpoint or str(create_checkpoint(

@@ -42,22 +42,22 @@ suite runs.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 import json
 import math
 import os
-from pathlib import Path
 import signal
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from act_ros.core.arguments import HelpFormatter
 from act_ros.core.atomic import write_text_atomic
 from act_ros.core.processes import ProcessSet, wait_gone
-from act_ros.core.arguments import HelpFormatter
 
 FAR_EE = (0.6, 0.3, 0.3)    # 0.5 m from the pad
 NEAR_EE = (0.27, 0.01, 0.02)  # 3 cm from the pad
@@ -173,7 +173,7 @@ def _inference_children(pid: int) -> list[int]:
     """The node's inference processes (recognised by their command line's marker)."""
     import psutil
 
-    from act_ros.core.inference_process import CHILD_MARKER
+    from act_ros.core.inference.inference_process import CHILD_MARKER
 
     try:
         children = psutil.Process(pid).children(recursive=True)
@@ -464,11 +464,16 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
     import rclpy
 
-    from act_ros.core.checkpoint import create_checkpoint
     from act_ros.core.contract import load_contract
-    from act_ros.ros.harness import (FAST_ROBOT_MAX_JOINT_VELOCITY, RobotHarness,
-                                     fast_robot_model, make_gated_checkpoint, spinning,
-                                     wait_until)
+    from act_ros.core.inference.checkpoint import create_checkpoint
+    from act_ros.ros.harness import (
+        FAST_ROBOT_MAX_JOINT_VELOCITY,
+        RobotHarness,
+        fast_robot_model,
+        make_gated_checkpoint,
+        spinning,
+        wait_until,
+    )
     from act_ros.ros.node.parameters import format_parameter_value
 
     contract = load_contract()

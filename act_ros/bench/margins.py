@@ -19,8 +19,8 @@ get the cap as their margin, its other figures their guard; record it again with
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 import statistics
+from dataclasses import asdict, dataclass
 from typing import Any
 
 #: The regression every checked figure must fail: 20 % of its baseline (or of its whole).

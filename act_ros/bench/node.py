@@ -55,21 +55,21 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from pathlib import Path
-from typing import Any
 import random
 import sys
 import tempfile
 import time
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-from act_ros.core.atomic import write_text_atomic
-from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE
-from act_ros.core.options import BACKEND_CHOICES, PRECISIONS
-from act_ros.core.precision import AUTO
-from act_ros.core.processes import ProcessSet
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_text_atomic
+from act_ros.core.inference.checkpoint_info import SIM_CHUNK_SIZE
+from act_ros.core.inference.options import BACKEND_CHOICES, PRECISIONS
+from act_ros.core.inference.precision import AUTO
+from act_ros.core.processes import ProcessSet
 
 
 def _proc_cpu_s(pid: int, *, descendants: bool = True) -> float | None:
@@ -264,7 +264,7 @@ def object_pose_feeds(model_path: str | Path, contract) -> dict[str, tuple]:
     """``{topic: (position, quaternion)}`` the benchmark's robot publishes for the
     checkpoint at ``model_path``: the box and pad poses on the node's object pose topics
     (``config/act.yaml``) when it takes them, nothing otherwise."""
-    from act_ros.core.checkpoint_info import read_checkpoint_info
+    from act_ros.core.inference.checkpoint_info import read_checkpoint_info
 
     if not read_checkpoint_info(model_path, contract).uses_environment_state:
         return {}
@@ -315,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix='act_ros_bench_node_') as tmp:
         model_path = args.model_path
         if not model_path:
-            from act_ros.core.checkpoint import create_checkpoint
+            from act_ros.core.inference.checkpoint import create_checkpoint
             size = args.model_size or (args.height, args.width)
             chunk = args.chunk_size or SIM_CHUNK_SIZE
             overrides = {'chunk_size': chunk}
@@ -644,7 +644,7 @@ def _split_in_window(before, values: dict) -> dict:
     each part: transfer to the child, preprocess, model, postprocess, return) beside the
     model alone in the same child (``latency_split.*`` on ``/diagnostics``), as
     ``split_*`` entries; ``split_chunks`` 0 when no chunk came back in the window."""
-    from act_ros.core.latency_split import window_means
+    from act_ros.core.inference.latency_split import window_means
 
     means = window_means(before[2] if before else None, values)
     return {f'split_{key}': value for key, value in means.items()}

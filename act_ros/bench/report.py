@@ -8,7 +8,12 @@ import numpy as np
 
 # Where a result came from (shared with the evaluator): re-exported for the benchmarks.
 from act_ros.provenance import (  # noqa: F401
-    BENCH_PACKAGES, library_versions, machine_description, result_provenance, source_commit)
+    BENCH_PACKAGES,
+    library_versions,
+    machine_description,
+    result_provenance,
+    source_commit,
+)
 
 
 def latency_summary(seconds: Sequence[float]) -> dict[str, float]:

@@ -20,26 +20,30 @@ with a checkpoint made for that size unless ``--checkpoint`` is given.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from act_ros.core.atomic import write_text_atomic
 from act_ros.bench.report import latency_summary, machine_description, markdown_table
-from act_ros.core.backends import BACKENDS, installed_backends
-from act_ros.core.checkpoint import (create_checkpoint, load_checkpoint, parse_image_size,
-                                     read_policy_config)
+from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_text_atomic
 from act_ros.core.contract import load_contract
 from act_ros.core.errors import DeviceUnavailableError
-from act_ros.core.hub import resolve_checkpoint
-from act_ros.core.inference import ChunkPredictor, PredictorOptions, cpu_has_native_bf16
+from act_ros.core.inference.backends import BACKENDS, installed_backends
+from act_ros.core.inference.checkpoint import (
+    create_checkpoint,
+    load_checkpoint,
+    parse_image_size,
+    read_policy_config,
+)
+from act_ros.core.inference.hub import resolve_checkpoint
+from act_ros.core.inference.predictor import ChunkPredictor, PredictorOptions, cpu_has_native_bf16
+from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 from act_ros.core.observation import Observation
-from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
-from act_ros.core.arguments import HelpFormatter
 
 
 def sample_observations(contract, size, count, seed=0):
@@ -165,8 +169,8 @@ def run_model_timing(path, contract, observations, iters, device, reduced, backe
                                                            PredictorOptions(compile_model=True))
         if reduced == 'bf16' and device.type == 'cpu' and not cpu_has_native_bf16():
             notes.append('torch bf16 rows skipped: this CPU has no native bfloat16 (AVX512-BF16 '
-                         'or AMX, detected from the CPU flags by act_ros.core.precision), so the runtime '
-                         'refuses bf16 here.')
+                         'or AMX, detected from the CPU flags by act_ros.core.inference.precision), '
+                         'so the runtime refuses bf16 here.')
         else:
             variants[f'act_ros eager {reduced}'] = ChunkPredictor(
                 ckpt, contract, device, PredictorOptions(precision=reduced))

@@ -14,21 +14,21 @@ so on stderr. Tests use :func:`install` (or :func:`slowed`) directly.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
 import functools
 import importlib.abc
 import importlib.machinery
 import importlib.util
 import os
-from pathlib import Path
 import sys
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 #: (module, class, method) whose calls a slowed build stretches: every model call of the
 #: runtime (in the node's inference child too) and every training step.
 TARGETS: tuple[tuple[str, str, str], ...] = (
-    ('act_ros.core.inference', 'ChunkPredictor', 'normalized_chunk'),
+    ('act_ros.core.inference.predictor', 'ChunkPredictor', 'normalized_chunk'),
     ('act_ros.training.loop', 'Trainer', 'train_step'),
 )
 SITECUSTOMIZE = 'sitecustomize.py'

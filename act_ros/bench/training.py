@@ -30,20 +30,20 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from act_ros.core.atomic import write_text_atomic
 from act_ros.bench.data_parallel import parse_processes
 from act_ros.bench.report import machine_description, markdown_table
-from act_ros.core.checkpoint import PRESETS, parse_image_size
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_text_atomic
+from act_ros.core.inference.checkpoint import PRESETS, parse_image_size
 
 TOLERANCE = 1e-5
 COLUMNS = ('training step', 'ms / step (median)', 'samples / s', 'speed-up vs LeRobot',

@@ -15,8 +15,8 @@ import ctypes
 import ctypes.util
 import json
 import os
-from pathlib import Path
 import shutil
+from pathlib import Path
 from typing import Any
 
 _RENAME_EXCHANGE = 2

@@ -18,8 +18,8 @@ the policy sees the same numbers everywhere.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import math
+from collections.abc import Sequence
 
 import numpy as np
 

@@ -6,9 +6,9 @@ torch is imported by the conversions only: a process that just schedules observa
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-import time
 from typing import TYPE_CHECKING, Any
 
 import cv2

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import sys
+from pathlib import Path
 
 PACKAGE_NAME = 'act_ros'
 _SOURCE_ROOT = Path(__file__).resolve().parents[2]

@@ -11,18 +11,18 @@ trainer shut down cleanly), then SIGTERM, then SIGKILL; descendants that left th
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
 import contextlib
 import ctypes
 import ctypes.util
-from dataclasses import dataclass, field
 import os
-from pathlib import Path
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 
 import psutil

@@ -21,11 +21,11 @@ Linux only (the layout of ``stack_t`` below); elsewhere it does nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import contextlib
 import ctypes
 import ctypes.util
 import sys
+from collections.abc import Iterator
 
 SS_DISABLE = 2
 

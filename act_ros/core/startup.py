@@ -14,9 +14,9 @@ its own (:meth:`StartupTimeline.add_overlapped`), not as a phase.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import os
 import time
+from collections.abc import Mapping
 from typing import Any
 
 # Moments from process start to the first command, in the order they happen; the phase

@@ -9,7 +9,6 @@ never torch or the dataset stack.
 
 from __future__ import annotations
 
-
 import numpy as np
 
 from act_ros.data.episode import EPISODE_SOURCE_FEATURE, EPISODE_SOURCE_NAMES, Episode

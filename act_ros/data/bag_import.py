@@ -27,21 +27,21 @@ naming the file and the reason; every bag is opened before anything is written.
 from __future__ import annotations
 
 import argparse
+import logging
+import sys
 from collections import Counter
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-import logging
 from pathlib import Path
-import sys
 from typing import Any
 
+from act_ros.core.arguments import HelpFormatter
 from act_ros.core.contract import Contract, load_contract
-from act_ros.core.decode import MalformedMessageError
-from act_ros.core.inputs import Sample, Snapshot
+from act_ros.core.control.decode import MalformedMessageError
+from act_ros.core.control.inputs import Sample, Snapshot
+from act_ros.core.logs import setup_logging
 from act_ros.data.episode import DatasetLayout
 from act_ros.data.recording import EpisodeBuffer, FrameSink, RecordingSpec, load_spec
-from act_ros.core.arguments import HelpFormatter
-from act_ros.core.logs import setup_logging
 
 logger = logging.getLogger(__name__)
 SPLITS = ('bag', 'marker', 'gap')
@@ -90,7 +90,7 @@ class _TickSampler:
     the tick among those logged up to half a period after it (the sampler is asked only
     once those are all read); stale when that one is more than the tolerance older than
     the tick. A rejected message makes its input unusable until the next good one (as
-    :class:`~act_ros.core.inputs.InputStore`)."""
+    :class:`~act_ros.core.control.inputs.InputStore`)."""
 
     def __init__(self, streams: list[str], tolerance_s: float, depth: int = 8) -> None:
         self.streams = list(streams)

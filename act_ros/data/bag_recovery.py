@@ -18,10 +18,10 @@ recovered (:attr:`RecoveredBag.summary`).
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-import struct
 from typing import Any
 
 MCAP_MAGIC = b'\x89MCAP0\r\n'

@@ -11,18 +11,18 @@ writes that dataset plus the new episodes to the output (:mod:`act_ros.data.join
 
 from __future__ import annotations
 
+import functools
+import multiprocessing
+import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-import functools
-import multiprocessing
 from pathlib import Path
-import sys
-import time
 
 from act_ros.core.contract import load_contract
-from act_ros.data.episode import ROBOT_TYPE_ALOHA_SIM, DatasetLayout
 from act_ros.data import rollout
+from act_ros.data.episode import ROBOT_TYPE_ALOHA_SIM, DatasetLayout
 from act_ros.data.rollout import SIM_EXTRA_FEATURES, RolloutResult
 
 # One expert episode takes seconds; a worker silent for this long is hung.
@@ -178,7 +178,6 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
     """
     from act_ros.data.join import check_joinable
     from act_ros.data.writer import check_output
-
     from act_ros.sim.tasks import sim_task
 
     task = sim_task(config.task)
@@ -187,8 +186,7 @@ def collect(config: CollectConfig, *, progress: bool = True) -> CollectStats:
         raise ValueError(f'the {task.name} simulation runs at {task.fps} fps but the contract '
                          f'{contract.source} says {contract.fps}')
     if task.is_aloha:
-        from act_ros.data.aloha_rollout import (ALOHA_EXTRA_FEATURES, aloha_env,
-                                                run_aloha_expert_episode)
+        from act_ros.data.aloha_rollout import ALOHA_EXTRA_FEATURES, aloha_env, run_aloha_expert_episode
 
         layout = DatasetLayout(contract=contract, image_height=config.image_height,
                                image_width=config.image_width, use_video=config.use_video,
@@ -306,8 +304,7 @@ def dataset_card(layout: DatasetLayout, config: CollectConfig, stats: CollectSta
                  title: str = 'Scripted-expert demonstrations', extra: str = '') -> str:
     """The dataset card (README.md) of a simulated dataset."""
     from act_ros.core.object_state import ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES
-    from act_ros.data.episode import (EPISODE_SOURCE_FEATURE, EPISODE_SOURCE_NAMES,
-                                      OBJECT_POSES_FEATURE)
+    from act_ros.data.episode import EPISODE_SOURCE_FEATURE, EPISODE_SOURCE_NAMES, OBJECT_POSES_FEATURE
 
     seeds = stats.recorded_seeds
     lines = [

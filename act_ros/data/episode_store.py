@@ -33,12 +33,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-from pathlib import Path
 import queue
 import re
 import shutil
 import tempfile
 import threading
+from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -11,8 +11,8 @@ episodes' card) and its DAgger log.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import shutil
+from pathlib import Path
 
 DAGGER_LOG = 'dagger_log.jsonl'  # one line per DAgger iteration, beside meta/ in a dataset
 # Features every LeRobot dataset has besides the ones it is created with.

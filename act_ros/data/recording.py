@@ -11,7 +11,7 @@ The action recorded at a tick is the newest command sent to the arm (the positio
 ``JointTrajectory``'s first point, or a ``Float64MultiArray`` in contract order), or the
 joint positions of a leader arm (``sensor_msgs/JointState``), as configured.
 
-``act_ros.ros.recording.record_node`` feeds the :class:`~act_ros.core.inputs.InputStore` from
+``act_ros.ros.recording.record_node`` feeds the :class:`~act_ros.core.control.inputs.InputStore` from
 subscriptions on the node clock; ``act_ros.data.bag_import`` from the messages of a
 rosbag2 file on its log time. Both then call :meth:`EpisodeBuffer.sample`.
 
@@ -32,18 +32,23 @@ image (``read_latest``, up to 500 ms old), which ``tolerance_s`` does here withi
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field, replace
-import math
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 
 from act_ros.core.contract import Contract
-from act_ros.core.decode import (compressed_to_rgb, image_to_rgb, joint_positions,
-                                 multiarray_positions, trajectory_positions)
-from act_ros.core.inputs import JOINT_STATES, InputStore, Snapshot, image_stream, required_streams
+from act_ros.core.control.decode import (
+    compressed_to_rgb,
+    image_to_rgb,
+    joint_positions,
+    multiarray_positions,
+    trajectory_positions,
+)
+from act_ros.core.control.inputs import JOINT_STATES, InputStore, Snapshot, image_stream, required_streams
 from act_ros.data.episode import Episode
 
 ACTION = 'action'

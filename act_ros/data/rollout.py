@@ -6,17 +6,25 @@ the LeRobot dataset stack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from collections.abc import Callable
-from typing import Any
 import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
-                                      ENVIRONMENT_STATE_NAMES)
-from act_ros.data.episode import (EPISODE_SOURCE_FEATURE, EPISODE_SOURCE_NAMES,
-                                  OBJECT_POSE_NAMES, OBJECT_POSES_FEATURE, Episode)
+from act_ros.core.object_state import (
+    ENVIRONMENT_STATE_DIM,
+    ENVIRONMENT_STATE_FEATURE,
+    ENVIRONMENT_STATE_NAMES,
+)
+from act_ros.data.episode import (
+    EPISODE_SOURCE_FEATURE,
+    EPISODE_SOURCE_NAMES,
+    OBJECT_POSE_NAMES,
+    OBJECT_POSES_FEATURE,
+    Episode,
+)
 
 # The per-frame features every simulated episode carries beside state, action and cameras.
 SIM_EXTRA_FEATURES = ((OBJECT_POSES_FEATURE, OBJECT_POSE_NAMES),

@@ -17,18 +17,16 @@ actions too.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from act_ros.core.contract import Contract, load_contract
-from act_ros.core.contract import parse_image_size
-from act_ros.core.object_state import (ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES,
-                                       environment_state)
-from act_ros.data.episode import ROBOT_TYPE_SYNTHETIC, DatasetLayout, Episode
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.contract import Contract, load_contract, parse_image_size
+from act_ros.core.object_state import ENVIRONMENT_STATE_FEATURE, ENVIRONMENT_STATE_NAMES, environment_state
+from act_ros.data.episode import ROBOT_TYPE_SYNTHETIC, DatasetLayout, Episode
 
 ACTION_LEAD_FRAMES = 5
 _SINUSOIDS = 3

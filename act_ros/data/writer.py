@@ -8,15 +8,15 @@ directory, so a directory at the destination is always a finished dataset.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import gc
 import logging
 import os
 import queue
-from pathlib import Path
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Self
 

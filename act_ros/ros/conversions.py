@@ -1,7 +1,7 @@
 """Conversions between ROS messages and the arrays the policy runtime uses.
 
 Pure functions over message objects (no node, no middleware), so they are tested without a
-ROS graph. Decoding (message -> array) lives in :mod:`act_ros.core.decode`, which needs no
+ROS graph. Decoding (message -> array) lives in :mod:`act_ros.core.control.decode`, which needs no
 ROS install, and is re-exported here; building messages needs the message classes. Every
 rejection raises :class:`MalformedMessageError` with a one-line message that names the
 offending field and says what was expected and what was found.
@@ -15,18 +15,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from builtin_interfaces.msg import Duration, Time
 import cv2
 import numpy as np
+from builtin_interfaces.msg import Duration, Time
 from sensor_msgs.msg import CompressedImage, Image
 from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory, JointTrajectoryPoint
 
-from act_ros.core.decode import (IMAGE_ENCODINGS, MalformedMessageError, check_frame,
-                                 compressed_to_rgb, image_to_rgb, in_frame, joint_efforts,
-                                 joint_positions,
-                                 multiarray_positions, pose_components, pose_position,
-                                 trajectory_positions)
+from act_ros.core.control.decode import (
+    IMAGE_ENCODINGS,
+    MalformedMessageError,
+    check_frame,
+    compressed_to_rgb,
+    image_to_rgb,
+    in_frame,
+    joint_efforts,
+    joint_positions,
+    multiarray_positions,
+    pose_components,
+    pose_position,
+    trajectory_positions,
+)
 
 __all__ = ['IMAGE_ENCODINGS', 'MalformedMessageError', 'check_frame', 'compressed_to_rgb',
            'image_to_rgb', 'in_frame', 'joint_efforts', 'joint_positions', 'multiarray_positions',

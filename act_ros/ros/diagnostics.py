@@ -1,19 +1,19 @@
 """Diagnostics of the policy node: counters, a rate meter and the DiagnosticArray message.
 
-The node keeps a :class:`~act_ros.core.control.ControlCounters` (updated by the control
+The node keeps a :class:`~act_ros.core.control.loop.ControlCounters` (updated by the control
 tick and the input callbacks) and publishes :func:`diagnostic_array` on
 ``/diagnostics``, where ``diagnostic_aggregator`` and ``rqt_robot_monitor`` pick it up.
 """
 
 from __future__ import annotations
 
-from collections import deque
 import threading
+from collections import deque
 from typing import Any
 
+import numpy as np
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
-import numpy as np
 
 
 def missed_periods(gaps_s: Any, period_s: float) -> int:

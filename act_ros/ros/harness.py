@@ -7,17 +7,17 @@ sensor data best effort, commands reliable.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
 import contextlib
-from dataclasses import dataclass
-from pathlib import Path
 import threading
 import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 from diagnostic_msgs.msg import DiagnosticArray
 from geometry_msgs.msg import PoseStamped
-import numpy as np
 from rclpy.executors import Executor, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import QoSProfile, ReliabilityPolicy, qos_profile_sensor_data
@@ -27,8 +27,8 @@ from std_msgs.msg import Float64MultiArray
 from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.ros import conversions as conv
-from act_ros.ros.spin import PoolExecutor, spin_executor
 from act_ros.ros.diagnostics import status_values
+from act_ros.ros.spin import PoolExecutor, spin_executor
 
 # What rclpy passes a two-argument subscription callback beside the message: a dict with
 # 'received_timestamp', 'publication_sequence_number', ... (Kilted types it as
@@ -288,9 +288,9 @@ def make_gated_checkpoint(base: str | Path, path: str | Path, *, size: tuple[int
     from safetensors.torch import load_file, save_file
 
     from act_ros.core.contract import load_contract
-    from act_ros.core.export import EXPORT_DIR
-    from act_ros.core.hub import resolve_checkpoint
-    from act_ros.core.runtime import Observation, PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.export import EXPORT_DIR
+    from act_ros.core.inference.hub import resolve_checkpoint
+    from act_ros.core.inference.runtime import Observation, PolicyRuntime, RuntimeConfig
 
     base = resolve_checkpoint(base).path  # a Hub id: its cached snapshot
     path = Path(path)
@@ -339,7 +339,7 @@ def fast_robot_model(directory: str | Path) -> Path:
     configured speed above a URDF's is refused, so a real model cannot serve them."""
     import xml.etree.ElementTree as ET
 
-    from act_ros.core.kinematics import default_urdf_path
+    from act_ros.core.control.kinematics import default_urdf_path
 
     path = Path(directory) / 'fast_robot.urdf'
     if not path.is_file():

@@ -21,9 +21,9 @@ needs the bridge's ``mode`` to pair act_node with it).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-import re
 from typing import Any
 
 from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N

@@ -15,10 +15,10 @@ picture of a run in the docs. Only rclpy and matplotlib; no display needed.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
-from pathlib import Path
 import sys
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -11,11 +11,11 @@ simulation keep reading the URDF file itself. No ROS import: the launch file cal
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from pathlib import Path
-import xml.etree.ElementTree as ET
 
-from act_ros.core.kinematics import default_urdf_path
+from act_ros.core.control.kinematics import default_urdf_path
 
 GRIPPER_JOINT = 'gripper'
 

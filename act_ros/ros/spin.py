@@ -4,17 +4,17 @@ and ``expert_driver``) and :class:`PoolExecutor`, the multi-threaded executor th
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait as wait_futures
 import sys
 import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
 from typing import Any
 
 import rclpy
 from rclpy import executors as _executors
 from rclpy.exceptions import InvalidHandle
-from rclpy.executors import (Executor, ExternalShutdownException, ShutdownException,
-                             TimeoutException)
+from rclpy.executors import Executor, ExternalShutdownException, ShutdownException, TimeoutException
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 
 # Raised by wait_for_ready_callbacks when its wait condition holds (rclpy since Iron).

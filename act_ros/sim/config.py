@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
 import math
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
-
 
 from act_ros.core.paths import config_path, load_yaml_mapping
 

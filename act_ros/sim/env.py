@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import math
+from dataclasses import dataclass, field
 from typing import Self
 
 import mujoco
@@ -12,10 +12,8 @@ import numpy as np
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.object_state import environment_state, symmetric_yaw, tilt_deg
 from act_ros.sim.config import SimConfig
-from act_ros.sim.metrics import (
-    LIFT_HEIGHT_M, EpisodeResult, failure_phase, symmetric_yaw_error_deg)
-from act_ros.sim.scene import (BOX_BODY, CAMERAS, EE_SITE, FINGER_JOINTS, FINGER_LINKS,
-                               PAD_BODY, build_model)
+from act_ros.sim.metrics import LIFT_HEIGHT_M, EpisodeResult, failure_phase, symmetric_yaw_error_deg
+from act_ros.sim.scene import BOX_BODY, CAMERAS, EE_SITE, FINGER_JOINTS, FINGER_LINKS, PAD_BODY, build_model
 
 
 @dataclass(frozen=True)

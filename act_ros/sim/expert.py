@@ -25,7 +25,7 @@ What it does, as a function of the state:
 Targets move toward their goal at a bounded speed (proportional near the goal, so the
 arm arrives without overshoot); each tick's joints come from damped least squares
 started at the measured joints. The gripper command passes through the node's
-:class:`~act_ros.core.release_gate.ReleaseGate` (default settings), which the expert
+:class:`~act_ros.core.control.release_gate.ReleaseGate` (default settings), which the expert
 never trips on its own.
 
 The expert keeps two pieces of memory, both tie-breakers: which of two equally good
@@ -35,12 +35,12 @@ gate's state.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
-from act_ros.core.release_gate import GateDecision, ReleaseGate, ReleaseGateConfig
+from act_ros.core.control.release_gate import GateDecision, ReleaseGate, ReleaseGateConfig
 from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
 from act_ros.sim.env import PortPickAlignEnv, SimObservation
 from act_ros.sim.ik import ArmIK, down_rotation, gripper_yaw

@@ -24,24 +24,24 @@ keeps each run's own provenance under ``provenance.runs[NAME]``.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator, Sequence
 import contextlib
 import fcntl
 import json
 import os
-from pathlib import Path
 import sys
 import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 
+from act_ros.core.arguments import HelpFormatter
 from act_ros.core.atomic import write_json_atomic
 from act_ros.sim.config import SimConfig
 from act_ros.sim.env import PortPickAlignEnv
 from act_ros.sim.expert import ScriptedExpert, run_episode
 from act_ros.sim.metrics import summarize_results
 from act_ros.sim.perturb import PERTURBATIONS, run_perturbed_episode, sample_perturbation
-from act_ros.core.arguments import HelpFormatter
 
 
 def evaluate_nominal(env: PortPickAlignEnv, expert: ScriptedExpert, seeds: range, *,

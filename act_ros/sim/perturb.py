@@ -19,9 +19,9 @@ phase is shorter.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-import math
 
 import numpy as np
 

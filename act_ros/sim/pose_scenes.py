@@ -18,8 +18,8 @@ by it. Each scene depends only on its seed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import math
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import mujoco
 import numpy as np
 
-from act_ros.core.kinematics import default_urdf_path
+from act_ros.core.control.kinematics import default_urdf_path
 from act_ros.sim.config import SimConfig
 from act_ros.sim.urdf_mjcf import UrdfModel, mjcf_body_tree, parse_urdf
 

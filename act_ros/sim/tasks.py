@@ -13,8 +13,8 @@ writes ``success_rate`` under ``modes.<mode>`` whatever the task.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import json
+from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_TASK = 'port_pick_align'

@@ -8,9 +8,9 @@ simulation would silently misread cannot load.
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-import xml.etree.ElementTree as ET
 
 import numpy as np
 

@@ -26,13 +26,12 @@ look the same every 90 degrees.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 from torch import nn
-
-from dataclasses import dataclass
 
 from act_ros.data.episode import OBJECT_POSE_NAMES, OBJECT_POSES_FEATURE
 from act_ros.training.config import AUX_SOURCES, YAW_READOUTS

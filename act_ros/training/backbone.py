@@ -16,9 +16,9 @@ calibrated statistics are saved with the weights like any other buffer.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-import logging
 
 import torch
 from torch import nn

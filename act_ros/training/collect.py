@@ -8,10 +8,10 @@ above both, since the second needs the trained policy's in-process wiring
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 import os
-from pathlib import Path
 import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from act_ros.core.arguments import HelpFormatter

@@ -7,18 +7,18 @@ over the dataclass defaults.
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, field, fields
 import json
 import logging
 import math
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from act_ros.core.checkpoint import PRESETS, parse_image_size
-from act_ros.core.paths import config_path
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.inference.checkpoint import PRESETS, parse_image_size
+from act_ros.core.paths import config_path
 from act_ros.data.episode import ROBOT_TYPE_ALOHA_SIM, ROBOT_TYPE_SIM, ROBOT_TYPE_SYNTHETIC
 
 TRAIN_PRESETS = ('synthetic', 'sim', 'aloha', 'arm')

@@ -19,15 +19,15 @@ never modified. The output appears only when complete.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 import json
 import multiprocessing
-from pathlib import Path
 import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 

@@ -29,17 +29,17 @@ default) keeps every one.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 import json
-from pathlib import Path
 import shutil
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-from act_ros.core.processes import run_stage, stage_environment
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.processes import run_stage, stage_environment
 
 LOG_NAME = 'dagger.jsonl'
 KEEP_DATASETS = ('all', 'last')

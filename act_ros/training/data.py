@@ -11,26 +11,29 @@ that chunks never run across the train/validation boundary of a frame-level spli
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 import errno
 import logging
 import math
 import os
-from pathlib import Path
 import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import cv2
 import numpy as np
 import torch
 
-from act_ros.core.checkpoint import IMAGENET_MEAN, IMAGENET_STD
-from act_ros.core.checkpoint_info import LEROBOT_ACT_CHUNK_SIZE
 from act_ros.core.contract import CameraSpec, Contract
 from act_ros.core.errors import ActRosError
-from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
-                                       ENVIRONMENT_STATE_NAMES)
+from act_ros.core.inference.checkpoint import IMAGENET_MEAN, IMAGENET_STD
+from act_ros.core.inference.checkpoint_info import LEROBOT_ACT_CHUNK_SIZE
+from act_ros.core.object_state import (
+    ENVIRONMENT_STATE_DIM,
+    ENVIRONMENT_STATE_FEATURE,
+    ENVIRONMENT_STATE_NAMES,
+)
 from act_ros.data.video_backend import video_backend
 
 logger = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
 Runs the policy through the same runtime, safety chain and release gate as the node
 (:func:`~act_ros.training.rollout.run_policy_episodes`), prints and writes ``align_rate``,
 ``mean_position_error`` (m) and ``mean_yaw_error`` (deg) per mode, with the seams of the
-commands sent (``modes.<mode>.seams``, :mod:`act_ros.core.seams`), and can save a video of
+commands sent (``modes.<mode>.seams``, :mod:`act_ros.core.control.seams`), and can save a video of
 chosen episodes with both cameras side by side.
 """
 
@@ -11,20 +11,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import logging
-from pathlib import Path
+import math
 import sys
+from pathlib import Path
 
-from act_ros.core.atomic import write_text_atomic
-from act_ros.core.options import BACKEND_CHOICES, PRECISIONS, resolve_backend
-from act_ros.core.precision import AUTO, DEFAULT_TOLERANCE
-from act_ros.core.checkpoint import parse_image_size
-from act_ros.core.errors import ActRosError
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_text_atomic
+from act_ros.core.control.seams import seam_line
+from act_ros.core.errors import ActRosError
+from act_ros.core.inference.checkpoint import parse_image_size
+from act_ros.core.inference.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
+from act_ros.core.inference.options import BACKEND_CHOICES, PRECISIONS, resolve_backend
+from act_ros.core.inference.precision import AUTO, DEFAULT_TOLERANCE
 from act_ros.core.logs import setup_logging
-from act_ros.core.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
-from act_ros.core.seams import seam_line
 from act_ros.training.rollout import EVAL_MODES
 
 logger = logging.getLogger(__name__)
@@ -264,10 +264,10 @@ def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | Non
                    blend_ticks: int) -> dict:
     """One mode's episodes split over ``args.workers`` spawned processes, merged in seed
     order: the same per-episode results as one process (every episode starts from its seed)."""
-    from concurrent.futures import ProcessPoolExecutor
     import multiprocessing
     import os
     import time
+    from concurrent.futures import ProcessPoolExecutor
 
     from act_ros.training.rollout import merge_mode_results
 

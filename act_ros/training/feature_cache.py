@@ -19,11 +19,11 @@ backbone (a ``--resume``, the next DAgger iteration): :mod:`act_ros.training.fea
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
 import contextlib
 import logging
-from pathlib import Path
 import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import torch

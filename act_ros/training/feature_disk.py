@@ -27,15 +27,15 @@ with a warning, never used. One process at a time holds a key's directory (``loc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 import fcntl
 import hashlib
 import json
 import logging
 import os
-from pathlib import Path
 import sys
 import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np

@@ -1,14 +1,14 @@
 """Inference check of a written checkpoint: load it the way the node does and run it.
 
-The checkpoint is loaded by :class:`~act_ros.core.runtime.PolicyRuntime` (the node's and
+The checkpoint is loaded by :class:`~act_ros.core.inference.runtime.PolicyRuntime` (the node's and
 the evaluator's loader), fed dataset frames as the node would feed camera images, and
 its action chunks are compared with the recorded ones.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -27,7 +27,7 @@ def inference_check(checkpoint: Path, inputs: Any, *, frames: int = INFERENCE_CH
     recorded chunk (joint units: rad, gripper normalized; padded steps excluded) and the
     mean model latency.
     """
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     split = inputs.split
     picks = evenly_spread(split.val if split.val.size else split.train, frames)

@@ -25,16 +25,16 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from act_ros.training.pose_probe import add_simulation_arguments, frame_kinds, write_result
 from act_ros.core.arguments import HelpFormatter
 from act_ros.core.logs import setup_logging
+from act_ros.training.pose_probe import add_simulation_arguments, frame_kinds, write_result
 
 logger = logging.getLogger(__name__)
 

@@ -17,32 +17,38 @@ only process 0 writes checkpoints.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import contextlib
 import json
 import logging
-from pathlib import Path
 import shutil
 import signal
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from act_ros.core.inference import autocast_context, native_reduced_precision
-from act_ros.core.loss import act_loss, act_training_loss, dimension_weights
+from act_ros.core.inference.predictor import autocast_context, native_reduced_precision
 from act_ros.training.config import TrainConfig
-from act_ros.training.distributed import LocalProcess
-from act_ros.training.metrics import History
 from act_ros.training.data import evenly_spread, strided_frames
-from act_ros.training.prepare import (CALIBRATION_FRAMES, RunInputs, build_optimizer,
-                                      build_policy)
+from act_ros.training.distributed import LocalProcess
+from act_ros.training.loss import act_loss, act_training_loss, dimension_weights
+from act_ros.training.metrics import History
+from act_ros.training.prepare import CALIBRATION_FRAMES, RunInputs, build_optimizer, build_policy
 from act_ros.training.rollout import merge_mode_results
-from act_ros.training.state import (BatchOrder, capture_rng, copy_checkpoint, load_training_state,
-                                    restore_rng, save_model, seed_everything)
+from act_ros.training.state import (
+    BatchOrder,
+    capture_rng,
+    copy_checkpoint,
+    load_training_state,
+    restore_rng,
+    save_model,
+    seed_everything,
+)
 
 logger = logging.getLogger(__name__)
 CANDIDATE_DIR = '.closed_loop_candidate'
@@ -294,8 +300,7 @@ class Trainer:
         """The on-disk store of this backbone's maps (``feature_cache_dir``), or None where
         the cache stays in memory: an earlier cut, layer4 built from an earlier cut's cache,
         ``feature_cache_dir`` 'none', a data-parallel run."""
-        from act_ros.training.feature_disk import (DiskFeatureCache, backbone_components,
-                                                   camera_normalization)
+        from act_ros.training.feature_disk import DiskFeatureCache, backbone_components, camera_normalization
 
         root = self.config.feature_cache_path
         if root is None or cut != 'layer4' or source is not None:

@@ -6,8 +6,8 @@ validation set, no closed-loop evaluation) is absent or ``null``, never a placeh
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import logging
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 

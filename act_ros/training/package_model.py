@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 import shutil
 import sys
 import tempfile
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from act_ros.core.errors import ActRosError
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.errors import ActRosError
 
 WEIGHTS = 'model.safetensors'
 DTYPES = ('fp32', 'fp16')
@@ -54,7 +54,7 @@ def checkpoint_contract(checkpoint: Path) -> Any:
 def action_agreement(source: Path, packaged: Path, observations: list[Any]) -> float:
     """Largest difference (radians / gripper units) between the two checkpoints' first
     chunks on ``observations``."""
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
     contract = checkpoint_contract(source)
     chunks = []
@@ -68,7 +68,7 @@ def action_agreement(source: Path, packaged: Path, observations: list[Any]) -> f
 def _input_shape(checkpoint: Path, contract: Any) -> tuple[int, int]:
     """The camera input size (H, W) of ``checkpoint``; one without cameras takes any size
     (its observations carry the object poses)."""
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
 
     return next(iter(load_checkpoint(checkpoint, device='cpu', contract=contract)
                      .image_shapes.values()), (96, 128))
@@ -78,9 +78,8 @@ def sample_observations(checkpoint: Path, count: int = 4) -> list[Any]:
     """Observations to compare on: simulation frames at the checkpoint's input size (the
     start of ``count`` episodes), or random images where MuJoCo is not installed; with
     the object poses, for a checkpoint that takes them."""
-    from act_ros.core.observation import Observation
-
     from act_ros.core.object_state import environment_state
+    from act_ros.core.observation import Observation
     from act_ros.sim.tasks import checkpoint_task
 
     task = checkpoint_task(checkpoint)
@@ -128,12 +127,15 @@ def _aloha_observations(task: Any, contract: Any, shape: tuple[int, int],
 
 def _save_check_observations(source: Path, staging: Path, contract: Any) -> str:
     """Real observations beside the packaged model for its start-up precision check
-    (act_ros.core.precision.CHECK_OBSERVATIONS_FILE): the source's own when it has them,
+    (act_ros.core.inference.precision.CHECK_OBSERVATIONS_FILE): the source's own when it has them,
     else frames of its training dataset (training_info.json's dataset_root) when that is
     here, else its task's simulation (episodes' first frames at its input size). Returns
     where they came from."""
-    from act_ros.core.precision import (CHECK_OBSERVATIONS_FILE, SAVED_CHECK_OBSERVATIONS,
-                                        save_check_observations)
+    from act_ros.core.inference.precision import (
+        CHECK_OBSERVATIONS_FILE,
+        SAVED_CHECK_OBSERVATIONS,
+        save_check_observations,
+    )
 
     if (source / CHECK_OBSERVATIONS_FILE).is_file():
         shutil.copy2(source / CHECK_OBSERVATIONS_FILE, staging / CHECK_OBSERVATIONS_FILE)
@@ -186,8 +188,8 @@ def package(source: Path, output: Path, *, dtype: str = 'fp16', tolerance: float
     ``source``: a checkpoint directory or a Hub id (its snapshot in the huggingface_hub
     cache; the report names the commit).
     """
-    from act_ros.core.checkpoint import load_checkpoint
-    from act_ros.core.hub import resolve_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
+    from act_ros.core.inference.hub import resolve_checkpoint
 
     resolved = resolve_checkpoint(source)
     source, output = resolved.path, Path(output)

@@ -36,10 +36,10 @@ import json
 import logging
 import math
 import os
-from pathlib import Path
 import signal
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -220,15 +220,20 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
     import torch
 
     from act_ros.core.atomic import write_json_atomic
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
+    from act_ros.core.inference.predictor import autocast_context
     from act_ros.core.processes import StopRequests
     from act_ros.provenance import result_provenance
+    from act_ros.training.auxiliary import _POSITIONS, ObjectPoseHead, pose_targets
     from act_ros.training.backbone import TrainableBatchNorm
-    from act_ros.training.auxiliary import ObjectPoseHead, pose_targets, _POSITIONS
-    from act_ros.core.inference import autocast_context
     from act_ros.training.loop import random_shift, resolve_precision
-    from act_ros.training.state import (TRAINING_INFO_FILE, TRAINING_STATE_FILE, capture_rng,
-                                        restore_rng, save_model)
+    from act_ros.training.state import (
+        TRAINING_INFO_FILE,
+        TRAINING_STATE_FILE,
+        capture_rng,
+        restore_rng,
+        save_model,
+    )
 
     if args.torch_threads:
         torch.set_num_threads(args.torch_threads)

@@ -24,12 +24,12 @@ degrees (deg; a guess uniform on the 90-degree period has a median error of 22.5
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 import json
 import logging
-from pathlib import Path
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -76,10 +76,11 @@ def _head_statistics(state: dict, checkpoint: Path):
     if state.get('aux_position_mean') is not None:
         return (torch.as_tensor(state['aux_position_mean']),
                 torch.as_tensor(state['aux_position_std']))
+    import pandas as pd
+
     from act_ros.data.episode import OBJECT_POSES_FEATURE
     from act_ros.training.auxiliary import _POSITIONS
     from act_ros.training.data import make_split
-    import pandas as pd
 
     config = state.get('config', {})
     root = Path(config.get('dataset_root', ''))

@@ -7,23 +7,33 @@ training, with a message that says what was expected and what was found.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import logging
 import math
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from act_ros.core.checkpoint import PRESETS, make_act_config
-from act_ros.core.checkpoint_info import LEROBOT_ACT_CHUNK_SIZE
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.device import select_device
+from act_ros.core.inference.checkpoint import PRESETS, make_act_config
+from act_ros.core.inference.checkpoint_info import LEROBOT_ACT_CHUNK_SIZE
 from act_ros.training.config import TrainConfig
-from act_ros.training.data import (FrameStore, Split, TrainingDataError, dataset_image_size,
-                                   evenly_spread, load_frames, make_split, normalization_stats,
-                                   open_dataset, select_cameras, strided_frames)
+from act_ros.training.data import (
+    FrameStore,
+    Split,
+    TrainingDataError,
+    dataset_image_size,
+    evenly_spread,
+    load_frames,
+    make_split,
+    normalization_stats,
+    open_dataset,
+    select_cameras,
+    strided_frames,
+)
 from act_ros.training.infer_check import INFERENCE_CHECK_FRAMES
 
 logger = logging.getLogger(__name__)
@@ -177,7 +187,7 @@ def build_policy(config: TrainConfig, inputs: RunInputs) -> tuple[Any, Any, Any]
 
 def chunk_settings(config: TrainConfig) -> dict[str, int]:
     """ACT's ``chunk_size`` and ``n_action_steps`` for a run: as configured, else the model
-    preset's (act_ros.core.checkpoint.PRESETS), else LeRobot's ACT default;
+    preset's (act_ros.core.inference.checkpoint.PRESETS), else LeRobot's ACT default;
     ``n_action_steps`` defaults to the chunk size (LeRobot's ACT)."""
     chunk = (config.chunk_size or PRESETS[config.model_preset].get('chunk_size')
              or LEROBOT_ACT_CHUNK_SIZE)

@@ -2,7 +2,7 @@
 
 ``act-ros export --checkpoint DIR --int8 --calibration-dataset DATASET_DIR
 [--calibration-samples N]`` makes the model ``precision: int8`` runs (backend ``openvino``,
-:mod:`act_ros.core.quantized`): the checkpoint's ONNX export (made or reused, at the input
+:mod:`act_ros.core.inference.quantized`): the checkpoint's ONNX export (made or reused, at the input
 size the runtime uses), then NNCF's post-training quantization of it, calibrated on
 observations of a real LeRobot dataset, never on noise:
 
@@ -14,8 +14,8 @@ observations of a real LeRobot dataset, never on noise:
   that takes them, the object poses (``observation.environment_state``), made into an
   :class:`~act_ros.core.observation.Observation`;
 - turned into model inputs by the runtime's own preprocessing
-  (:class:`~act_ros.core.inference.ChunkPredictor`: resize, LeRobot's normalizer), the
-  inputs its ONNX backend is given (:func:`~act_ros.core.backends.backend_inputs`).
+  (:class:`~act_ros.core.inference.predictor.ChunkPredictor`: resize, LeRobot's normalizer), the
+  inputs its ONNX backend is given (:func:`~act_ros.core.inference.backends.backend_inputs`).
 
 The dataset must follow the contract the checkpoint was trained for (its cameras, joints
 in order, object poses where the checkpoint takes them), as for training. The quantized
@@ -28,26 +28,31 @@ from __future__ import annotations
 import argparse
 import hashlib
 import logging
-from pathlib import Path
 import sys
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from act_ros.core.contract import Contract, load_contract
 from act_ros.core.errors import ActRosError
+from act_ros.core.inference.export import build_parser as export_parser
+from act_ros.core.inference.export import ensure_onnx_export, metadata_path
+from act_ros.core.inference.export import run as export_run
+from act_ros.core.inference.quantized import (
+    DEFAULT_LAYERS,
+    DEFAULT_SAMPLES,
+    LAYERS,
+    Int8Model,
+    quantize_export,
+)
 from act_ros.core.logs import setup_logging
-from act_ros.core.export import build_parser as export_parser
-from act_ros.core.export import ensure_onnx_export, metadata_path
-from act_ros.core.export import run as export_run
 from act_ros.core.object_state import ENVIRONMENT_STATE_FEATURE
 from act_ros.core.observation import Observation
-from act_ros.core.quantized import (DEFAULT_LAYERS, DEFAULT_SAMPLES, LAYERS, Int8Model,
-                                    quantize_export)
 
 if TYPE_CHECKING:
-    from act_ros.core.checkpoint import LoadedCheckpoint
+    from act_ros.core.inference.checkpoint import LoadedCheckpoint
 
 logger = logging.getLogger(__name__)
 DATASET_OPTION = '--calibration-dataset'
@@ -126,9 +131,9 @@ def save_dataset_check_observations(checkpoint_dir: Path, dataset_root: Path,
                                     contract: Contract, count: int | None = None) -> Path:
     """Save ``count`` frames of the LeRobot dataset at ``dataset_root`` (evenly spaced,
     the inputs the checkpoint takes) beside ``checkpoint_dir`` as the start-up precision
-    check's real observations (:func:`act_ros.core.precision.save_check_observations`)."""
-    from act_ros.core.checkpoint import load_checkpoint
-    from act_ros.core.precision import SAVED_CHECK_OBSERVATIONS, save_check_observations
+    check's real observations (:func:`act_ros.core.inference.precision.save_check_observations`)."""
+    from act_ros.core.inference.checkpoint import load_checkpoint
+    from act_ros.core.inference.precision import SAVED_CHECK_OBSERVATIONS, save_check_observations
 
     checkpoint = load_checkpoint(checkpoint_dir, device='cpu', contract=contract)
     observations, _ = calibration_observations(dataset_root, contract, checkpoint,
@@ -143,9 +148,9 @@ def make_int8_model(checkpoint: LoadedCheckpoint, dataset_root: Path, *,
     frames of the dataset at ``dataset_root``; written beside its ONNX export."""
     import torch
 
-    from act_ros.core.backends import backend_inputs
-    from act_ros.core.inference import ChunkPredictor
-    from act_ros.core.options import PredictorOptions
+    from act_ros.core.inference.backends import backend_inputs
+    from act_ros.core.inference.options import PredictorOptions
+    from act_ros.core.inference.predictor import ChunkPredictor
 
     contract = contract or load_contract()
     start = time.perf_counter()
@@ -212,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.image_size is not None:
         parser.error("--int8 quantizes the export the runtime runs (the checkpoint's input "
                      'size): leave out --image-size')
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
 
     try:
         contract = load_contract(args.contract)

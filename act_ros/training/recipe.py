@@ -15,18 +15,18 @@ the measured ones are listed when it has none), every stage's time at the end an
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, field
 import json
-from pathlib import Path
 import sys
 import time
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from act_ros.core.atomic import write_json_atomic
-from act_ros.core.processes import run_stage, signals_deferred, stage_environment
-from act_ros.core.paths import config_path, load_yaml_mapping, share_dir
-from act_ros.training.pose_pretrain import RESULT_FILE as POSE_RESULT
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_json_atomic
+from act_ros.core.paths import config_path, load_yaml_mapping, share_dir
+from act_ros.core.processes import run_stage, signals_deferred, stage_environment
+from act_ros.training.pose_pretrain import RESULT_FILE as POSE_RESULT
 
 COMMANDS = ('collect', 'pose-pretrain', 'train', 'dagger', 'evaluate', 'package-model')
 #: Commands that continue an interrupted run of theirs with ``--resume``.
@@ -45,7 +45,7 @@ class Stage:
     command: str
     args: tuple[str, ...]
     done: str
-    #: Minutes per CPU class (:func:`act_ros.core.precision.cpu_class`), or ``{ANY_CPU: m}``.
+    #: Minutes per CPU class (:func:`act_ros.core.inference.precision.cpu_class`), or ``{ANY_CPU: m}``.
     expected_min: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f'act-ros recipe: {exc}', file=sys.stderr)
         return 2
-    from act_ros.core.precision import cpu_class
+    from act_ros.core.inference.precision import cpu_class
 
     cpu = cpu_class()
     print(f'recipe {recipe.name}: {recipe.description}')

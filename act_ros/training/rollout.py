@@ -1,6 +1,6 @@
 """Closed-loop episodes of a checkpoint in the MuJoCo simulation, without ROS.
 
-Every tick runs the node's own control step (:class:`~act_ros.core.control.ControlLoop`):
+Every tick runs the node's own control step (:class:`~act_ros.core.control.loop.ControlLoop`):
 the policy runtime (``execution='sync'``, so results do not depend on the CPU's speed),
 the whole-chunk check, the safety chain and the release gate, with the limits, gate and
 end-effector source (forward kinematics of the measured joints) of ``config/act.yaml``.
@@ -15,18 +15,18 @@ controller does when no command arrives.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 import json
 import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from act_ros.core.contract import Contract, load_contract
-from act_ros.core.control import SafetySettings
-from act_ros.core.seams import SeamMeter, SeamSamples
+from act_ros.core.control.loop import SafetySettings
+from act_ros.core.control.seams import SeamMeter, SeamSamples
 from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
 
 log = logging.getLogger(__name__)
@@ -56,11 +56,11 @@ class ModeResult:
     suppressed_releases: int = 0
     rejected_commands: int = 0
     seconds: float = 0.0
-    # The precision the policy ran in, as settled (act_ros.core.precision.PrecisionCheck
+    # The precision the policy ran in, as settled (act_ros.core.inference.precision.PrecisionCheck
     # values: precision, precision.requested, the auto check's figures).
     precision: dict[str, Any] = field(default_factory=dict)
     task: str = 'port_pick_align'  # act_ros.sim.tasks.SIM_TASKS
-    # The seams of the commands sent (act_ros.core.seams), over every episode.
+    # The seams of the commands sent (act_ros.core.control.seams), over every episode.
     seam_samples: SeamSamples | None = None
 
     def to_dict(self, *, samples: bool = False) -> dict[str, Any]:
@@ -112,9 +112,9 @@ def merge_mode_results(mode: str, parts: list[dict[str, Any] | None], *,
 def checkpoint_render_size(checkpoint: str | Path) -> tuple[int, int] | None:
     """Image size the checkpoint's training data was recorded at (``training_info.json``).
 
-    ``checkpoint``: a directory or a Hub id (:func:`~act_ros.core.hub.resolve_checkpoint`).
+    ``checkpoint``: a directory or a Hub id (:func:`~act_ros.core.inference.hub.resolve_checkpoint`).
     """
-    from act_ros.core.hub import resolve_checkpoint
+    from act_ros.core.inference.hub import resolve_checkpoint
 
     info = resolve_checkpoint(checkpoint).path / 'training_info.json'
     if not info.is_file():
@@ -143,7 +143,7 @@ class SimPolicy:
 
     :meth:`act` hands the simulation's observation to the same input store the node's
     subscriptions fill (stamped with simulated time, so every input is fresh), runs
-    :class:`~act_ros.core.control.ControlLoop` and returns the joint targets to send: the
+    :class:`~act_ros.core.control.loop.ControlLoop` and returns the joint targets to send: the
     new command, or the previous one when the tick produced none (a position controller
     keeps its last target). Used by the closed-loop evaluator and by DAgger collection.
     """
@@ -154,9 +154,9 @@ class SimPolicy:
                  latency_ticks: int | None = None, precision: str = 'fp32',
                  precision_tolerance: float | None = None,
                  n_action_steps: int | None = None, blend_ticks: int | None = None) -> None:
-        from act_ros.core.control import build_control_loop, environment_state_from_stream
-        from act_ros.core.inputs import ENVIRONMENT_STATE, InputStore
-        from act_ros.core.runtime import RuntimeConfig
+        from act_ros.core.control.inputs import ENVIRONMENT_STATE, InputStore
+        from act_ros.core.control.loop import build_control_loop, environment_state_from_stream
+        from act_ros.core.inference.runtime import RuntimeConfig
 
         if mode not in EVAL_MODES:
             raise ValueError(f"unknown mode '{mode}', expected one of {EVAL_MODES}")
@@ -202,7 +202,7 @@ class SimPolicy:
 
     @property
     def counters(self):
-        """The control step's :class:`~act_ros.core.control.ControlCounters`."""
+        """The control step's :class:`~act_ros.core.control.loop.ControlCounters`."""
         return self.loop.counters
 
     @property
@@ -221,8 +221,13 @@ class SimPolicy:
 
     def act(self, obs: Any) -> np.ndarray:
         """Joint targets to send for ``obs`` (a :class:`~act_ros.sim.env.SimObservation`)."""
-        from act_ros.core.inputs import (ENVIRONMENT_STATE, JOINT_EFFORTS, JOINT_STATES, PAD_POSE,
-                                         image_stream)
+        from act_ros.core.control.inputs import (
+            ENVIRONMENT_STATE,
+            JOINT_EFFORTS,
+            JOINT_STATES,
+            PAD_POSE,
+            image_stream,
+        )
 
         if self.command is None:
             raise RuntimeError('SimPolicy.act() before reset()')
@@ -271,17 +276,17 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
     node's background schedule against simulated time, each chunk arriving that many ticks
     after its observation (``None``: synchronous, LeRobot's ``select_action`` semantics).
     ``precision``: fp32, bf16, fp16 or auto (as ``act_node``'s parameter, with
-    ``precision_tolerance``: act_ros.core.precision). ``n_action_steps``: actions played
+    ``precision_tolerance``: act_ros.core.inference.precision). ``n_action_steps``: actions played
     from each chunk in chunk and blend modes before the next query (``None``: the
     checkpoint's own, as ``MODE_SETTINGS``). ``blend_ticks``: blend mode's crossfade
     (``None``: the runtime's default). The result carries the seams of the commands sent
-    (:mod:`act_ros.core.seams`).
+    (:mod:`act_ros.core.control.seams`).
     """
     import time
 
     from tqdm import tqdm
 
-    from act_ros.core.hub import resolve_checkpoint
+    from act_ros.core.inference.hub import resolve_checkpoint
 
     if episodes < 1:
         raise ValueError(f'episodes must be >= 1, got {episodes}')
@@ -337,7 +342,7 @@ def run_policy_episodes(checkpoint: str | Path, *, episodes: int, mode: str = 'c
 def _checkpoint_task(checkpoint: str | Path) -> Any:
     """The :class:`~act_ros.sim.tasks.SimTask` a checkpoint (directory or Hub id) was trained
     for."""
-    from act_ros.core.hub import resolve_checkpoint
+    from act_ros.core.inference.hub import resolve_checkpoint
     from act_ros.sim.tasks import checkpoint_task
 
     return checkpoint_task(resolve_checkpoint(checkpoint).path)

@@ -19,15 +19,15 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from act_ros.core.arguments import HelpFormatter
 from act_ros.core.atomic import write_text_atomic
-from act_ros.core.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
+from act_ros.core.inference.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
 
 DEFAULT_MODES = ('chunk', 'ensemble', 'blend')
 

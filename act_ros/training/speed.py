@@ -9,18 +9,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
-from act_ros.core.checkpoint import PRESETS, parse_image_size
-from act_ros.core.checkpoint_info import SIM_CHUNK_SIZE
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.inference.checkpoint import PRESETS, parse_image_size
+from act_ros.core.inference.checkpoint_info import SIM_CHUNK_SIZE
 
 if TYPE_CHECKING:
     from act_ros.training.config import TrainConfig

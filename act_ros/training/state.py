@@ -13,16 +13,16 @@ and together exactly the batch one process with batch N x batch_size would draw.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 import random
 import shutil
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
 from act_ros.core.atomic import replace_dir
-from act_ros.core.checkpoint import save_checkpoint
+from act_ros.core.inference.checkpoint import save_checkpoint
 
 TRAINING_STATE_FILE = 'training_state.pt'
 TRAINING_INFO_FILE = 'training_info.json'

@@ -21,9 +21,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-from pathlib import Path
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from act_ros.core.errors import ActRosError
@@ -126,7 +126,7 @@ def _infer(config: TrainConfig, inputs: Any, metrics: dict[str, Any]) -> int:
 
 def _save_check_observations(config: TrainConfig, contract: Any) -> None:
     """Frames of the training dataset beside each checkpoint, for the start-up precision
-    check of a reduced precision (act_ros.core.precision.CHECK_OBSERVATIONS_FILE); a
+    check of a reduced precision (act_ros.core.inference.precision.CHECK_OBSERVATIONS_FILE); a
     failure only loses that check's real inputs (a warning)."""
     from act_ros.training.quantize import save_dataset_check_observations
 

@@ -7,15 +7,15 @@ process watchdog) and fails with :class:`EvalError` on a timeout.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
+import rclpy
 from lifecycle_msgs.msg import State, Transition
 from lifecycle_msgs.srv import ChangeState, GetState
 from rcl_interfaces.srv import SetParameters
-import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.parameter import Parameter
 from rclpy.signals import SignalHandlerOptions
@@ -137,7 +137,7 @@ class EvalClient:
 
     def seams(self, timeout_s: float) -> dict[str, Any]:
         """The seam figures of every command ``/act_node`` sent since it was configured
-        (its ``~/seams``; :meth:`act_ros.core.seams.SeamSamples.summary`)."""
+        (its ``~/seams``; :meth:`act_ros.core.control.seams.SeamSamples.summary`)."""
         response = self.call(self.policy_seams, Trigger.Request(), timeout_s)
         if not response.success:
             raise EvalError(f'{POLICY}/seams failed: {response.message}')

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 import sys
+from pathlib import Path
 from typing import Any
 
-from act_ros.core.atomic import write_json_atomic
 from act_ros.core.arguments import HelpFormatter
+from act_ros.core.atomic import write_json_atomic
 
 # Key of the count of equal episodes in a mode's comparison, followed by the tolerance.
 EQUAL_PREFIX = 'episodes_equal_within_'

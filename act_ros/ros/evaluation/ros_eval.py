@@ -31,31 +31,31 @@ children get a profile that passes full-size images through shared memory
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 import json
 import os
-from pathlib import Path
 import shutil
 import signal
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from act_ros.core.arguments import HelpFormatter
 from act_ros.core.atomic import write_text_atomic
-from act_ros.core.chunking import DEFAULT_BLEND_WINDOW
-from act_ros.core.seams import seam_line
 from act_ros.core.contract import parse_image_size
+from act_ros.core.control.seams import seam_line
 from act_ros.core.errors import CheckpointError
-from act_ros.core.hub import resolve_checkpoint
-from act_ros.core.options import BACKEND_CHOICES
-from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
+from act_ros.core.inference.chunking import DEFAULT_BLEND_WINDOW
+from act_ros.core.inference.hub import resolve_checkpoint
+from act_ros.core.inference.options import BACKEND_CHOICES
+from act_ros.core.processes import ChildExitedError, ProcessSet, signals_deferred
 from act_ros.ros.evaluation.client import EvalClient, EvalError
 from act_ros.ros.evaluation.dds import dds_environment
-from act_ros.core.processes import ChildExitedError, ProcessSet, signals_deferred
+from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
 from act_ros.sim.metrics import EpisodeResult
-from act_ros.core.arguments import HelpFormatter
 
 PREFIX = '[ros-eval]'
 MODES = ('chunk', 'ensemble', 'blend')

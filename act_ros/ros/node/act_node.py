@@ -3,8 +3,8 @@
 A thin adapter over :mod:`act_ros.core`:
 
 - configure: read and validate the parameters (:mod:`act_ros.ros.node.parameters`), load and
-  warm up the checkpoint through :class:`~act_ros.core.runtime.PolicyRuntime` (a Hub id
-  ``org/name[@revision]`` from the ``huggingface_hub`` cache, :mod:`act_ros.core.hub`; the
+  warm up the checkpoint through :class:`~act_ros.core.inference.runtime.PolicyRuntime` (a Hub id
+  ``org/name[@revision]`` from the ``huggingface_hub`` cache, :mod:`act_ros.core.inference.hub`; the
   configured line and ``/diagnostics`` name its commit), create the
   subscriptions, publishers and the ``~/reset`` service, measure the model's latency and
   log the real-time verdict. With ``execution: process`` the inference child is started
@@ -47,20 +47,33 @@ from rclpy.lifecycle import LifecycleNode, LifecycleState, TransitionCallbackRet
 from std_srvs.srv import Trigger
 
 from act_ros.core.contract import Contract, load_contract
+from act_ros.core.control.inputs import InputStore
+from act_ros.core.control.loop import (
+    CHUNKS_LATE,
+    WAITING_FOR_CHUNK,
+    ControlCounters,
+    ControlLoop,
+    build_control_loop,
+    environment_state_from_object_poses,
+)
 from act_ros.core.errors import ActRosError
 from act_ros.core.object_state import OBJECTS
-from act_ros.ros import conversions as conv
-from act_ros.core.control import (CHUNKS_LATE, WAITING_FOR_CHUNK, ControlCounters, ControlLoop,
-                                  build_control_loop, environment_state_from_object_poses)
-from act_ros.core.inputs import InputStore
 from act_ros.core.startup import StartupTimeline
+from act_ros.ros import conversions as conv
 from act_ros.ros.node.command_stream import CommandSender
 from act_ros.ros.node.interfaces import Interfaces, create_interfaces
+from act_ros.ros.node.parameters import (
+    CONTRACT_PATH,
+    EXECUTORS,
+    NodeSettings,
+    ParamSpec,
+    declare_parameters,
+    parameter_specs,
+    parameters_help,
+    read_settings,
+)
 from act_ros.ros.node.status import NodeStatus
 from act_ros.ros.spin import PoolExecutor
-from act_ros.ros.node.parameters import (CONTRACT_PATH, EXECUTORS, NodeSettings, ParamSpec,
-                                         declare_parameters, parameter_specs, parameters_help,
-                                         read_settings)
 
 LOG_THROTTLE_S = 2.0
 
@@ -85,7 +98,7 @@ class ActNode(LifecycleNode):
         self.settings: NodeSettings | None = None
         self.inputs: InputStore | None = None
         self.loop: ControlLoop | None = None
-        self.verdict = None  # act_ros.core.feasibility.Verdict, measured at configure
+        self.verdict = None  # act_ros.core.inference.feasibility.Verdict, measured at configure
         self.io: Interfaces | None = None
         self.sender: CommandSender | None = None
         self.counters = ControlCounters()
@@ -405,7 +418,7 @@ class ActNode(LifecycleNode):
     def handle_seams(self, request: Trigger.Request,
                      response: Trigger.Response) -> Trigger.Response:
         """``~/seams``: the seam figures of the commands sent (``seams.window_s``), as JSON
-        (:meth:`act_ros.core.seams.SeamSamples.summary`)."""
+        (:meth:`act_ros.core.control.seams.SeamSamples.summary`)."""
         with self.lock:
             if self.loop is None or self.loop.seams is None:
                 response.success, response.message = False, 'not configured'

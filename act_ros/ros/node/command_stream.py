@@ -5,14 +5,14 @@
 - ``JointTrajectory`` with ``command_trajectory: chunk``: the rest of the plan as one
   multi-point trajectory, sent again every tick: the tick's command first, then the
   planned actions of the chunk (of the crossfade, or of the blend), each through the
-  safety chain (:func:`act_ros.core.command_plan.limit_plan`), with velocities from the
+  safety chain (:func:`act_ros.core.control.command_plan.limit_plan`), with velocities from the
   plan, ``time_from_start`` one period apart and ``header.stamp`` the tick's time, so a
   joint_trajectory_controller interpolates at its own rate. When a tick can send nothing
   after such a plan (stale inputs, a rejected command), an empty trajectory stops the
   controller where the arm is rather than let it play out the old plan;
 - ``Float64MultiArray``: one command per tick, or with ``command_stream_rate_hz`` above
   the control rate, the tick's command and then samples toward the next planned (safe)
-  action at that rate until the next tick (:func:`act_ros.core.command_plan.interpolate`);
+  action at that rate until the next tick (:func:`act_ros.core.control.command_plan.interpolate`);
   a tick that sends nothing ends the stream where it is.
 """
 
@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from act_ros.core.command_plan import interpolate, plan_velocities
-from act_ros.core.control import ControlLoop
+from act_ros.core.control.command_plan import interpolate, plan_velocities
+from act_ros.core.control.loop import ControlLoop
 from act_ros.ros import conversions as conv
 from act_ros.ros.node.parameters import NodeSettings
 

@@ -1,5 +1,5 @@
 """What ``act_node`` builds at configure around its control loop
-(:func:`act_ros.core.control.build_control_loop`): its ROS interfaces.
+(:func:`act_ros.core.control.loop.build_control_loop`): its ROS interfaces.
 
 Split from :mod:`act_ros.ros.node.act_node` so the node reads as lifecycle logic only. With
 ``execution: process`` the loop's runtime has only started its inference child when these
@@ -26,13 +26,18 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.core.contract import Contract
-from act_ros.ros import conversions as conv
-from act_ros.core.inputs import (EE_POSE, JOINT_EFFORTS, JOINT_STATES, PAD_POSE, image_stream,
-                                 object_pose_stream)
+from act_ros.core.control.inputs import (
+    EE_POSE,
+    JOINT_EFFORTS,
+    JOINT_STATES,
+    PAD_POSE,
+    image_stream,
+    object_pose_stream,
+)
 from act_ros.core.object_state import OBJECTS
+from act_ros.ros import conversions as conv
 from act_ros.ros.node.parameters import NodeSettings
 from act_ros.ros.node.visualization import PlanVisualizer
-
 
 
 class PolicyNodeHooks(Protocol):

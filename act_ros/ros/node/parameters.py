@@ -12,31 +12,38 @@ still comes up and the *configure* transition fails with one clear line
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
 import math
 import re
 import textwrap
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 from rcl_interfaces.msg import FloatingPointRange, IntegerRange, ParameterDescriptor
-from rclpy.exceptions import (InvalidParameterTypeException, InvalidParameterValueException,
-                              ParameterUninitializedException)
+from rclpy.exceptions import (
+    InvalidParameterTypeException,
+    InvalidParameterValueException,
+    ParameterUninitializedException,
+)
 from rclpy.node import Node
 from rclpy.parameter import Parameter
-import numpy as np
 
-from act_ros.core.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
 from act_ros.core.contract import Contract
-from act_ros.core.control import SafetySettings
+from act_ros.core.control.loop import SafetySettings
+from act_ros.core.control.release_gate import ReleaseGateConfig
+from act_ros.core.control.safety import SafetyLimits
+from act_ros.core.control.speed_limits import (
+    DEFAULT_ARM_SPEED,
+    DEFAULT_GRIPPER_TRAVEL_S,
+    SpeedLimits,
+    resolve_speed_limits,
+)
+from act_ros.core.inference.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
+from act_ros.core.inference.options import BACKEND_CHOICES
+from act_ros.core.inference.precision import DEFAULT_TOLERANCE
+from act_ros.core.inference.runtime import RuntimeConfig
 from act_ros.core.object_state import OBJECTS
-from act_ros.core.options import BACKEND_CHOICES
-from act_ros.core.precision import DEFAULT_TOLERANCE
-from act_ros.core.release_gate import ReleaseGateConfig
-from act_ros.core.runtime import RuntimeConfig
-from act_ros.core.safety import SafetyLimits
-from act_ros.core.speed_limits import (DEFAULT_ARM_SPEED, DEFAULT_GRIPPER_TRAVEL_S, SpeedLimits,
-                                       resolve_speed_limits)
 
 COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
 COMMAND_TRAJECTORIES = ('point', 'chunk')
@@ -440,7 +447,7 @@ class NodeSettings:
     joint_names: tuple[str, ...]
     joint_lower: tuple[float, ...]
     joint_upper: tuple[float, ...]
-    # Per joint, per second, and where each came from (act_ros.core.speed_limits).
+    # Per joint, per second, and where each came from (act_ros.core.control.speed_limits).
     speed_limits: SpeedLimits
     gate: dict[str, Any] = field(default_factory=dict)
     pad_source: str = 'parameter'
@@ -479,7 +486,7 @@ class NodeSettings:
     def safety(self) -> SafetySettings:
         """The control step's limits (the largest step per tick at this control period),
         release gate, end-effector and pad sources
-        (:func:`~act_ros.core.control.build_control_loop`)."""
+        (:func:`~act_ros.core.control.loop.build_control_loop`)."""
         return SafetySettings(
             limits=SafetyLimits(lower=np.array(self.joint_lower), upper=np.array(self.joint_upper),
                                 max_step=self.speed_limits.per_tick(self.period_s)),

@@ -5,7 +5,7 @@ names them, e.g. ``object_pose/box: stale (...)`` for a checkpoint that takes th
 poses); WARN when no command went out since the last report, a command was rejected, or a
 chunk violated the limits; OK otherwise. The key/values carry the rates, latencies, queue
 depth, gate state, the required inputs and their ages, every counter of
-:class:`~act_ros.core.control.ControlCounters`, the real-time verdict (``realtime.*``),
+:class:`~act_ros.core.control.loop.ControlCounters`, the real-time verdict (``realtime.*``),
 the start-up phases up to the first command (``startup.*``) and the checkpoint
 (``checkpoint.source``, ``checkpoint.path``; for a Hub id also ``checkpoint.repo_id``,
 ``checkpoint.revision`` and ``checkpoint.commit``).
@@ -13,16 +13,14 @@ the start-up phases up to the first command (``startup.*``) and the checkpoint
 
 from __future__ import annotations
 
-from collections import deque
 import threading
+from collections import deque
 from typing import Any
 
-from diagnostic_msgs.msg import DiagnosticStatus
 import numpy as np
+from diagnostic_msgs.msg import DiagnosticStatus
 
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array, missed_periods
-
-
 
 #: The seam figures on /diagnostics (seams.<name>), over the arm's joints.
 SEAM_KEYS = ('handovers', 'over_within_p99', 'velocity_jump_median', 'velocity_jump_mean',
@@ -32,7 +30,7 @@ SEAM_KEYS = ('handovers', 'over_within_p99', 'velocity_jump_median', 'velocity_j
 
 
 def seam_values(summary: dict[str, Any]) -> dict[str, Any]:
-    """``seams.*`` key/values of a seam summary (:mod:`act_ros.core.seams`): the arm's
+    """``seams.*`` key/values of a seam summary (:mod:`act_ros.core.control.seams`): the arm's
     figures (rad/s, rad/s^2; ``n/a`` before any handover) and each joint's largest
     velocity jump."""
     values = {f'seams.{key}': summary[key] for key in SEAM_KEYS}
@@ -160,7 +158,7 @@ class NodeStatus:
             for obj, topic in settings.object_pose_topics.items():
                 values[f'object_pose_topic.{obj}'] = node.resolve_topic_name(topic)
         values.update(counters)
-        # Chunk handovers against the motion within chunks (act_ros.core.seams), over the
+        # Chunk handovers against the motion within chunks (act_ros.core.control.seams), over the
         # last seams.window_s.
         if loop.seams is not None:
             values.update(seam_values(loop.seams.summary()))

@@ -50,9 +50,9 @@ from rclpy.qos import DurabilityPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import ColorRGBA
 from visualization_msgs.msg import Marker, MarkerArray
 
-from act_ros.core.chunking import TimedChunk
 from act_ros.core.contract import Contract
-from act_ros.core.kinematics import gripper_kinematics
+from act_ros.core.control.kinematics import gripper_kinematics
+from act_ros.core.inference.chunking import TimedChunk
 from act_ros.ros.conversions import seconds_to_time
 
 PATH_TOPIC = '~/planned_path'
@@ -94,7 +94,7 @@ class PlanView:
 
     def __init__(self, fk: Any, grippers: Sequence[int], frame_id: str, period_s: float,
                  opening: Callable[[float], float] = float) -> None:
-        self.fk = fk  # act_ros.core.kinematics.ForwardKinematics of the arm joints, or None
+        self.fk = fk  # act_ros.core.control.kinematics.ForwardKinematics of the arm joints, or None
         # The grippers' indices (left out of forward kinematics); the first one's requests
         # colour the path, as openings (``opening``: its joint units to 0 closed, 1 open).
         self.grippers = list(grippers)

@@ -19,8 +19,8 @@ import sys
 import threading
 from typing import Any
 
-from geometry_msgs.msg import PoseStamped
 import numpy as np
+from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
@@ -28,7 +28,7 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.core.contract import load_contract
-from act_ros.core.inputs import InputStore
+from act_ros.core.control.inputs import InputStore
 from act_ros.ros import conversions as conv
 from act_ros.ros.node.interfaces import COMMAND_QOS
 

@@ -31,10 +31,10 @@ dataset.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import queue
 import sys
 import threading
+from dataclasses import dataclass, field
 from typing import Any
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -48,15 +48,22 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.core.contract import load_contract
-from act_ros.core.decode import MalformedMessageError
-from act_ros.data.recording import (ACTION, ACTION_SOURCES, COMMAND_TYPES, IMAGE_TRANSPORTS,
-                                    EpisodeBuffer, RecordingSpec, StampMatcher, make_store)
+from act_ros.core.control.decode import MalformedMessageError
 from act_ros.data.episode_store import EpisodeStore, EpisodeWriter
+from act_ros.data.recording import (
+    ACTION,
+    ACTION_SOURCES,
+    COMMAND_TYPES,
+    IMAGE_TRANSPORTS,
+    EpisodeBuffer,
+    RecordingSpec,
+    StampMatcher,
+    make_store,
+)
 from act_ros.data.writer import MAX_EPISODE_FRAMES
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array
 from act_ros.ros.node.interfaces import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
-from act_ros.ros.node.parameters import (CONTRACT_PATH, ParamSpec, declare_parameters,
-                                         parameters_help)
+from act_ros.ros.node.parameters import CONTRACT_PATH, ParamSpec, declare_parameters, parameters_help
 
 #: Drop reason of a tick after a split whose continuation's writer was not made yet.
 NO_WRITER = 'no writer yet'
@@ -706,9 +713,9 @@ class RecordNode(Node):
 
 def main(args: list[str] | None = None) -> int:
     """Console script ``record_node`` (also ``act-ros record``)."""
-    from act_ros.data.writer import quiet_library_output
     from rclpy.executors import SingleThreadedExecutor
 
+    from act_ros.data.writer import quiet_library_output
     from act_ros.ros.spin import run_node
 
     quiet_library_output()

@@ -13,24 +13,24 @@ from __future__ import annotations
 
 import argparse
 import os
-from pathlib import Path
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray
 
+from act_ros.core.arguments import HelpFormatter
 from act_ros.core.contract import load_contract
+from act_ros.core.processes import ProcessSet, signals_deferred
 from act_ros.ros import conversions as conv
-from act_ros.ros.evaluation.ros_eval import bridge_command, default_domain_id, parse_image_size
 from act_ros.ros.evaluation.client import EvalClient
 from act_ros.ros.evaluation.dds import PROFILE_VARIABLES, dds_environment, use_in_this_process
-from act_ros.core.processes import ProcessSet, signals_deferred
+from act_ros.ros.evaluation.ros_eval import bridge_command, default_domain_id, parse_image_size
 from act_ros.ros.sim_bridge.bridge import COMMAND_QOS, camera_topic
 from act_ros.sim.scene import CAMERAS
-from act_ros.core.arguments import HelpFormatter
 
 
 class InstantPolicy:

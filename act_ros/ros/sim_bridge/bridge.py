@@ -39,12 +39,10 @@ import threading
 import time
 from typing import Any
 
-from geometry_msgs.msg import PoseStamped
-
-from act_ros.sim import select_headless_gl  # noqa: F401  (picks a headless GL before mujoco)
 import mujoco  # noqa: E402
 import numpy as np
 import rclpy
+from geometry_msgs.msg import PoseStamped
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.parameter import Parameter
@@ -56,12 +54,12 @@ from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
-from act_ros.ros.sim_bridge import messages as msgs
 from act_ros.ros.conversions import MalformedMessageError
-from act_ros.ros.node.parameters import (DEFAULT_COMMAND_TOPICS, ParamSpec, declare_parameters,
-                                         parameters_help)
+from act_ros.ros.node.parameters import DEFAULT_COMMAND_TOPICS, ParamSpec, declare_parameters, parameters_help
+from act_ros.ros.sim_bridge import messages as msgs
 from act_ros.ros.sim_bridge.loop import BridgeLoop, EpisodeStartError
 from act_ros.ros.sim_bridge.params import BRIDGE_PARAMETERS, read_bridge_settings
+from act_ros.sim import select_headless_gl  # noqa: F401  (picks a headless GL before mujoco)
 from act_ros.sim.config import SimConfig
 from act_ros.sim.env import PortPickAlignEnv, SimObservation
 from act_ros.sim.scene import BOX_BODY, CAMERAS, EE_SITE

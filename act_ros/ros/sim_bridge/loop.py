@@ -21,11 +21,11 @@ the episode's first observation is published are dropped.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-import threading
-import time
 from typing import Any
 
 import numpy as np

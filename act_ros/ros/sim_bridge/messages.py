@@ -23,14 +23,14 @@ Episode status (``std_msgs/String``, JSON object), see :func:`status_json`:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped
-import numpy as np
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import Image, JointState
 from std_msgs.msg import Float64MultiArray, String

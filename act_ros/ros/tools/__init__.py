@@ -10,10 +10,10 @@ context (the environment's ``ROS_DOMAIN_ID``) and closes it before it returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 import contextlib
 import importlib
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 

@@ -15,9 +15,9 @@ appear within --timeout or its type is not installed here.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 import sys
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -50,8 +50,7 @@ def measure_rate(topic: str, seconds: float, timeout_s: float) -> Rate:
     ``TimeoutError`` when it does not appear, ``ValueError`` when its type is unknown."""
     from rclpy.qos import qos_profile_sensor_data
 
-    from act_ros.ros.tools import (absolute, graph_node, message_class, spin_until,
-                                   wait_in_graph)
+    from act_ros.ros.tools import absolute, graph_node, message_class, spin_until, wait_in_graph
 
     name = absolute(topic)
     stamps: list[float] = []

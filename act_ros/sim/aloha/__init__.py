@@ -16,8 +16,13 @@ from act_ros.sim import select_headless_gl
 select_headless_gl()
 
 from act_ros.sim.aloha.env import (  # noqa: E402
-    ALOHA_TASKS, AlohaEnv, AlohaEpisodeResult, AlohaObservation, AlohaTaskSpec,
-    summarize_aloha_results)
+    ALOHA_TASKS,
+    AlohaEnv,
+    AlohaEpisodeResult,
+    AlohaObservation,
+    AlohaTaskSpec,
+    summarize_aloha_results,
+)
 
 __all__ = ['ALOHA_TASKS', 'AlohaEnv', 'AlohaEpisodeResult', 'AlohaObservation',
            'AlohaTaskSpec', 'summarize_aloha_results']

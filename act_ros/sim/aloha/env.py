@@ -127,11 +127,10 @@ def build_environment(spec: AlohaTaskSpec, *, end_effector: bool = False) -> Any
     """A dm_control ``control.Environment`` of gym-aloha's scene and task (joint space, or
     the end-effector variant), stepping at 50 Hz, whose observations carry no images."""
     gym_aloha = import_gym_aloha()
-    from dm_control import mujoco as dm_mujoco
-    from dm_control.rl import control
-
     import gym_aloha.tasks.sim as joint_tasks
     import gym_aloha.tasks.sim_end_effector as ee_tasks
+    from dm_control import mujoco as dm_mujoco
+    from dm_control.rl import control
 
     assets = Path(gym_aloha.__file__).parent / 'assets'
     xml = assets / spec.scene_xml(end_effector)

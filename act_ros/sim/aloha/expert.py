@@ -21,14 +21,20 @@ replay, not arbitrary ones (no DAgger labels).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-import math
 
 import numpy as np
 
-from act_ros.sim.aloha.env import (ALOHA_JOINTS, AlohaEnv, AlohaTaskSpec, build_environment,
-                                   object_poses, task_spec)
+from act_ros.sim.aloha.env import (
+    ALOHA_JOINTS,
+    AlohaEnv,
+    AlohaTaskSpec,
+    build_environment,
+    object_poses,
+    task_spec,
+)
 
 # The step at which the right arm has brought the cube to the meeting point: the left
 # arm's grasp is planned again from where the cube is then (the arms follow their mocap

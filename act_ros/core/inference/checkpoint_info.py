@@ -5,23 +5,27 @@ complete and that its features match the contract, and returns the numbers a sch
 needs (chunk size, camera input sizes). It reads JSON only: no torch, no LeRobot, no
 weights, so ``act_node`` with the model in a child process (``execution='process'``)
 validates the checkpoint in milliseconds while the child does the expensive load
-(:func:`~act_ros.core.checkpoint.load_checkpoint`, which runs the same checks first).
+(:func:`~act_ros.core.inference.checkpoint.load_checkpoint`, which runs the same checks first).
 Problems are :class:`~act_ros.core.errors.CheckpointError` or
 :class:`~act_ros.core.errors.ContractMismatchError` naming the file, as in the full load.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from act_ros.core.contract import Contract
 from act_ros.core.errors import CheckpointError, ContractMismatchError
-from act_ros.core.hub import SYNTAX as HUB_ID_SYNTAX, ResolvedCheckpoint, resolve_checkpoint
-from act_ros.core.object_state import (ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE,
-                                       ENVIRONMENT_STATE_NAMES)
+from act_ros.core.inference.hub import SYNTAX as HUB_ID_SYNTAX
+from act_ros.core.inference.hub import ResolvedCheckpoint, resolve_checkpoint
+from act_ros.core.object_state import (
+    ENVIRONMENT_STATE_DIM,
+    ENVIRONMENT_STATE_FEATURE,
+    ENVIRONMENT_STATE_NAMES,
+)
 
 CONFIG_FILE = 'config.json'
 WEIGHTS_FILE = 'model.safetensors'
@@ -258,7 +262,7 @@ def read_checkpoint_info(path: str | Path | ResolvedCheckpoint,
     """Check a checkpoint's files and features against ``contract`` from JSON alone.
 
     The weights and the processors are not loaded: a checkpoint that passes here can
-    still fail :func:`~act_ros.core.checkpoint.load_checkpoint` (unreadable weights,
+    still fail :func:`~act_ros.core.inference.checkpoint.load_checkpoint` (unreadable weights,
     missing statistics), which reports it the same way.
     """
     path = resolve_checkpoint(path).path  # a Hub id: its cached snapshot

@@ -1,6 +1,6 @@
 """Joint speed limits in physical units, and the largest step per control tick they allow.
 
-The safety chain (:mod:`act_ros.core.safety`) limits how far a command may move each joint
+The safety chain (:mod:`act_ros.core.control.safety`) limits how far a command may move each joint
 in one tick. That step is not a setting: it follows from a speed and the control period,
 ``step = speed * period``, so a change of control rate never changes the speed the arm is
 asked for. Speeds are per second: radians per second for an arm joint, a gripper's own
@@ -24,11 +24,11 @@ ros2_control treats the URDF's limits as the hardware's. Nothing here imports rc
 
 from __future__ import annotations
 
+import math
+import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
-import math
 from pathlib import Path
-import xml.etree.ElementTree as ET
 
 import numpy as np
 

@@ -37,10 +37,10 @@ everything (evaluations).
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-import math
 from typing import Any
 
 import numpy as np

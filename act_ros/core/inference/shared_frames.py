@@ -18,9 +18,9 @@ size). Where ``memfd_create`` is missing (macOS), :meth:`SharedFrames.create` re
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 import mmap
 import os
+from collections.abc import Mapping
 
 import numpy as np
 

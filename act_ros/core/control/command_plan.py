@@ -4,7 +4,7 @@
 ``JointTrajectory`` instead of one point, or stream commands faster than the policy rate
 to a forward controller (:mod:`act_ros.ros.node.command_stream`). Every point it sends
 passes the safety chain here, as the tick's own command does
-(:func:`act_ros.core.safety.limit_command`):
+(:func:`act_ros.core.control.safety.limit_command`):
 
 - point 0 is the tick's command, as the chain let it through;
 - each later point is refused from its first non-finite value on (the plan ends there),
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from act_ros.core.safety import SafetyLimits
+from act_ros.core.control.safety import SafetyLimits
 
 
 def limit_plan(plan: np.ndarray, command: np.ndarray, limits: SafetyLimits, *,

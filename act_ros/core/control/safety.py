@@ -1,8 +1,8 @@
 """Safety chain for joint commands, as pure functions.
 
 Every command passes, in order: finite check -> joint limits -> max step per tick -> release
-gate (:mod:`act_ros.core.release_gate`, one per gripper). The step per tick is a speed limit
-times the control period (:mod:`act_ros.core.speed_limits`). The step limit protects the
+gate (:mod:`act_ros.core.control.release_gate`, one per gripper). The step per tick is a speed limit
+times the control period (:mod:`act_ros.core.control.speed_limits`). The step limit protects the
 arm: each arm joint moves at most ``max_step`` from its *measured* position. Each gripper
 (an arm has zero, one or several) is rate-limited against its *previous command* instead:
 fingers blocked by a grasped object stay open however hard they are commanded, so a limit
@@ -16,14 +16,13 @@ are also checked against the limits when they arrive (:func:`check_chunk`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import math
-
 import numpy as np
 
-from act_ros.core.release_gate import GateDecision, GripperGate
+from act_ros.core.control.release_gate import GateDecision, GripperGate
 
 
 @dataclass(frozen=True)

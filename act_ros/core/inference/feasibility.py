@@ -25,9 +25,9 @@ convolutional backbone's time grows about with the pixel count), and the rate th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-import math
 from typing import Any
 
 import numpy as np

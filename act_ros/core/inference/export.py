@@ -1,14 +1,14 @@
 """ONNX export of the inference model, kept beside a user's checkpoint and never used stale.
 
-What is exported is :class:`~act_ros.core.inference_model.ACTInferenceModel`: normalized
+What is exported is :class:`~act_ros.core.inference.network.ACTInferenceModel`: normalized
 observation tensors in (``observation.state`` (1, J), then ``observation.environment_state``
 (1, 10) when the checkpoint takes object poses, then one (1, 3, H, W) tensor per camera
 in the checkpoint's ``image_features`` order), the normalized action chunk
 (1, chunk_size, J) out. Normalization stays in the runtime
-(:class:`~act_ros.core.inference.ChunkPredictor`), shared by every backend.
+(:class:`~act_ros.core.inference.predictor.ChunkPredictor`), shared by every backend.
 
 Layout, inside the checkpoint directory (``export/`` is ignored by
-:func:`~act_ros.core.checkpoint.checkpoint_hash` and by git)::
+:func:`~act_ros.core.inference.checkpoint.checkpoint_hash` and by git)::
 
     export/model_<H>x<W>.onnx        the graph with its weights (one file)
     export/model_<H>x<W>.onnx.json   metadata: input/output names and shapes, checkpoint
@@ -21,45 +21,45 @@ valid only when its metadata matches the checkpoint (hash, input shapes) and the
 file (sha256). Anything else is stale and is exported again, with a log line saying why.
 The package's own models (``models/<name>`` of the share directory, tracked by git), a
 checkpoint directory that cannot be written (installed read-only), and a Hub snapshot in
-the ``huggingface_hub`` cache (:mod:`act_ros.core.hub`) export to
+the ``huggingface_hub`` cache (:mod:`act_ros.core.inference.hub`) export to
 ``$XDG_CACHE_HOME/act_ros/export/<checkpoint hash>/`` instead (``~/.cache`` without
 ``XDG_CACHE_HOME``): an export, and the OpenVINO blobs compiled from it for one CPU, never
 land in the repository.
 
 ``act-ros export --checkpoint DIR --format onnx [--image-size HxW]`` runs it by hand;
 with ``--int8 --calibration-dataset DATASET_DIR`` it also quantizes the export for
-``precision: int8`` (:mod:`act_ros.training.quantize`, :mod:`act_ros.core.quantized`).
+``precision: int8`` (:mod:`act_ros.training.quantize`, :mod:`act_ros.core.inference.quantized`).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
-from dataclasses import dataclass
 import datetime
 import hashlib
 import json
 import logging
 import os
-from pathlib import Path
 import sys
 import time
-from typing import TYPE_CHECKING, Any
 import uuid
 import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from act_ros.core.checkpoint_info import CheckpointInfo, checkpoint_hash
-from act_ros.core.hub import in_hub_cache
+from act_ros.core.arguments import HelpFormatter
 from act_ros.core.contract import parse_image_size
 from act_ros.core.errors import ActRosError, DeviceUnavailableError
-from act_ros.core.arguments import HelpFormatter
+from act_ros.core.inference.checkpoint_info import CheckpointInfo, checkpoint_hash
+from act_ros.core.inference.hub import in_hub_cache
 from act_ros.core.logs import setup_logging
 from act_ros.core.paths import share_dir
 
 if TYPE_CHECKING:  # torch is imported by the export itself only: a lookup needs none
     from torch import nn
 
-    from act_ros.core.checkpoint import LoadedCheckpoint
+    from act_ros.core.inference.checkpoint import LoadedCheckpoint
 
 logger = logging.getLogger(__name__)
 
@@ -174,7 +174,7 @@ def package_model(checkpoint_dir: Path) -> bool:
 
 
 def _writable_export_dir(checkpoint_dir: Path, ckpt_hash: str) -> Path:
-    # A Hub snapshot (act_ros.core.hub) belongs to the huggingface_hub cache and a model of
+    # A Hub snapshot (act_ros.core.inference.hub) belongs to the huggingface_hub cache and a model of
     # the package's models/ folder to the repository: nothing is added there, their exports
     # go to this package's cache like a read-only checkpoint's.
     hub_snapshot = in_hub_cache(checkpoint_dir)
@@ -379,7 +379,7 @@ def ensure_onnx_export(checkpoint: LoadedCheckpoint, *, model: nn.Module | None 
     else:
         logger.warning('ONNX export %s is stale (%s): exporting it again', path, reason)
     if model is None:
-        from act_ros.core.inference_model import ACTInferenceModel
+        from act_ros.core.inference.network import ACTInferenceModel
         model = ACTInferenceModel(checkpoint.policy.model)  # load_checkpoint(device='cpu')
     return write_onnx_export(model, path, ckpt_hash=ckpt_hash, inputs=inputs, output=output,
                              source=Path(checkpoint.path))
@@ -409,7 +409,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     """The export :func:`build_parser`'s ``args`` ask for; the exit status."""
-    from act_ros.core.checkpoint import load_checkpoint
+    from act_ros.core.inference.checkpoint import load_checkpoint
 
     try:
         checkpoint = load_checkpoint(args.checkpoint, device='cpu')

@@ -11,30 +11,39 @@ is cleared before the model is built, and every problem is reported as one
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
 import json
-from pathlib import Path
 import shutil
 import tempfile
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from act_ros.core.arguments import HelpFormatter
 from act_ros.core.atomic import replace_dir
-# The JSON-only checks are shared with read_checkpoint_info (no torch, no LeRobot there).
-from act_ros.core.checkpoint_info import (CONFIG_FILE, POSTPROCESSOR_FILE,  # noqa: F401
-                                          PREPROCESSOR_FILE, SIM_CHUNK_SIZE, WEIGHTS_FILE,
-                                          CheckpointInfo,
-                                          check_environment_state_normalization, check_files,
-                                          check_policy_type, checkpoint_hash,
-                                          environment_state_key, read_checkpoint_info,
-                                          read_json, validate_features)
 from act_ros.core.contract import Contract, load_contract, parse_image_size
 from act_ros.core.errors import CheckpointError
-from act_ros.core.hub import ResolvedCheckpoint, resolve_checkpoint
-from act_ros.core.object_state import ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE
-from act_ros.core.arguments import HelpFormatter
 
+# The JSON-only checks are shared with read_checkpoint_info (no torch, no LeRobot there).
+from act_ros.core.inference.checkpoint_info import (  # noqa: F401
+    CONFIG_FILE,
+    POSTPROCESSOR_FILE,
+    PREPROCESSOR_FILE,
+    SIM_CHUNK_SIZE,
+    WEIGHTS_FILE,
+    CheckpointInfo,
+    check_environment_state_normalization,
+    check_files,
+    check_policy_type,
+    checkpoint_hash,
+    environment_state_key,
+    read_checkpoint_info,
+    read_json,
+    validate_features,
+)
+from act_ros.core.inference.hub import ResolvedCheckpoint, resolve_checkpoint
+from act_ros.core.object_state import ENVIRONMENT_STATE_DIM, ENVIRONMENT_STATE_FEATURE
 
 # Model sizes. 'default' is LeRobot's ACT; 'cpu' trains at a useful speed on 2 cores;
 # 'tiny' is for tests. The ResNet-18 backbone is kept in all of them.
@@ -214,8 +223,8 @@ def read_policy_config(path: str | Path) -> Any:
     ``NamedTemporaryFile(delete=False)`` that nobody removes, one ``tmpXXXX.json`` in the
     temporary folder per load. Here the file lives in a directory removed at once."""
     import draccus
-    from lerobot.configs.policies import PreTrainedConfig
     import lerobot.policies.act.configuration_act  # noqa: F401  (registers LeRobot's configs)
+    from lerobot.configs.policies import PreTrainedConfig
 
     path = Path(path)
     raw = read_json(path / CONFIG_FILE)
@@ -296,7 +305,7 @@ def load_checkpoint(path: str | Path | ResolvedCheckpoint, *, contract: Contract
     """Load a LeRobot ACT ``pretrained_model`` directory for inference, offline.
 
     ``path`` may also be a Hub id, ``org/name[@revision][/subfolder]``
-    (:func:`~act_ros.core.hub.resolve_checkpoint`: its snapshot in the ``huggingface_hub``
+    (:func:`~act_ros.core.inference.hub.resolve_checkpoint`: its snapshot in the ``huggingface_hub``
     cache, downloaded once when the Hub is reachable). Raises :class:`CheckpointError` (or
     :class:`ContractMismatchError`) naming the file and the problem.
     """

@@ -26,9 +26,9 @@ Commands and thresholds are *openings* (0 closed, 1 open). An arm has one gate p
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import enum
 import math
+from dataclasses import dataclass
 
 import numpy as np
 

@@ -1,7 +1,7 @@
 """Forward kinematics of the robot model (URDF) for the release gate and the plan's view.
 
 The node needs the end-effector position from the measured joints to decide whether the
-gripper is near the pad (:mod:`act_ros.core.release_gate`), and the end-effector poses of
+gripper is near the pad (:mod:`act_ros.core.control.release_gate`), and the end-effector poses of
 the chunk it plays to show where the policy is taking the gripper
 (:mod:`act_ros.ros.node.visualization`). This module wraps pinocchio; it never imports
 rclpy or mujoco.

@@ -1,22 +1,22 @@
 """Inference backends: what turns normalized observation tensors into a normalized chunk.
 
-- ``torch`` (default): :class:`~act_ros.core.inference.ACTInferenceModel` in PyTorch, on
+- ``torch`` (default): :class:`~act_ros.core.inference.predictor.ACTInferenceModel` in PyTorch, on
   any device, optionally ``torch.compile``-d, fp32/bf16/fp16 under autocast.
-- ``openvino``: the ONNX export (:mod:`act_ros.core.export`) compiled by OpenVINO's CPU
+- ``openvino``: the ONNX export (:mod:`act_ros.core.inference.export`) compiled by OpenVINO's CPU
   plugin. ``precision`` maps to ``INFERENCE_PRECISION_HINT`` (fp32 -> f32, bf16, fp16 ->
   f16); a reduced precision is accepted only when the CPU computes it natively, and the
   precision OpenVINO actually compiled is checked afterwards: OpenVINO would otherwise
   fall back to f32 without a word. ``int8`` compiles the export's quantized model
-  (:mod:`act_ros.core.quantized`, made by ``act-ros export --int8``) instead of the ONNX
+  (:mod:`act_ros.core.inference.quantized`, made by ``act-ros export --int8``) instead of the ONNX
   file, its layers that NNCF left in floating point in f32; without a valid one it is an
   error saying how to make it.
 - ``onnxruntime``: the ONNX export in ONNX Runtime's CPU execution provider, fp32 only.
 
 The non-torch backends run on the CPU, are optional pip extras (``act_ros[openvino]``,
 ``act_ros[onnxruntime]``), and have the interface of the torch module they replace in
-:class:`~act_ros.core.inference.ChunkPredictor`: ``backend(state, *inputs) -> tensor``
+:class:`~act_ros.core.inference.predictor.ChunkPredictor`: ``backend(state, *inputs) -> tensor``
 (the environment state, when the checkpoint takes it, then the cameras: the graph's
-inputs in order, :func:`~act_ros.core.export.graph_signature`).
+inputs in order, :func:`~act_ros.core.inference.export.graph_signature`).
 Pre- and post-processing (normalization) stay in the predictor, shared by all backends.
 """
 
@@ -26,28 +26,37 @@ import hashlib
 import importlib
 import json
 import os
-from pathlib import Path
 import tempfile
 import time
+from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from act_ros.core.errors import DeviceUnavailableError
-from act_ros.core.export import OnnxExport, cache_export_dir, ensure_onnx_export
-from act_ros.core.quantized import find_int8_model
+from act_ros.core.inference.export import OnnxExport, cache_export_dir, ensure_onnx_export
+
 # The backend table and option checks live in a torch-free module; re-exported here.
-from act_ros.core.options import (BACKEND_AUTO, BACKEND_CHOICES,  # noqa: F401
-                                  BACKEND_PACKAGES, BACKEND_PRECISIONS, BACKENDS, CPU_DEVICES,
-                                  check_backend_options, installed_backends, resolve_backend)
+from act_ros.core.inference.options import (  # noqa: F401
+    BACKEND_AUTO,
+    BACKEND_CHOICES,
+    BACKEND_PACKAGES,
+    BACKEND_PRECISIONS,
+    BACKENDS,
+    CPU_DEVICES,
+    check_backend_options,
+    installed_backends,
+    resolve_backend,
+)
+from act_ros.core.inference.quantized import find_int8_model
 from act_ros.core.signal_stack import kept_signal_stack
 
 if TYPE_CHECKING:  # torch only where a backend stands in for a torch module (__call__)
     import torch
     from torch import nn
 
-    from act_ros.core.checkpoint import LoadedCheckpoint
+    from act_ros.core.inference.checkpoint import LoadedCheckpoint
 
 # OpenVINO's compiled models are cached here, inside the export's directory, one folder
 # per ONNX file content: a cached blob can never outlive the export it was compiled from.
@@ -140,7 +149,7 @@ class OpenVINOBackend(OnnxBackend):
         """``image_affine``: for image inputs by name, the per-channel ``(scale, offset)``
         with which the normalized image is ``scale * pixels + offset`` (LeRobot's
         ``pixels / 255`` and the feature's normalization folded into one multiply-add,
-        :meth:`~act_ros.core.onnx_predictor.NumpyProcessors.image_affine`): those inputs
+        :meth:`~act_ros.core.inference.onnx_predictor.NumpyProcessors.image_affine`): those inputs
         then take the camera's uint8 pixels, (1, H, W, 3), and OpenVINO converts, transposes
         and normalizes them as the first steps of the compiled model (its pre-processing,
         fused with the first layer), instead of a pass over every pixel in numpy before each
@@ -335,8 +344,8 @@ def backend_inputs(predictor: Any, obs: Any) -> dict[str, np.ndarray]:
     ``obs``, by graph input name: the runtime's preprocessing exactly as it runs (the
     calibration data of ``act-ros export --int8``).
 
-    ``predictor``: a :class:`~act_ros.core.inference.ChunkPredictor` with an ONNX backend or
-    a :class:`~act_ros.core.onnx_predictor.LeanOnnxPredictor`; its backend is put back after.
+    ``predictor``: a :class:`~act_ros.core.inference.predictor.ChunkPredictor` with an ONNX backend or
+    a :class:`~act_ros.core.inference.onnx_predictor.LeanOnnxPredictor`; its backend is put back after.
     """
     backend = predictor.backend
     recorder = InputRecorder(backend)

@@ -12,9 +12,9 @@ the stream is required or optional (the release gate's pad and end-effector pose
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-import threading
 from typing import Any
 
 # Stream names shared by the node, the evaluator and the recorder.

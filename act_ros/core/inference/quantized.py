@@ -1,7 +1,7 @@
 """INT8 models: the ONNX export quantized with NNCF, kept beside it and never used stale.
 
 ``precision: int8`` (backend ``openvino`` only) runs a post-training quantization of the
-export (:mod:`act_ros.core.export`) made ahead of time by ``act-ros export --int8
+export (:mod:`act_ros.core.inference.export`) made ahead of time by ``act-ros export --int8
 --calibration-dataset DATASET_DIR`` (:mod:`act_ros.training.quantize`): NNCF's
 ``nncf.quantize`` on the OpenVINO model read from the ONNX file, its activation ranges
 calibrated on observations of a real LeRobot dataset turned into model inputs by the
@@ -33,22 +33,22 @@ used on others.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 import datetime
 import json
 import os
-from pathlib import Path
 import time
-from typing import Any
 import uuid
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from act_ros.core.atomic import write_json_atomic
 from act_ros.core.errors import DeviceUnavailableError, QuantizedModelError
-from act_ros.core.export import OnnxExport, file_sha256
-from act_ros.core.precision import cpu_saturates_int8
+from act_ros.core.inference.export import OnnxExport, file_sha256
+from act_ros.core.inference.precision import cpu_saturates_int8
 from act_ros.core.signal_stack import kept_signal_stack
 
 RECORD_VERSION = 1
@@ -207,8 +207,7 @@ def quantize_export(export: OnnxExport, items: Sequence[Any],
     if layers not in LAYERS:
         raise ValueError(f'int8 layers must be one of {LAYERS}, got {layers!r}')
     nncf, ov = _import_quantizer()
-    from nncf.quantization.advanced_parameters import (AdvancedQuantizationParameters,
-                                                       OverflowFix)
+    from nncf.quantization.advanced_parameters import AdvancedQuantizationParameters, OverflowFix
     start = time.perf_counter()
     with kept_signal_stack():
         # convert_model, unlike Core.read_model, folds what the exporter left between each

@@ -21,10 +21,10 @@ so the same backend, precision and threads), for ``/diagnostics`` (``latency_spl
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
-import threading
 from typing import Any
 
 import numpy as np

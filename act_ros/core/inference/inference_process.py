@@ -4,7 +4,7 @@ In a ROS node the executor's Python threads (message deserialization, conversion
 timers) and an inference thread share one interpreter lock: every one of the thousands
 of small PyTorch operator calls in an ACT forward pass waits for the lock while a
 callback holds it. On a small CPU that made inference about 3x slower inside the node
-than alone. :class:`RemotePredictor` moves the :class:`~act_ros.core.inference.ChunkPredictor`
+than alone. :class:`RemotePredictor` moves the :class:`~act_ros.core.inference.predictor.ChunkPredictor`
 into a child process and talks to it over a socket pair: the observation (uint8 images,
 joint state and, for a checkpoint that takes them, the object poses) goes in, the
 postprocessed ``(T, J)`` chunk comes back. The parent keeps scheduling, queueing and
@@ -16,7 +16,7 @@ The child is a fresh interpreter (no forked threads or middleware state) that ru
 that was rclpy and every message package, seconds of start-up for nothing). It ends when
 told to, when its socket closes, and when its parent process is gone. With an ONNX
 backend and a valid export it computes from the export without importing torch or
-LeRobot (:mod:`act_ros.core.onnx_predictor`); otherwise it loads the checkpoint fully.
+LeRobot (:mod:`act_ros.core.inference.onnx_predictor`); otherwise it loads the checkpoint fully.
 ``RemotePredictor(spec, wait=False)`` returns while the child loads; its 'ready' reply
 carries the moments of the child's start-up (:mod:`act_ros.core.startup`).
 
@@ -30,10 +30,7 @@ nothing and reports the error, then recovers by itself.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from multiprocessing.connection import Connection
 import os
-from pathlib import Path
 import signal
 import socket
 import subprocess
@@ -41,14 +38,17 @@ import sys
 import threading
 import time
 import traceback
+from dataclasses import dataclass, replace
+from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from act_ros.core.contract import Contract
-from act_ros.core.latency_split import ChunkTiming
+from act_ros.core.inference.latency_split import ChunkTiming
+from act_ros.core.inference.shared_frames import SharedFrames, is_reference
 from act_ros.core.observation import Observation
-from act_ros.core.shared_frames import SharedFrames, is_reference
 
 START_TIMEOUT_S = 900.0  # loading + warm-up, compile included
 PREDICT_TIMEOUT_S = 30.0  # one chunk; far above any model the node can run in real time
@@ -69,7 +69,7 @@ class ProcessSpec:
     options: Any  # PredictorOptions (picklable dataclass)
     torch_threads: int | None
     warmup_iterations: int  # 0 = no warm-up
-    # act_ros.core.precision.PrecisionPlan: how the precision is settled after the warm-up
+    # act_ros.core.inference.precision.PrecisionPlan: how the precision is settled after the warm-up
     # (precision auto's check of bf16 against fp32); None: options.precision as it is.
     precision_plan: Any = None
     nice: int = 0  # added to the child's niceness at start (os.nice)
@@ -114,8 +114,8 @@ class RemotePredictor:
         self.lean = False  # the child computes from the ONNX export without torch
         self.child_imported: list[str] = []  # of torch, lerobot, torchvision: those loaded
         self.startup_events: dict[str, float] = {}
-        self.precision_check = None  # act_ros.core.precision.PrecisionCheck, once ready
-        # act_ros.core.latency_split.ChunkTiming of the last chunk (parent's and child's
+        self.precision_check = None  # act_ros.core.inference.precision.PrecisionCheck, once ready
+        # act_ros.core.inference.latency_split.ChunkTiming of the last chunk (parent's and child's
         # moments on the shared monotonic clock).
         self.last_split = None
         self._request_lock = threading.Lock()
@@ -294,7 +294,7 @@ class _ChildProcess:
         ours, theirs = socket.socketpair()
         try:
             fd = theirs.fileno()
-            code = (f'from act_ros.core.inference_process import child_main; '
+            code = (f'from act_ros.core.inference.inference_process import child_main; '
                     f'child_main({fd}, {os.getpid()}, {frames_fd})')
             env = dict(os.environ)
             # The child imports this very act_ros, wherever it was imported from.
@@ -345,7 +345,7 @@ class _ChildProcess:
 def child_main(fd: int, parent_pid: int, frames_fd: int | None = None) -> None:
     """Entry point of the inference child (see :class:`_ChildProcess`): take the spec
     from the parent, then serve it until told to stop or the parent is gone;
-    ``frames_fd``: the parent's shared frame region (:mod:`act_ros.core.shared_frames`)."""
+    ``frames_fd``: the parent's shared frame region (:mod:`act_ros.core.inference.shared_frames`)."""
     running_at = time.monotonic()
     # Ctrl-C reaches the whole process group: the parent handles it and stops this child.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -385,7 +385,7 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
         warmup_s = predictor.warmup(spec.warmup_iterations) if spec.warmup_iterations else 0.0
         check = None
         if spec.precision_plan is not None:
-            from act_ros.core.precision import settle
+            from act_ros.core.inference.precision import settle
             check = settle(predictor, spec.precision_plan, spec.contract.lower,
                            spec.contract.upper, checkpoint_dir=spec.model_path)
         events['warmed_up'] = time.monotonic()
@@ -430,13 +430,13 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
 
 
 def _build_predictor(spec: ProcessSpec, events: dict[str, float] | None = None):
-    """The child's :class:`~act_ros.core.inference.ChunkPredictor`; ``events`` receives
+    """The child's :class:`~act_ros.core.inference.predictor.ChunkPredictor`; ``events`` receives
     the moments its imports, the checkpoint load and the backend build finished."""
     events = {} if events is None else events
     os.environ.setdefault('HF_HUB_OFFLINE', '1')
     if spec.options.backend != 'torch':
         # The export alone computes chunks: no torch or LeRobot, when it is valid.
-        from act_ros.core.onnx_predictor import lean_onnx_predictor
+        from act_ros.core.inference.onnx_predictor import lean_onnx_predictor
 
         lean, why = lean_onnx_predictor(spec.model_path, spec.contract, spec.options, events)
         if lean is not None:
@@ -445,13 +445,13 @@ def _build_predictor(spec: ProcessSpec, events: dict[str, float] | None = None):
               file=sys.stderr, flush=True)
     import torch
 
-    from act_ros.core.checkpoint import import_lerobot, load_checkpoint
     from act_ros.core.device import select_device
-    from act_ros.core.inference import ChunkPredictor
+    from act_ros.core.inference.checkpoint import import_lerobot, load_checkpoint
+    from act_ros.core.inference.predictor import ChunkPredictor
 
     import_lerobot()  # here, not inside the load: the import is a phase of its own
     if spec.options.backend != 'torch':
-        from act_ros.core.backends import import_backend
+        from act_ros.core.inference.backends import import_backend
         import_backend(spec.options.backend)
     events['model_imported'] = time.monotonic()
     if spec.torch_threads:

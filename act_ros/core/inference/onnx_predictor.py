@@ -7,33 +7,44 @@ as LeRobot's processor pipelines do (the same float32 operations in the same ord
 The inference child of ``execution='process'`` uses :func:`lean_onnx_predictor` first
 and thereby skips importing torch, torchvision and LeRobot and building the ACT model
 (together most of its start-up); it falls back to the full
-:class:`~act_ros.core.inference.ChunkPredictor` whenever this is not exactly
+:class:`~act_ros.core.inference.predictor.ChunkPredictor` whenever this is not exactly
 reproducible: no valid export yet (the full path exports it), or processor steps or
 normalization modes other than those LeRobot's ACT writes.
 
 A valid export carries the content hash of every JSON and safetensors file of the
-checkpoint (:func:`~act_ros.core.checkpoint_info.checkpoint_hash`), so the files used
+checkpoint (:func:`~act_ros.core.inference.checkpoint_info.checkpoint_hash`), so the files used
 here are byte for byte those the full loader validated when it made the export; the
 features and statistics are checked again all the same.
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
-import time
 from typing import Any
 
 import numpy as np
 
-from act_ros.core.checkpoint_info import (POSTPROCESSOR_FILE, PREPROCESSOR_FILE, VISUAL,
-                                          CheckpointInfo, checkpoint_hash, read_checkpoint_info,
-                                          read_json)
 from act_ros.core.contract import Contract
 from act_ros.core.errors import CheckpointError, ObservationError
-from act_ros.core.observation import (Observation, checked_image, environment_state_to_array,
-                                      state_to_array, timed_dummy_calls)
-from act_ros.core.options import PredictorOptions
+from act_ros.core.inference.checkpoint_info import (
+    POSTPROCESSOR_FILE,
+    PREPROCESSOR_FILE,
+    VISUAL,
+    CheckpointInfo,
+    checkpoint_hash,
+    read_checkpoint_info,
+    read_json,
+)
+from act_ros.core.inference.options import PredictorOptions
+from act_ros.core.observation import (
+    Observation,
+    checked_image,
+    environment_state_to_array,
+    state_to_array,
+    timed_dummy_calls,
+)
 
 # LeRobot's key for the action in its postprocessor (whatever the contract calls it).
 ACTION_KEY = 'action'
@@ -172,7 +183,7 @@ def _load_normalizer(path: Path, file: str, allowed: tuple[str, ...], wanted: st
 
 def _check_stats(normalizer: _Normalizer, keys: list[str], where: Path,
                  required: tuple[str, ...] = ()) -> None:
-    """As :func:`act_ros.core.checkpoint._check_stats`: no feature passes unnormalized
+    """As :func:`act_ros.core.inference.checkpoint._check_stats`: no feature passes unnormalized
     (``required`` keys must be normalized: listed, and not ``IDENTITY``)."""
     for key in (*keys, *required):
         feature_type = normalizer.feature_types.get(key)
@@ -200,7 +211,7 @@ def _check_stats(normalizer: _Normalizer, keys: list[str], where: Path,
 class LeanOnnxPredictor:
     """Observation -> postprocessed ``(T, J)`` chunk from an ONNX export, in numpy.
 
-    The interface of :class:`~act_ros.core.inference.ChunkPredictor` as the inference
+    The interface of :class:`~act_ros.core.inference.predictor.ChunkPredictor` as the inference
     child uses it (``predict``, ``warmup``, ``backend``, ``device``, ``compile_seconds``).
     """
 
@@ -297,8 +308,8 @@ def lean_onnx_predictor(path: str | Path, contract: Contract, options: Predictor
     imports, the checkpoint read and the backend build finished
     (:mod:`act_ros.core.startup` names). Errors in the checkpoint raise as in the full
     load; a missing backend package raises with the pip extra to install."""
-    from act_ros.core.backends import BACKEND_CLASSES, import_backend
-    from act_ros.core.export import OnnxExport, find_export, info_signature, read_metadata
+    from act_ros.core.inference.backends import BACKEND_CLASSES, import_backend
+    from act_ros.core.inference.export import OnnxExport, find_export, info_signature, read_metadata
 
     events = {} if events is None else events
     if options.backend not in BACKEND_CLASSES:

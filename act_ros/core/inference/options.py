@@ -1,6 +1,6 @@
 """Inference options and the backend table, without importing PyTorch or any backend.
 
-Split from :mod:`act_ros.core.inference` and :mod:`act_ros.core.backends` so that a
+Split from :mod:`act_ros.core.inference.predictor` and :mod:`act_ros.core.inference.backends` so that a
 process that only schedules chunks (``act_node`` with ``execution='process'``, whose
 model runs in a child process) can validate its settings without paying for the import
 of torch, LeRobot or OpenVINO. Both modules re-export what is defined here.
@@ -8,14 +8,14 @@ of torch, LeRobot or OpenVINO. Both modules re-export what is defined here.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import importlib.util
-from pathlib import Path
 import platform
 import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 # int8: the OpenVINO backend only, from a model quantized ahead of time with NNCF
-# (act-ros export --int8, act_ros.core.quantized); never picked by precision auto.
+# (act-ros export --int8, act_ros.core.inference.quantized); never picked by precision auto.
 PRECISIONS = ('fp32', 'bf16', 'fp16', 'int8')
 COMPILE_MODES = ('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')
 
@@ -105,13 +105,13 @@ def installed_backends() -> list[str]:
 
 @dataclass(frozen=True)
 class PredictorOptions:
-    """How a :class:`~act_ros.core.inference.ChunkPredictor` runs the model."""
+    """How a :class:`~act_ros.core.inference.predictor.ChunkPredictor` runs the model."""
 
     precision: str = 'fp32'
     compile_model: bool = False
     compile_mode: str = 'default'
     freeze: bool = True
-    backend: str = 'torch'  # torch | openvino | onnxruntime (act_ros.core.backends)
+    backend: str = 'torch'  # torch | openvino | onnxruntime (act_ros.core.inference.backends)
     threads: int | None = None  # CPU threads of a non-torch backend; None: its default
 
     def __post_init__(self) -> None:

@@ -6,7 +6,7 @@ without graph breaks. :class:`ChunkPredictor` adds what every backend shares: Le
 pre/post-processors (normalization), precision (autocast) and optional compilation, and
 turns an :class:`~act_ros.core.observation.Observation` into a ``(T, J)`` numpy chunk.
 With ``backend`` ``openvino`` or ``onnxruntime`` the network itself runs from its ONNX
-export instead (:mod:`act_ros.core.backends`); the processors stay the same.
+export instead (:mod:`act_ros.core.inference.backends`); the processors stay the same.
 """
 
 from __future__ import annotations
@@ -19,22 +19,27 @@ import numpy as np
 import torch
 from torch import nn
 
-from act_ros.core.backends import create_backend
-from act_ros.core.checkpoint import LoadedCheckpoint
 from act_ros.core.contract import Contract
 from act_ros.core.errors import DeviceUnavailableError, ObservationError
-from act_ros.core.inference_model import ACTInferenceModel
-from act_ros.core.observation import (Observation, environment_state_to_array, image_to_tensor,
-                                      state_to_tensor, timed_dummy_calls)
-# Torch-free (act_ros.core.options); re-exported here, where they were first defined.
-from act_ros.core.options import (BACKEND_PRECISIONS, COMPILE_MODES, PRECISIONS,  # noqa: F401
-                                  PredictorOptions)
-from act_ros.core import precision as precision_rules
+from act_ros.core.inference import precision as precision_rules
+from act_ros.core.inference.backends import create_backend
+from act_ros.core.inference.checkpoint import LoadedCheckpoint
+from act_ros.core.inference.network import ACTInferenceModel
+
+# Torch-free (act_ros.core.inference.options); re-exported here, where they were first defined.
+from act_ros.core.inference.options import BACKEND_PRECISIONS, COMPILE_MODES, PRECISIONS, PredictorOptions  # noqa: F401
+from act_ros.core.observation import (
+    Observation,
+    environment_state_to_array,
+    image_to_tensor,
+    state_to_tensor,
+    timed_dummy_calls,
+)
 
 
 def cpu_has_native_bf16() -> bool:
     """True when the CPU computes bfloat16 natively (AVX512-BF16 or AMX on x86): the one
-    detection of :func:`act_ros.core.precision.cpu_has_native_bf16`, which ``precision:
+    detection of :func:`act_ros.core.inference.precision.cpu_has_native_bf16`, which ``precision:
     auto`` uses too.
 
     Without it, bf16 autocast is emulated in software, so it is refused rather than run

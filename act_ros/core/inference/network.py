@@ -1,7 +1,7 @@
 """The network as it is run and exported: a tensor-only ``forward`` around LeRobot's ACT.
 
-Its own module so that the runtime (:mod:`act_ros.core.inference`), the backends and the
-ONNX export (:mod:`act_ros.core.export`) all import it without importing each other.
+Its own module so that the runtime (:mod:`act_ros.core.inference.predictor`), the backends and the
+ONNX export (:mod:`act_ros.core.inference.export`) all import it without importing each other.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ decides as the inference child, the evaluator and training do, from one detectio
   when the bf16 model cannot be built, the model stays fp32 and the result says why
   (:class:`PrecisionCheck`, logged as a warning by the node and shown on
   ``/diagnostics`` as ``precision.*``).
-- ``precision: int8`` (OpenVINO with a quantized model, :mod:`act_ros.core.quantized`),
+- ``precision: int8`` (OpenVINO with a quantized model, :mod:`act_ros.core.inference.quantized`),
   never picked by auto, and ``bf16`` set by name with the OpenVINO backend go through the
   same check: fp32 is built first, the candidate is compared with it on the same
   observations, and one whose actions differ beyond the tolerance is refused
@@ -37,12 +37,12 @@ decides as the inference child, the evaluator and training do, from one detectio
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 import functools
-from pathlib import Path
 import platform
 import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -129,7 +129,7 @@ def cpu_has_native_bf16(flags: Iterable[str] | None = None) -> bool:
 def cpu_saturates_int8(flags: Iterable[str] | None = None) -> bool:
     """True for an x86 CPU without 8-bit integer dot products (:data:`INT8_DOT_FLAGS`),
     whose int8 kernels sum pairs of byte products in 16 bits (module docstring of
-    :mod:`act_ros.core.quantized`). Other architectures: False.
+    :mod:`act_ros.core.inference.quantized`). Other architectures: False.
 
     ``flags``: the CPU flags to judge (default: this machine's, :func:`cpu_flags`); x86 is
     told by its ``sse2`` flag, which every x86-64 CPU lists.
@@ -176,7 +176,7 @@ class PrecisionPlan:
         it, refused over the tolerance);
         ``auto`` follows :func:`auto_precision` (a bf16 candidate is built after fp32,
         checked). Whether ``backend`` runs the precision is the caller's check
-        (:func:`act_ros.core.options.check_backend_options`)."""
+        (:func:`act_ros.core.inference.options.check_backend_options`)."""
         if not (isinstance(tolerance, (int, float)) and np.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f'precision_tolerance must be a finite number >= 0, got {tolerance}')
         if requested in CHECKED_PRECISIONS or requested in CHECKED_BY_BACKEND.get(backend, ()):
@@ -336,8 +336,8 @@ def compare_backends(predictor: Any, candidate: Callable[[], Any], observations:
     on ``observations``; keep the candidate in ``predictor`` when every normalized action
     is within ``tolerance`` of fp32, else keep fp32.
 
-    ``predictor``: a :class:`~act_ros.core.inference.ChunkPredictor` with an ONNX backend or
-    a :class:`~act_ros.core.onnx_predictor.LeanOnnxPredictor` (``normalized(obs)``,
+    ``predictor``: a :class:`~act_ros.core.inference.predictor.ChunkPredictor` with an ONNX backend or
+    a :class:`~act_ros.core.inference.onnx_predictor.LeanOnnxPredictor` (``normalized(obs)``,
     ``backend``, ``use_backend(backend)``). A candidate that cannot be built or run
     (``candidate()`` raises) leaves fp32 in place, with the reason.
 

@@ -27,11 +27,11 @@ node's inference-process parent stays light). See ``docs/hub_ids.md``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 import logging
 import os
-from pathlib import Path
 import re
+from dataclasses import dataclass
+from pathlib import Path
 
 from act_ros.core.errors import CheckpointError
 
@@ -251,8 +251,12 @@ def _snapshot(spec: str, hub: HubId) -> Path:
     """The snapshot folder of ``hub`` in the cache, downloaded when the Hub is reachable."""
     import httpx
     from huggingface_hub import constants, snapshot_download
-    from huggingface_hub.errors import (HfHubHTTPError, LocalEntryNotFoundError,
-                                        RepositoryNotFoundError, RevisionNotFoundError)
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
 
     prefix = f'{hub.subfolder}/' if hub.subfolder else ''
 

@@ -16,7 +16,7 @@ Execution:
   arrives before the queue runs dry; ensemble mode keeps the worker busy and blends every
   chunk that covers the tick, so ensembling works at any model speed.
 - ``process``: ``async`` with the model in a child process
-  (:mod:`act_ros.core.inference_process`), so the caller's Python threads (a ROS
+  (:mod:`act_ros.core.inference.inference_process`), so the caller's Python threads (a ROS
   executor) never compete with inference for the interpreter lock. Same results. This
   process then reads only the checkpoint's JSON (:func:`read_checkpoint_info`) and never
   imports torch, LeRobot or a backend for the runtime: the child loads the model, and
@@ -29,7 +29,7 @@ Execution:
 Modes: ``chunk`` plays ``n_action_steps`` of each chunk and switches to the next;
 ``ensemble`` blends every chunk covering the tick (temporal ensembling); ``blend`` plays
 each chunk until the next arrives and crossfades the rest of the old plan into it over
-``blend_ticks`` ticks from its arrival (:class:`~act_ros.core.chunking.BlendQueue`): the
+``blend_ticks`` ticks from its arrival (:class:`~act_ros.core.inference.chunking.BlendQueue`): the
 next chunk is asked for so that it lands after :attr:`PolicyRuntime.stride` actions,
 ``min(n_action_steps, chunk_size - blend_ticks)``, while the old chunk still has the rows
 to fade from.
@@ -42,36 +42,41 @@ model.
 
 from __future__ import annotations
 
-from collections import deque
-from dataclasses import dataclass, field
 import math
-from pathlib import Path
 import threading
 import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from act_ros.core.checkpoint_info import CheckpointInfo, read_checkpoint_info
-from act_ros.core.chunking import BlendQueue, ChunkQueue, TickEnsembler, TimedChunk
 from act_ros.core.contract import Contract, load_contract
-from act_ros.core.feasibility import Latency, Verdict, verdict
-from act_ros.core.hub import ResolvedCheckpoint, resolve_checkpoint
-from act_ros.core.inference_process import ProcessSpec, RemotePredictor
-from act_ros.core.latency_split import ChunkTiming, SplitStats
-from act_ros.core.observation import (Observation, dummy_observation,
-                                      environment_state_to_array)
+from act_ros.core.inference.checkpoint_info import CheckpointInfo, read_checkpoint_info
+from act_ros.core.inference.chunking import BlendQueue, ChunkQueue, TickEnsembler, TimedChunk
+from act_ros.core.inference.feasibility import Latency, Verdict, verdict
+from act_ros.core.inference.hub import ResolvedCheckpoint, resolve_checkpoint
+from act_ros.core.inference.inference_process import ProcessSpec, RemotePredictor
+from act_ros.core.inference.latency_split import ChunkTiming, SplitStats
+
 # Torch-free: the process execution's parent never imports torch (see the docstring).
-from act_ros.core.options import (COMPILE_MODES, PRECISIONS, PredictorOptions,
-                                  check_backend_options, installed_backends, resolve_backend)
-from act_ros.core.precision import (AUTO, DEFAULT_TOLERANCE, PrecisionCheck, PrecisionPlan,
-                                    settle)
+from act_ros.core.inference.options import (
+    COMPILE_MODES,
+    PRECISIONS,
+    PredictorOptions,
+    check_backend_options,
+    installed_backends,
+    resolve_backend,
+)
+from act_ros.core.inference.precision import AUTO, DEFAULT_TOLERANCE, PrecisionCheck, PrecisionPlan, settle
+from act_ros.core.observation import Observation, dummy_observation, environment_state_to_array
 
 if TYPE_CHECKING:
     import torch
 
-    from act_ros.core.checkpoint import LoadedCheckpoint
-    from act_ros.core.inference import ChunkPredictor
+    from act_ros.core.inference.checkpoint import LoadedCheckpoint
+    from act_ros.core.inference.predictor import ChunkPredictor
 
 MODES = ('chunk', 'ensemble', 'blend')
 DEFAULT_BLEND_TICKS = 6  # 0.2 s at 30 Hz
@@ -87,7 +92,7 @@ LATENCY_CALLS = 2
 class RuntimeConfig:
     """Runtime settings; ``__post_init__`` rejects inconsistent values with a clear message."""
 
-    # A checkpoint directory or a Hub id (act_ros.core.hub), or either resolved already.
+    # A checkpoint directory or a Hub id (act_ros.core.inference.hub), or either resolved already.
     model_path: str | Path | ResolvedCheckpoint
     device: str = 'auto'
     mode: str = 'chunk'
@@ -103,22 +108,22 @@ class RuntimeConfig:
     compile_mode: str = 'default'
     freeze_weights: bool = True
     # fp32 | bf16 | fp16 | int8 (openvino, a model quantized by act-ros export --int8), or
-    # auto (act_ros.core.precision: bf16 with openvino on a CPU with native bf16, kept only
+    # auto (act_ros.core.inference.precision: bf16 with openvino on a CPU with native bf16, kept only
     # within precision_tolerance of fp32; fp32 elsewhere; never int8).
     precision: str = 'fp32'
     # Largest normalized action difference a reduced precision may show against fp32 on the
     # check observations: auto keeps fp32 over it, int8 (and bf16 on openvino) set by name
-    # is refused (act_ros.core.precision).
+    # is refused (act_ros.core.inference.precision).
     precision_tolerance: float = DEFAULT_TOLERANCE
     contract: Contract | None = None
     warmup: bool = True
     torch_threads: int | None = None  # also the thread count of a non-torch backend
-    # torch | openvino | onnxruntime (CPU; act_ros.core.backends), or auto: resolved at
-    # construction by act_ros.core.options.resolve_backend (openvino on a CPU where it is
+    # torch | openvino | onnxruntime (CPU; act_ros.core.inference.backends), or auto: resolved at
+    # construction by act_ros.core.inference.options.resolve_backend (openvino on a CPU where it is
     # installed, torch elsewhere); backend_why says how it was chosen.
     backend: str = 'torch'
     # execution 'process': a chunk not back within this time means a hung child (killed and
-    # restarted, see act_ros.core.inference_process).
+    # restarted, see act_ros.core.inference.inference_process).
     inference_timeout_s: float = 30.0
     # execution 'process': the child's niceness (0-19; higher yields the CPU sooner to the
     # node's own threads, which tick, receive and publish).
@@ -167,7 +172,7 @@ class RuntimeConfig:
                               compile_model=self.compile_model, device=self.device)
 
     def plan(self) -> PrecisionPlan:
-        """How the precision is settled (``auto``: the rule of act_ros.core.precision)."""
+        """How the precision is settled (``auto``: the rule of act_ros.core.inference.precision)."""
         return PrecisionPlan.make(self.precision, self.backend, self.precision_tolerance)
 
 
@@ -192,7 +197,7 @@ class RuntimeStats:
     inference_ms_history: list[float] = field(default_factory=list, repr=False)
     latency: Latency | None = None  # measured at start-up (measure_latency)
     verdict: Verdict | None = None  # feasibility of the configured rate (feasibility)
-    # Each background chunk's time by part, and the model-only time (act_ros.core.latency_split).
+    # Each background chunk's time by part, and the model-only time (act_ros.core.inference.latency_split).
     split: SplitStats = field(default_factory=SplitStats, repr=False)
 
 
@@ -351,9 +356,9 @@ class PolicyRuntime:
         else:
             import torch
 
-            from act_ros.core.checkpoint import import_lerobot, load_checkpoint
             from act_ros.core.device import select_device
-            from act_ros.core.inference import ChunkPredictor
+            from act_ros.core.inference.checkpoint import import_lerobot, load_checkpoint
+            from act_ros.core.inference.predictor import ChunkPredictor
 
             import_lerobot()
             self.stats.startup['model_imported'] = time.monotonic()
@@ -411,7 +416,7 @@ class PolicyRuntime:
                                           config.simulated_latency_ticks, self.period_s)
 
     def _predict_timed(self, obs: Observation) -> np.ndarray:
-        """In-process background chunk, its parts recorded (act_ros.core.latency_split)."""
+        """In-process background chunk, its parts recorded (act_ros.core.inference.latency_split)."""
         start = time.perf_counter()
         chunk = self.predictor.predict(obs)
         self.stats.split.add(ChunkTiming.in_process(time.perf_counter() - start,
@@ -437,7 +442,7 @@ class PolicyRuntime:
     def wait_ready(self) -> None:
         """Block until the model is loaded and warmed up: the inference child of a
         runtime made with ``wait=False``; at once otherwise. Raises
-        :class:`~act_ros.core.inference_process.InferenceProcessError` with the child's
+        :class:`~act_ros.core.inference.inference_process.InferenceProcessError` with the child's
         reason when it could not start."""
         if self._remote is None:
             return
@@ -465,7 +470,7 @@ class PolicyRuntime:
     @property
     def lean_child(self) -> bool:
         """Whether the inference child computes from the ONNX export without torch and
-        LeRobot (:mod:`act_ros.core.onnx_predictor`)."""
+        LeRobot (:mod:`act_ros.core.inference.onnx_predictor`)."""
         return self._remote is not None and self._remote.lean
 
     @property
@@ -725,7 +730,7 @@ class PolicyRuntime:
         return self.config.plan().build
 
     def feasibility(self, rate_hz: float, latency: Latency | None = None) -> Verdict:
-        """Can this configuration hold ``rate_hz``? (:mod:`act_ros.core.feasibility`)"""
+        """Can this configuration hold ``rate_hz``? (:mod:`act_ros.core.inference.feasibility`)"""
         latency = latency or self.stats.latency or self.measure_latency()
         others = [b for b in installed_backends() if b != self.config.backend]
         result = verdict(mode=self.config.mode, execution=self.config.execution,

@@ -8,7 +8,7 @@ for this tick's action, checks every newly finished chunk against the limits, ru
 action through the safety chain (finite -> joint limits -> max step relative to the
 measured joints -> a release gate per gripper) and returns what may be sent, counting what
 it changed in :class:`ControlCounters`. Both build it with :func:`build_control_loop`, from
-a :class:`~act_ros.core.runtime.RuntimeConfig` and :class:`SafetySettings`.
+a :class:`~act_ros.core.inference.runtime.RuntimeConfig` and :class:`SafetySettings`.
 
 End-effector (one per gated gripper) and pad positions come from
 :func:`ee_from_kinematics`, :func:`position_from_stream` or :func:`fixed_position`, as
@@ -25,32 +25,40 @@ from an :class:`EnvironmentStateSource`: the node's pose subscriptions
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import yaml
 
-from act_ros.core.command_plan import limit_plan
+from act_ros.core.control.command_plan import limit_plan
+from act_ros.core.control.inputs import (
+    EE_POSE,
+    ENVIRONMENT_STATE,
+    JOINT_EFFORTS,
+    JOINT_STATES,
+    PAD_POSE,
+    Snapshot,
+    image_stream,
+    object_pose_stream,
+    required_streams,
+)
+from act_ros.core.control.release_gate import GateState, GripperGate, ReleaseGateConfig, gripper_gates
+from act_ros.core.control.safety import SafetyLimits, check_chunk, limit_command
+from act_ros.core.control.seams import SeamMeter, arm_seam_meter
+from act_ros.core.control.speed_limits import STEP_PARAM, VELOCITY_PARAM, resolve_speed_limits
 from act_ros.core.errors import ObservationError
-from act_ros.core.inputs import (EE_POSE, ENVIRONMENT_STATE, JOINT_EFFORTS, JOINT_STATES,
-                                 PAD_POSE, Snapshot, image_stream, object_pose_stream,
-                                 required_streams)
 from act_ros.core.object_state import OBJECTS, environment_state_from_poses
 from act_ros.core.observation import Observation
 from act_ros.core.paths import config_path
-from act_ros.core.release_gate import GateState, GripperGate, ReleaseGateConfig, gripper_gates
-from act_ros.core.safety import SafetyLimits, check_chunk, limit_command
-from act_ros.core.seams import SeamMeter, arm_seam_meter
-from act_ros.core.speed_limits import STEP_PARAM, VELOCITY_PARAM, resolve_speed_limits
 
 if TYPE_CHECKING:
     from act_ros.core.contract import Contract
-    from act_ros.core.kinematics import ForwardKinematics
-    from act_ros.core.runtime import PolicyRuntime, RuntimeConfig
+    from act_ros.core.control.kinematics import ForwardKinematics
+    from act_ros.core.inference.runtime import PolicyRuntime, RuntimeConfig
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +102,7 @@ PadPosition = Callable[[Snapshot], 'np.ndarray | None']
 
 def ee_from_kinematics(fk: ForwardKinematics, grippers: Sequence[int]) -> EePosition:
     """End effector by forward kinematics (``fk``, of the arm joints:
-    :func:`act_ros.core.kinematics.gripper_kinematics`) of the measured joints without the
+    :func:`act_ros.core.control.kinematics.gripper_kinematics`) of the measured joints without the
     grippers (at ``grippers`` in contract order)."""
     drop = list(grippers)
 
@@ -109,12 +117,12 @@ def release_gates(contract: Contract, config: ReleaseGateConfig, *, ee_source: s
                   ) -> tuple[tuple[GripperGate, ...], list[EePosition]]:
     """One release gate per gripper of ``contract`` with the source of its end effector
     (:class:`ControlLoop`'s ``gates`` and ``ee_positions``): forward kinematics
-    (``ee_source`` ``'fk'``: :func:`act_ros.core.kinematics.gripper_kinematics` of
+    (``ee_source`` ``'fk'``: :func:`act_ros.core.control.kinematics.gripper_kinematics` of
     ``urdf_path`` or the contract's URDF) or the :data:`EE_POSE` stream (``'topic'``, one
     gripper). None with the gate disabled (only the gates read an end effector), for an
     arm without gripper, or when no robot model serves this arm: then the gates are off
     and ``off`` is told why (never an error)."""
-    from act_ros.core.kinematics import gripper_kinematics
+    from act_ros.core.control.kinematics import gripper_kinematics
 
     gates = gripper_gates(contract, config)
     if not gates:
@@ -202,7 +210,7 @@ class ControlLoop:
     ``cameras``: the cameras the runtime's checkpoint takes (``runtime.cameras``).
     ``environment_state``: where the object poses come from; needed (else ``ValueError``)
     when the checkpoint takes them, unused otherwise. ``seams``: measures the seams of
-    the commands this loop returns (:mod:`act_ros.core.seams`; every chunk computed joins
+    the commands this loop returns (:mod:`act_ros.core.control.seams`; every chunk computed joins
     its reference).
     """
 
@@ -238,7 +246,7 @@ class ControlLoop:
         self.last_ee_positions: list[np.ndarray | None] = [None] * len(self.gates)
         self.last_pad_position: np.ndarray | None = None
         # The command sent on the previous tick: the gripper is rate-limited against it
-        # (core.safety). None at an episode start, after a tick without a command and
+        # (core.control.safety). None at an episode start, after a tick without a command and
         # after stale inputs: the measured position is the reference then.
         self.last_command: np.ndarray | None = None
 
@@ -257,7 +265,7 @@ class ControlLoop:
 
     @property
     def required_inputs(self) -> list[str]:
-        """The input streams every tick needs (an :class:`~act_ros.core.inputs.InputStore`'s
+        """The input streams every tick needs (an :class:`~act_ros.core.control.inputs.InputStore`'s
         ``required``): joint states, the checkpoint's cameras and, when it takes the
         object poses, the streams of their source."""
         source = self._environment_state
@@ -291,7 +299,7 @@ class ControlLoop:
     def safe_plan(self, horizon: int) -> np.ndarray | None:
         """This tick's command and the planned ones after it (at most ``horizon`` points,
         ``(K, J)``), every one through the safety chain
-        (:func:`act_ros.core.command_plan.limit_plan`); ``None`` when the last tick sent
+        (:func:`act_ros.core.control.command_plan.limit_plan`); ``None`` when the last tick sent
         nothing. Call right after :meth:`tick`."""
         if self.last_command is None:
             return None
@@ -465,8 +473,8 @@ def build_control_loop(runtime: RuntimeConfig, contract: Contract, safety: Safet
     ``environment_state`` (``loop.required_inputs``). Gates that need forward kinematics
     without a robot model of this arm are left off, and ``gate_off`` is told why.
     ``period_s``, ``joint_names`` (default: the contract's) and ``seam_window_ticks``
-    (``None``: since the start): the seam meter's (:mod:`act_ros.core.seams`)."""
-    from act_ros.core.runtime import PolicyRuntime
+    (``None``: since the start): the seam meter's (:mod:`act_ros.core.control.seams`)."""
+    from act_ros.core.inference.runtime import PolicyRuntime
 
     gates, ee_positions = release_gates(
         contract, safety.gate, ee_source=safety.ee_source, urdf_path=safety.urdf_path,
