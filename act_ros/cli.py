@@ -10,23 +10,23 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    'collect': ('act_ros.training.collect', 'record scripted-expert demonstrations to a LeRobot '
+    'collect': ('act_ros.training.drivers.collect', 'record scripted-expert demonstrations to a LeRobot '
                 'dataset (--dagger: a policy drives, the expert labels)'),
     'generate-synthetic': ('act_ros.data.synthetic', 'write a small random dataset for smoke tests'),
     'import-bag': ('act_ros.data.bag_import', 'rosbag2 recordings (MCAP, SQLite3) to a LeRobot '
                    'dataset'),
     'record': ('act_ros.ros.recording.record_node', 'record demonstrations from ROS 2 topics (record_node)'),
     'train': ('act_ros.training.train', 'train an ACT policy on a LeRobot dataset'),
-    'evaluate': ('act_ros.training.evaluate', 'closed-loop evaluation in the simulation'),
+    'evaluate': ('act_ros.training.evaluation.evaluate', 'closed-loop evaluation in the simulation'),
     'input-probe': ('act_ros.training.input_probe', "what a policy's action chunk depends on: "
                     'its cameras or its joints (inputs swapped between seeds)'),
     'pose-probe': ('act_ros.training.pose_probe', "what a vision policy's features tell of the "
                    "object poses, on its own states and on random first frames"),
     'pose-pretrain': ('act_ros.training.pose_pretrain', "train a policy's vision backbone on "
                       'the object poses of random rendered scenes (no expert)'),
-    'dagger': ('act_ros.training.dagger_loop', 'DAgger iterations: collect with the policy, '
+    'dagger': ('act_ros.training.drivers.dagger_loop', 'DAgger iterations: collect with the policy, '
                'expert labels, train, repeat'),
-    'recipe': ('act_ros.training.recipe', 'a whole training recipe (config/recipe_<name>.yaml) '
+    'recipe': ('act_ros.training.drivers.recipe', 'a whole training recipe (config/recipe_<name>.yaml) '
                'as one resumable command'),
     'bench': ('act_ros.bench.__main__', 'benchmarks (runtime, node, compile, training, all)'),
     'init-checkpoint': ('act_ros.core.inference.checkpoint',
@@ -45,7 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                     'and failure stages'),
     'demo': ('act_ros.demo', 'the shipped policies doing the simulated tasks over ROS 2, beside '
              'their experts (make demo)'),
-    'plot-seams': ('act_ros.training.seam_plot', 'joint position and velocity around chunk '
+    'plot-seams': ('act_ros.training.evaluation.seam_plot', 'joint position and velocity around chunk '
                    'handovers, one panel per mode (chunk, ensemble, blend)'),
     'call': ('act_ros.ros.tools.call', 'call a std_srvs/srv/Trigger service (ros2 service call, '
              'without a ROS install)'),

@@ -783,7 +783,7 @@ def _pose_pretrain_by_kind(src: Sources, rel: str) -> str:
 def part_vision_pose_pretrain_variants(src: Sources) -> str:
     """Pose pretraining variants (backbone settings, image size, yaw readout): held-out
     errors over every scene kind along each run."""
-    from act_ros.training.rollout import checkpoint_render_size
+    from act_ros.training.evaluation.rollout import checkpoint_render_size
 
     rows = []
     n = None

@@ -201,7 +201,7 @@ def aloha_checkpoint(module_tmp) -> Path:
 def test_evaluate_runs_the_checkpoints_task(aloha_checkpoint, tmp_path, capsys):
     """act-ros evaluate picks gym-aloha from the checkpoint, writes success_rate, and in
     chunk mode (100 actions per chunk) renders only the frames the model reads."""
-    from act_ros.training.evaluate import main
+    from act_ros.training.evaluation.evaluate import main
 
     out = tmp_path / 'eval.json'
     code = main(['--checkpoint', str(aloha_checkpoint), '--episodes', '1', '--mode', 'chunk',
@@ -221,7 +221,7 @@ def test_chunk_mode_plays_the_checkpoints_whole_chunk(aloha_checkpoint):
     100 only, so a 150-step episode reads the camera twice."""
     from act_ros.sim.aloha.env import AlohaEnv
     from act_ros.sim.tasks import sim_task
-    from act_ros.training.rollout import SafetySettings, SimPolicy
+    from act_ros.training.evaluation.rollout import SafetySettings, SimPolicy
 
     contract = _aloha_contract()
     safety = SafetySettings.from_node_config(
@@ -269,7 +269,7 @@ def test_collect_writes_a_lerobot_dataset(tmp_path):
     LeRobot's own LeRobotDataset opens."""
     from lerobot.datasets.lerobot_dataset import LeRobotDataset
 
-    from act_ros.training.collect import main
+    from act_ros.training.drivers.collect import main
 
     out = tmp_path / 'demos'
     assert main(['--task', 'aloha_transfer_cube', '--output', str(out), '--episodes', '1',

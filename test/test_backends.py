@@ -251,7 +251,7 @@ def test_runtime_config_resolves_backend_auto_on_this_machine():
 
 
 def test_evaluator_takes_a_backend():
-    from act_ros.training.evaluate import build_parser
+    from act_ros.training.evaluation.evaluate import build_parser
     for name in ('openvino', 'auto'):
         assert build_parser().parse_args(['--checkpoint', 'ckpt', '--backend', name]).backend == name
     assert build_parser().parse_args(['--checkpoint', 'ckpt']).backend == 'torch'

@@ -171,11 +171,11 @@ def test_a_function_level_back_import_is_caught(tmp_path):
     shutil.copytree(ROOT / 'act_ros', root, ignore=shutil.ignore_patterns('__pycache__'))
     safety = root / 'core' / 'control' / 'safety.py'
     safety.write_text(safety.read_text() + '\n\ndef _planted():\n'
-                      '    from act_ros.training.rollout import SimPolicy\n'
+                      '    from act_ros.training.evaluation.rollout import SimPolicy\n'
                       '    return SimPolicy\n')
     graph = import_graph(_modules(root))
     assert back_arrows(graph, documented_layers()) == [
-        ('act_ros.core.control.safety', 'act_ros.training.rollout')]
+        ('act_ros.core.control.safety', 'act_ros.training.evaluation.rollout')]
     assert cycles_of(graph)  # rollout imports the safety chain: a circle as well
 
 

@@ -12,7 +12,7 @@ from act_ros.core.contract import load_contract
 from act_ros.core.paths import config_path
 from act_ros.data import collect, rollout
 from act_ros.data.video_backend import video_backend
-from act_ros.training import collect as collect_command
+from act_ros.training.drivers import collect as collect_command
 
 pytest.importorskip('mujoco')
 pytest.importorskip('lerobot.datasets.lerobot_dataset')

@@ -39,7 +39,7 @@ def dataset(module_tmp) -> Path:
 
 
 def test_evaluate_cli_both_modes_with_video(tiny_checkpoint, tmp_path, capsys):
-    from act_ros.training.evaluate import main
+    from act_ros.training.evaluation.evaluate import main
 
     out = tmp_path / 'eval.json'
     code = main(['--checkpoint', str(tiny_checkpoint), '--episodes', '1', '--mode', 'both',
@@ -66,7 +66,7 @@ def test_evaluate_cli_both_modes_with_video(tiny_checkpoint, tmp_path, capsys):
 
 
 def test_evaluate_workers_give_the_results_of_one_process(tiny_checkpoint, tmp_path, capsys):
-    from act_ros.training.evaluate import _blocks, main
+    from act_ros.training.evaluation.evaluate import _blocks, main
 
     assert _blocks(5, 2) == [(0, 3), (3, 2)] and _blocks(1, 4) == [(0, 1)]
     common = ['--checkpoint', str(tiny_checkpoint), '--episodes', '3', '--mode', 'chunk',
@@ -87,7 +87,7 @@ def test_evaluate_workers_give_the_results_of_one_process(tiny_checkpoint, tmp_p
 
 
 def test_evaluate_gif_and_bad_device(tiny_checkpoint, tmp_path, capsys):
-    from act_ros.training.evaluate import main
+    from act_ros.training.evaluation.evaluate import main
 
     gif = tmp_path / 'ep.gif'
     assert main(['--checkpoint', str(tiny_checkpoint), '--episodes', '1', '--mode', 'chunk',
@@ -137,8 +137,8 @@ def test_n_action_steps_sets_how_often_chunk_mode_queries(tiny_checkpoint, tmp_p
     one at the default (the whole chunk); it is recorded, checked against the chunk size,
     and refused where it has no meaning (ensemble mode queries every tick)."""
     from act_ros.sim import PortPickAlignEnv
-    from act_ros.training.evaluate import main
-    from act_ros.training.rollout import SimPolicy, make_sim_config
+    from act_ros.training.evaluation.evaluate import main
+    from act_ros.training.evaluation.rollout import SimPolicy, make_sim_config
 
     chunk_size = json.loads((Path(tiny_checkpoint) / 'config.json').read_text())['chunk_size']
     assert chunk_size >= 12  # one chunk covers the 12 ticks below
@@ -184,7 +184,7 @@ def test_every_mode_records_the_seams_of_its_commands(tiny_checkpoint, tmp_path,
     mode every chunk, blend mode every chunk less the window, ensemble every tick; those
     too near an episode's ends to measure left out), the figures the docs quote, and the
     same figures from two worker processes as from one."""
-    from act_ros.training.evaluate import main
+    from act_ros.training.evaluation.evaluate import main
 
     common = ['--checkpoint', str(tiny_checkpoint), '--episodes', '2', '--render-size', '48x64',
               '--episode-steps', '34', '--seed', '7', '--no-progress']
@@ -224,7 +224,7 @@ def test_every_mode_records_the_seams_of_its_commands(tiny_checkpoint, tmp_path,
 
 
 def test_evaluate_help_says_what_checkpoint_takes_and_where_videos_go():
-    from act_ros.training.evaluate import build_parser
+    from act_ros.training.evaluation.evaluate import build_parser
 
     text = ' '.join(build_parser().format_help().split())
     assert 'pretrained_model directory, or a Hugging Face Hub id' in text

@@ -135,7 +135,7 @@ def test_a_model_slower_than_a_chunk_is_the_reason_given_for_no_command(tiny_che
 
     from act_ros.core.control.inputs import JOINT_STATES, PAD_POSE, image_stream
     from act_ros.core.control.loop import CHUNKS_LATE, WAITING_FOR_CHUNK
-    from act_ros.training.rollout import SimPolicy
+    from act_ros.training.evaluation.rollout import SimPolicy
 
     policy = SimPolicy(tiny_checkpoint, latency_ticks=35)  # the tiny chunk is 30 steps
     try:

@@ -528,7 +528,7 @@ def test_encoder_pose_head_keeps_training_after_the_freeze(tmp_path):
     after the backbone is frozen and cached (the backbone source stops at the freeze), the
     held-out pose errors are reported, and a resume with the other source is refused."""
     pytest.importorskip('mujoco')
-    from act_ros.training import collect
+    from act_ros.training.drivers import collect
     from act_ros.training.train import run
 
     data = tmp_path / 'demos'

@@ -180,7 +180,7 @@ def _evaluate(checkpoint: Path, *, render: bool) -> tuple[object, np.ndarray, np
     """One short in-process evaluation episode on a simulation of our own; the start and
     end joints (a policy that got no observation would never move the arm)."""
     from act_ros.sim import PortPickAlignEnv, SimConfig
-    from act_ros.training.rollout import run_policy_episodes
+    from act_ros.training.evaluation.rollout import run_policy_episodes
 
     config = SimConfig.from_yaml(None, episode_steps=12, render=render, camera_height=H,
                                  camera_width=W)

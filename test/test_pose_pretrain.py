@@ -226,7 +226,7 @@ def test_image_size_renders_at_it_and_the_checkpoint_then_expects_it(tiny_checkp
     import torch
 
     from act_ros.core.inference.checkpoint import load_checkpoint
-    from act_ros.training.rollout import checkpoint_render_size
+    from act_ros.training.evaluation.rollout import checkpoint_render_size
 
     run = tmp_path / 'run'
     base = ['--checkpoint', str(tiny_checkpoint), '--output-dir', str(run), *ARGS]

@@ -388,7 +388,7 @@ def test_node_and_evaluator_default_to_auto():
 
     from act_ros.core.paths import config_path
     from act_ros.ros.node.parameters import parameter_specs
-    from act_ros.training.evaluate import build_parser
+    from act_ros.training.evaluation.evaluate import build_parser
     specs = {s.name: s for s in parameter_specs(None)}
     assert specs['precision'].default == 'auto'
     assert specs['precision'].choices == ('auto', 'fp32', 'fp16', 'bf16', 'int8')
@@ -449,7 +449,7 @@ def test_evaluate_records_the_settled_precision(exported, tmp_path, capsys, flag
     pytest.importorskip('mujoco')
     import json
 
-    from act_ros.training.evaluate import main
+    from act_ros.training.evaluation.evaluate import main
     flags({'avx512_bf16'})
     out = tmp_path / 'eval.json'
     assert main(['--checkpoint', str(exported), '--episodes', '1', '--mode', 'chunk',

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from act_ros.training import recipe as recipe_mod
+from act_ros.training.drivers import recipe as recipe_mod
 
 pytest.importorskip('mujoco')
 pytest.importorskip('lerobot.datasets.lerobot_dataset')

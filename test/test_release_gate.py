@@ -200,7 +200,7 @@ def test_the_simulated_evaluation_takes_the_gripper_effort_as_evidence(tmp_path)
     from act_ros.core.contract import load_contract
     from act_ros.core.control.loop import SafetySettings
     from act_ros.sim.config import GRIPPER_EMPTY_EFFORT_N
-    from act_ros.training.rollout import sim_safety
+    from act_ros.training.evaluation.rollout import sim_safety
 
     contract = load_contract()
     assert sim_safety(contract).gate.empty_effort == GRIPPER_EMPTY_EFFORT_N

@@ -42,7 +42,7 @@ JOINT_GAP_RAD = 1e-3
 def _start_joints(checkpoint, seeds):
     """The arm's measured joints at the start of each seed's episode."""
     from act_ros.sim.env import PortPickAlignEnv
-    from act_ros.training.rollout import make_sim_config
+    from act_ros.training.evaluation.rollout import make_sim_config
 
     with PortPickAlignEnv(make_sim_config(checkpoint, episode_steps=15)) as env:
         starts = []
@@ -67,7 +67,7 @@ def test_driver_runs_lockstep_episodes_over_two_processes_for_every_mode(
         '--log-dir', str(tmp_path / 'logs'), '--output', str(output)])
     printed = capsys.readouterr().out
     assert set(results) == {'chunk', 'ensemble', 'blend'}
-    from act_ros.training.rollout import make_sim_config, run_policy_episodes
+    from act_ros.training.evaluation.rollout import make_sim_config, run_policy_episodes
 
     start_joints = _start_joints(tiny_checkpoint, [100, 101])
     final, gaps = {}, []
@@ -152,7 +152,7 @@ def test_object_poses_reach_the_policy_over_ros(request, which, ros_domain_id, t
     from the bridge's box_pose and pad_pose (otherwise it would send nothing and every step
     would time out), the bridge waits for exactly the topics the policy reads, and the
     episodes end as in process (SimObservation.environment_state)."""
-    from act_ros.training.rollout import make_sim_config, run_policy_episodes
+    from act_ros.training.evaluation.rollout import make_sim_config, run_policy_episodes
 
     checkpoint = request.getfixturevalue(which)
     cameras = which == 'tiny_pose_checkpoint'

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from act_ros.training import seam_plot
+from act_ros.training.evaluation import seam_plot
 
 pytestmark = pytest.mark.sim
 

@@ -161,7 +161,7 @@ def test_the_evaluator_uses_the_node_files_speeds(tmp_path):
     """The closed-loop evaluator takes the node's limits from the same file: the package's
     act.yaml leaves them to the URDF (0.1 per tick at 30 Hz), the ALOHA file's 5 rad/s are
     0.1 per tick at its 50 Hz, and a file over the URDF is refused naming the file."""
-    from act_ros.training.rollout import SafetySettings
+    from act_ros.training.evaluation.rollout import SafetySettings
 
     package = SafetySettings.from_node_config(CONTRACT)
     np.testing.assert_allclose(package.limits.max_step, 3.0 / 30)

@@ -1,5 +1,5 @@
 """Scripted-expert demonstrations in the simulation, recorded to a LeRobot dataset (the
-command: ``act-ros collect``, :mod:`act_ros.training.collect`).
+command: ``act-ros collect``, :mod:`act_ros.training.drivers.collect`).
 
 Episode k of a run is simulated with seed ``seed + k``; attempts continue with the next
 seeds until ``--episodes`` successful episodes are recorded (failed expert episodes are

@@ -56,7 +56,7 @@ def probe_inputs(checkpoint: Path, *, episodes: int, seed: int, every: int = 30,
 
     from act_ros.core.observation import Observation
     from act_ros.sim import PortPickAlignEnv, ScriptedExpert
-    from act_ros.training.rollout import SimPolicy, make_sim_config
+    from act_ros.training.evaluation.rollout import SimPolicy, make_sim_config
 
     if episodes < 2:
         raise ValueError(f'episodes must be >= 2 (seeds swap inputs in pairs), got {episodes}')

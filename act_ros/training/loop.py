@@ -36,10 +36,10 @@ from act_ros.core.inference.predictor import autocast_context, native_reduced_pr
 from act_ros.training.config import TrainConfig
 from act_ros.training.data import evenly_spread, strided_frames
 from act_ros.training.distributed import LocalProcess
+from act_ros.training.evaluation.rollout import merge_mode_results
 from act_ros.training.loss import act_loss, act_training_loss, dimension_weights
 from act_ros.training.metrics import History
 from act_ros.training.prepare import CALIBRATION_FRAMES, RunInputs, build_optimizer, build_policy
-from act_ros.training.rollout import merge_mode_results
 from act_ros.training.state import (
     BatchOrder,
     capture_rng,
@@ -520,7 +520,7 @@ class Trainer:
 
         Data-parallel: each process runs its block of the episodes (same seeds as one
         process would) on a simulation of its own and the results are gathered."""
-        from act_ros.training.rollout import run_policy_episodes
+        from act_ros.training.evaluation.rollout import run_policy_episodes
 
         candidate = self.out / CANDIDATE_DIR
         if self.dist.is_main:
@@ -569,7 +569,7 @@ class Trainer:
         import dataclasses
 
         from act_ros.sim import PortPickAlignEnv
-        from act_ros.training.rollout import make_sim_config
+        from act_ros.training.evaluation.rollout import make_sim_config
 
         sim_config = make_sim_config(candidate, episode_steps=self.config.closed_loop_episode_steps)
         if not self.features:  # a policy without cameras: nothing to render

@@ -145,7 +145,7 @@ class SceneBatches:
 
         from act_ros.sim import PortPickAlignEnv
         from act_ros.sim.pose_scenes import PoseScenes
-        from act_ros.training.rollout import make_sim_config
+        from act_ros.training.evaluation.rollout import make_sim_config
 
         self.keys = list(loaded.image_shapes)
         if not self.keys:

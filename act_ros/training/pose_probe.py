@@ -107,7 +107,7 @@ def probe_rollouts(checkpoint: Path, *, episodes: int, seed: int,
 
     from act_ros.sim import PortPickAlignEnv, ScriptedExpert
     from act_ros.training.auxiliary import ObjectPoseAuxiliary
-    from act_ros.training.rollout import SimPolicy, make_sim_config
+    from act_ros.training.evaluation.rollout import SimPolicy, make_sim_config
 
     state_path = Path(training_state or Path(checkpoint) / 'training_state.pt')
     if not state_path.is_file():
@@ -199,7 +199,7 @@ def capture_layouts(checkpoint: Path, *, layouts: int, seed: int,
     from tqdm import tqdm
 
     from act_ros.sim import PortPickAlignEnv
-    from act_ros.training.rollout import SimPolicy, make_sim_config
+    from act_ros.training.evaluation.rollout import SimPolicy, make_sim_config
 
     policy = SimPolicy(checkpoint, mode='chunk')
     try:

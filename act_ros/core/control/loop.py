@@ -2,7 +2,7 @@
 
 The same step runs everywhere a policy drives an arm: ``act_node`` hands
 :meth:`ControlLoop.tick` the latest inputs from its subscriptions, and the closed-loop
-evaluator (:mod:`act_ros.training.rollout`) hands it the simulation's observations, so
+evaluator (:mod:`act_ros.training.evaluation.rollout`) hands it the simulation's observations, so
 the evaluation scores exactly what the node would send. The loop asks the policy runtime
 for this tick's action, checks every newly finished chunk against the limits, runs the
 action through the safety chain (finite -> joint limits -> max step relative to the

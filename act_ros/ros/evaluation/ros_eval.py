@@ -125,7 +125,7 @@ def render_size(checkpoint: Path) -> tuple[int, int]:
     """The size the bridge renders at: that of the checkpoint's training images (as
     ``act-ros evaluate`` does; a model trained on downscaled images sees the same
     downscaling), else its camera input size, else the default."""
-    from act_ros.training.rollout import checkpoint_render_size
+    from act_ros.training.evaluation.rollout import checkpoint_render_size
 
     return (checkpoint_render_size(checkpoint) or checkpoint_image_size(checkpoint)
             or DEFAULT_IMAGE_SIZE)
@@ -297,7 +297,7 @@ def run_evaluation(args: argparse.Namespace, log: Callable[[str], None] = _print
 def _run_mode(client: EvalClient, args: argparse.Namespace, mode: str,
               log: Callable[[str], None], task: Any = None) -> dict[str, Any]:
     from act_ros.sim.tasks import DEFAULT_TASK, sim_task
-    from act_ros.training.rollout import summarize_task_results
+    from act_ros.training.evaluation.rollout import summarize_task_results
 
     task = task or sim_task(DEFAULT_TASK)
     if task.is_aloha:

@@ -1,7 +1,7 @@
 """``act-ros evaluate``: closed-loop evaluation of a checkpoint in the simulation (no ROS).
 
 Runs the policy through the same runtime, safety chain and release gate as the node
-(:func:`~act_ros.training.rollout.run_policy_episodes`), prints and writes ``align_rate``,
+(:func:`~act_ros.training.evaluation.rollout.run_policy_episodes`), prints and writes ``align_rate``,
 ``mean_position_error`` (m) and ``mean_yaw_error`` (deg) per mode, with the seams of the
 commands sent (``modes.<mode>.seams``, :mod:`act_ros.core.control.seams`), and can save a video of
 chosen episodes with both cameras side by side.
@@ -25,7 +25,7 @@ from act_ros.core.inference.chunking import DEFAULT_BLEND_WINDOW, blend_window_t
 from act_ros.core.inference.options import BACKEND_CHOICES, PRECISIONS, resolve_backend
 from act_ros.core.inference.precision import AUTO, DEFAULT_TOLERANCE
 from act_ros.core.logs import setup_logging
-from act_ros.training.rollout import EVAL_MODES
+from act_ros.training.evaluation.rollout import EVAL_MODES
 
 logger = logging.getLogger(__name__)
 
@@ -105,8 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
 def evaluate(args: argparse.Namespace) -> dict:
     """Run the requested modes; returns the metrics written to ``--output``."""
     from act_ros.core.device import select_device
-    from act_ros.training.rollout import run_policy_episodes
-    from act_ros.training.video import VideoWriter, side_by_side
+    from act_ros.training.evaluation.rollout import run_policy_episodes
+    from act_ros.training.evaluation.video import VideoWriter, side_by_side
 
     select_device(args.device)  # an explicit missing device fails here, before the sim starts
     args.backend, _ = resolve_backend(args.backend, device=args.device, precision=args.precision)
@@ -179,7 +179,7 @@ def _task_setup(args: argparse.Namespace) -> tuple:
     """The checkpoint's task, its robot's contract and node limits, and (for the package's
     own task) its simulation settings; None for a gym-aloha task, configured by gym-aloha."""
     from act_ros.core.contract import load_contract
-    from act_ros.training.rollout import _checkpoint_task, make_sim_config, sim_safety
+    from act_ros.training.evaluation.rollout import _checkpoint_task, make_sim_config, sim_safety
 
     task = _checkpoint_task(args.checkpoint)
     contract = load_contract(task.contract_path())
@@ -245,7 +245,7 @@ def _run_block(args: argparse.Namespace, mode: str, first: int, count: int,
     """One worker's episodes (seeds ``args.seed + first`` ...), in a process of its own."""
     import torch
 
-    from act_ros.training.rollout import run_policy_episodes
+    from act_ros.training.evaluation.rollout import run_policy_episodes
 
     torch.set_num_threads(threads)
     _, contract, safety, sim_config = _task_setup(args)
@@ -269,7 +269,7 @@ def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | Non
     import time
     from concurrent.futures import ProcessPoolExecutor
 
-    from act_ros.training.rollout import merge_mode_results
+    from act_ros.training.evaluation.rollout import merge_mode_results
 
     blocks = _blocks(args.episodes, args.workers)
     threads = max(1, (os.cpu_count() or 1) // len(blocks))

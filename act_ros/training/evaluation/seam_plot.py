@@ -6,7 +6,7 @@ per mode.
     act-ros plot-seams --from-trace docs/results/seams/trace.json --output seams.png
 
 Runs one episode of the checkpoint per mode (chunk, ensemble, blend by default) in the
-simulation through the node's control step (:class:`~act_ros.training.rollout.SimPolicy`),
+simulation through the node's control step (:class:`~act_ros.training.evaluation.rollout.SimPolicy`),
 the same seed for each, and records every command sent with the chunk it came from
 (the newest in a blend). ``--trace`` writes that record (with its provenance) so that the
 figure can be drawn again from a committed file (``--from-trace``). The figure shows, for
@@ -40,7 +40,7 @@ def record_episode(checkpoint: str | Path, mode: str, seed: int, *, blend_ticks:
     import dataclasses
 
     from act_ros.sim import PortPickAlignEnv
-    from act_ros.training.rollout import SimPolicy, make_sim_config
+    from act_ros.training.evaluation.rollout import SimPolicy, make_sim_config
 
     policy = SimPolicy(checkpoint, mode=mode, device=device,
                        blend_ticks=blend_ticks if mode == 'blend' else None)

@@ -1,8 +1,8 @@
 """``act-ros collect``: demonstrations in the simulation, by the scripted expert
 (:mod:`act_ros.data.collect`) or, with ``--dagger CHECKPOINT``, by a trained policy whose
-every state the expert labels (:mod:`act_ros.training.dagger`). The command sits here,
+every state the expert labels (:mod:`act_ros.training.drivers.dagger`). The command sits here,
 above both, since the second needs the trained policy's in-process wiring
-(:class:`~act_ros.training.rollout.SimPolicy`); the data layer knows nothing of training.
+(:class:`~act_ros.training.evaluation.rollout.SimPolicy`); the data layer knows nothing of training.
 """
 
 from __future__ import annotations
@@ -153,7 +153,7 @@ def _frame_layout(args: argparse.Namespace) -> tuple[tuple[int, int], bool]:
 
 
 def _main_dagger(args: argparse.Namespace) -> int:
-    from act_ros.training.dagger import DaggerConfig, collect_dagger
+    from act_ros.training.drivers.dagger import DaggerConfig, collect_dagger
 
     code, config, stats = _run(lambda: DaggerConfig(
         checkpoint=args.dagger, output=args.output, episodes=args.episodes, seed=args.seed,

@@ -187,7 +187,7 @@ def run(config: DaggerLoopConfig) -> list[dict[str, Any]]:
         collect_s = float(collected.get('seconds', 0.0)) if collected else None
         if collected is None:
             it_dir.mkdir(parents=True, exist_ok=True)
-            _run([py, '-m', 'act_ros.training.collect', '--dagger', str(policy), '--join', str(data),
+            _run([py, '-m', 'act_ros.training.drivers.collect', '--dagger', str(policy), '--join', str(data),
                   '--output', str(dataset), '--overwrite', '--episodes', str(config.episodes),
                   '--seed', str(config.seed + i * SEED_STRIDE), '--beta', str(beta),
                   '--dagger-iteration', str(i), '--workers', str(config.workers),

@@ -1,7 +1,7 @@
 """DAgger in the simulation: the policy drives, the scripted expert labels every state.
 
 ``act-ros collect --dagger CHECKPOINT`` runs episodes in which a trained policy acts
-through the node's control step (:class:`~act_ros.training.rollout.SimPolicy`: safety
+through the node's control step (:class:`~act_ros.training.evaluation.rollout.SimPolicy`: safety
 chain and release gate included) while the state-feedback expert
 (:class:`~act_ros.sim.expert.ScriptedExpert`) says, at every tick, what it would command
 from there. The frames are recorded with the expert's command as the action: the dataset
@@ -125,7 +125,7 @@ class DaggerWorker:
     def __init__(self, config: DaggerConfig, sim_config, cameras: tuple[str, ...]) -> None:
         from act_ros.core.contract import load_contract
         from act_ros.sim import PortPickAlignEnv, ScriptedExpert
-        from act_ros.training.rollout import SimPolicy
+        from act_ros.training.evaluation.rollout import SimPolicy
 
         self.config = config
         contract = load_contract(config.contract_path)
@@ -234,7 +234,7 @@ def render_size_of(checkpoint: Path, base: Path | None) -> tuple[int, int]:
     """Image size to record at: the base dataset's (episodes must match it), else the size
     the checkpoint was trained on."""
     from act_ros.core.contract import load_contract
-    from act_ros.training.rollout import checkpoint_render_size
+    from act_ros.training.evaluation.rollout import checkpoint_render_size
 
     if base is not None:
         height, width, _ = frame_layout(Path(base), load_contract().cameras[0].feature)
