@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip('mujoco')
 pytest.importorskip('lerobot.datasets.lerobot_dataset')
 
-from act_ros.training import collect  # noqa: E402
+from act_ros.training.drivers import collect  # noqa: E402
 
 pytestmark = pytest.mark.sim
 
@@ -183,7 +183,8 @@ def test_a_join_that_does_not_fit_or_fails_leaves_nothing(base, tmp_path, monkey
 def test_dagger_iterations_collect_train_and_continue_where_they_stopped(base, tmp_path):
     """act-ros dagger: one iteration = a DAgger collection joined to the data, then a
     fine-tuning from the previous policy; running the same command again redoes nothing."""
-    from act_ros.training import dagger_loop, train
+    from act_ros.training import train
+    from act_ros.training.drivers import dagger_loop
 
     first = tmp_path / 'first'
     common = ['--preset', 'sim', '--cameras', 'none', '--environment-state',
