@@ -327,6 +327,48 @@ def test_process_child_settles_the_precision_and_splits_each_chunk(exported, fla
         assert split.as_values()['latency_split.model_only_calls'] == 3
 
 
+@needs_openvino
+@pytest.mark.slow
+@pytest.mark.parametrize('execution', ['sync', 'process'])
+def test_without_saved_observations_the_check_waits_for_live_ones(exported, flags, execution):
+    """precision_check_live (act_node): with no saved observations beside the checkpoint the
+    candidate is not checked on synthetic frames at start-up; the model runs fp32 and the
+    check runs once, on the observations given at activation (in the child too), and a
+    precision set by name that drifts on them is refused there."""
+    from act_ros.core.errors import PrecisionRefusedError
+
+    flags({'amx_bf16'})  # auto's candidate is bf16 (kept only where the CPU runs it)
+    config = dict(model_path=exported, device='cpu', execution=execution, backend='openvino',
+                  precision='auto', torch_threads=1, precision_check_live=True)
+    with PolicyRuntime(RuntimeConfig(**config)) as rt:
+        check = rt.precision_check
+        assert check.pending and check.candidate == 'bf16' and rt.precision == 'fp32'
+        assert 'first live observations at activation' in check.line() and not check.warning
+        assert check.as_values()['precision.check_source'] == 'pending'
+        live = check_observations([(c, f'observation.images.{c}', (48, 64)) for c in rt.cameras],
+                                  rt.contract.lower, rt.contract.upper, 0, count=4, seed=9)[1:]
+        settled = rt.settle_precision(live)
+        assert settled.source == 'live' and not settled.pending
+        if not settled.failure:  # bf16 ran: checked on the 3 observations given
+            assert settled.observations == 3 and settled.max_diff is not None
+            assert '3 live observations before activation' in settled.line()
+        assert rt.precision == settled.precision
+        assert rt.settle_precision(live) is settled  # settled once
+        if execution == 'process':  # a restarted child builds the settled precision
+            assert rt._remote.spec.options.precision == settled.precision
+        rt.act(live[0])
+    if not NATIVE_BF16:
+        return
+    named = dict(config, precision='bf16', precision_tolerance=1e-12)
+    with PolicyRuntime(RuntimeConfig(**named)) as rt:
+        assert rt.precision_check.pending and rt.precision == 'fp32'
+        with pytest.raises(PrecisionRefusedError) as refused:
+            rt.settle_precision(live)
+        assert 'on 3 live observations before activation' in str(refused.value)
+        assert refused.value.values['precision.refused'] is True
+        assert rt.precision == 'fp32'
+
+
 def test_child_timing_arithmetic():
     timing = ChunkTiming.from_child(10.0, 10.5, {'received': 10.02, 'replied': 10.49,
                                                  'preprocess_s': 0.1, 'model_s': 0.3,
@@ -423,9 +465,9 @@ def test_node_reports_precision_and_latency_split(rclpy_context, exported):
     try:
         assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
         _, _, report = node.status.report()
-        expected = 'bf16' if NATIVE_BF16 else 'fp32'
-        if NATIVE_BF16 and report.get('precision.fell_back'):
-            expected = 'fp32'
+        # No saved observations beside this checkpoint: a bf16 candidate waits for the live
+        # inputs at activation (test_node_checks_the_precision_on_live_inputs_...), fp32 until.
+        expected = 'fp32'
         assert report['precision'] == expected and report['precision.requested'] == 'auto'
         assert report['realtime.measured_precision'] == f'openvino {expected}'
         # The model's part of the two timed calls behind the verdict: no extra call.
@@ -433,10 +475,71 @@ def test_node_reports_precision_and_latency_split(rclpy_context, exported):
         assert 0 < report['latency_split.model_only_ms'] <= report['realtime.latency_worst_ms']
         assert report['latency_split.chunks'] == 0  # nothing requested before activation
         if NATIVE_BF16:
-            assert 0 <= report['precision.check_max_diff'] and report[
+            assert report['precision.check_source'] == 'pending' and report[
                 'precision.check_tolerance'] == DEFAULT_TOLERANCE
     finally:
         node.destroy_node()
+
+
+@pytest.mark.ros
+@needs_openvino
+@pytest.mark.slow
+def test_node_checks_the_precision_on_live_inputs_before_it_activates(rclpy_context, exported,
+                                                                      flags):
+    """act_node, a checkpoint without saved check observations: configure leaves the
+    candidate pending (fp32 runs), the node samples its live inputs while inactive, and
+    activation checks the candidate on them; bf16 set by name that drifts on them is
+    refused at activation with the figure on /diagnostics, and the node stays inactive."""
+    from rclpy.lifecycle import TransitionCallbackReturn
+    from rclpy.parameter import Parameter
+
+    from act_ros.core.contract import load_contract
+    from act_ros.ros.harness import RobotHarness, spinning, wait_until
+    from act_ros.ros.node.act_node import ActNode
+
+    flags({'amx_bf16'})  # auto's candidate is bf16 on every CPU (kept where it runs)
+    contract = load_contract()
+    joints = dict(zip(contract.joint_names, (contract.lower + contract.upper) / 2))
+    harness = RobotHarness(context=rclpy_context, joints=joints,
+                           image=np.full((48, 64, 3), 90, np.uint8), rate_hz=20.0)
+
+    def node_with(**params):
+        values = {'model_path': str(exported), 'autostart': False, 'torch_threads': 1,
+                  'backend': 'openvino', 'visualization.enabled': False,
+                  'max_obs_age_s': 2.0, 'diagnostics_period_s': 0.2, **params}
+        return ActNode(context=rclpy_context,
+                       parameter_overrides=[Parameter(k, value=v) for k, v in values.items()])
+
+    node = node_with()
+    with spinning(rclpy_context, harness, node):
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        check = node.loop.runtime.precision_check
+        assert check.pending and node.loop.runtime.precision == 'fp32', check.line()
+        assert wait_until(lambda: len(node._check_samples) >= 3, 120.0), \
+            'no live observations sampled while inactive'
+        assert node.trigger_activate() == TransitionCallbackReturn.SUCCESS
+        check = node.loop.runtime.precision_check
+        assert check.source == 'live' and check.observations >= 3, check.line()
+        _, _, report = node.status.report()
+        assert report['precision.check_source'] == 'live'
+        assert report['precision'] == node.loop.runtime.precision
+    if not NATIVE_BF16:
+        return
+    harness = RobotHarness(context=rclpy_context, joints=joints,
+                           image=np.full((48, 64, 3), 90, np.uint8), rate_hz=20.0)
+    node = node_with(precision='bf16', precision_tolerance=1e-12)
+    with spinning(rclpy_context, harness, node):
+        assert node.trigger_configure() == TransitionCallbackReturn.SUCCESS
+        assert wait_until(lambda: len(node._check_samples) >= 3, 120.0)
+        assert node.trigger_activate() == TransitionCallbackReturn.FAILURE
+        assert not node.is_active and node.lifecycle_state == 'inactive'
+        assert wait_until(lambda: any(d[2].startswith('activate refused')
+                                      for d in harness.diagnostics), 120.0)
+    message, values = next((d[2], d[3]) for d in harness.diagnostics
+                           if d[2].startswith('activate refused'))
+    print(message)
+    assert 'live observations before activation' in message and 'bf16 refused' in message
+    assert values['precision.refused'] == 'True' and float(values['precision.check_max_diff']) > 0
 
 
 @needs_openvino

@@ -309,6 +309,28 @@ class ControlLoop:
         return limit_plan(plan, self.last_command, self.limits,
                           hold=[g.index for g in self.gates if g.gate.state == GateState.HOLDING])
 
+    def observation(self, snap: Snapshot) -> tuple[Observation | None, str, float | None]:
+        """The policy's observation of a usable ``snap`` (cameras, joints, object features)
+        with its stamp (the oldest input's), or ``None`` and why not."""
+        state = snap.value(JOINT_STATES)
+        streams = [JOINT_STATES, *(image_stream(cam) for cam in self.cameras)]
+        source = self._environment_state
+        if source is not None:
+            missing = [name for name in source.streams if name not in snap.samples]
+            if missing:  # not among the store's required streams: a wiring mistake
+                return None, f'object poses: {missing} never received', None
+            streams += source.streams
+        obs_stamp = min(snap.samples[name].stamp_s for name in streams)
+        environment_state = None
+        if source is not None:
+            try:
+                environment_state = source.compute(snap)
+            except ValueError as exc:  # e.g. a zero quaternion: the pose means nothing
+                return None, f'object poses unusable: {exc}', obs_stamp
+        return (Observation(images={cam: snap.value(image_stream(cam)) for cam in self.cameras},
+                            state=state, stamp_s=obs_stamp, environment_state=environment_state),
+                '', obs_stamp)
+
     def _tick(self, snap: Snapshot) -> TickResult:
         c = self.counters
         if not snap.ok:
@@ -323,25 +345,10 @@ class ControlLoop:
             self.runtime.reset()
             c.runtime_resets += 1
             self.stale = False
-        state = snap.value(JOINT_STATES)
-        streams = [JOINT_STATES, *(image_stream(cam) for cam in self.cameras)]
-        source = self._environment_state
-        if source is not None:
-            missing = [name for name in source.streams if name not in snap.samples]
-            if missing:  # not among the store's required streams: a wiring mistake
-                c.ticks_without_command += 1
-                return TickResult(None, f'object poses: {missing} never received')
-            streams += source.streams
-        obs_stamp = min(snap.samples[name].stamp_s for name in streams)
-        environment_state = None
-        if source is not None:
-            try:
-                environment_state = source.compute(snap)
-            except ValueError as exc:  # e.g. a zero quaternion: the pose means nothing
-                c.ticks_without_command += 1
-                return TickResult(None, f'object poses unusable: {exc}', obs_stamp)
-        obs = Observation(images={cam: snap.value(image_stream(cam)) for cam in self.cameras},
-                          state=state, stamp_s=obs_stamp, environment_state=environment_state)
+        obs, why, obs_stamp = self.observation(snap)
+        if obs is None:
+            c.ticks_without_command += 1
+            return TickResult(None, why, obs_stamp)
         try:
             action = self.runtime.act(obs)
         except ObservationError as exc:
@@ -365,13 +372,13 @@ class ControlLoop:
                                   f'{stats.mean_inference_ms:.0f} ms)', obs_stamp)
             return TickResult(None, WAITING_FOR_CHUNK, obs_stamp)
 
-        ees = [ee_position(snap, state) for ee_position in self._ee_positions]
+        ees = [ee_position(snap, obs.state) for ee_position in self._ee_positions]
         pad = self._pad_position(snap)
         self.last_ee_positions, self.last_pad_position = ees, pad
         gates = [g.gate for g in self.gates]
         suppressed_before = sum(g.suppressed_releases for g in gates)
         lost_before = sum(g.objects_lost for g in gates)
-        result = limit_command(action, state, self.limits, grippers=self.grippers,
+        result = limit_command(action, obs.state, self.limits, grippers=self.grippers,
                                gates=self.gates, ee_positions=ees, pad_position=pad,
                                previous_command=self.last_command,
                                measured_effort=snap.value(JOINT_EFFORTS))

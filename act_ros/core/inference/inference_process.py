@@ -157,7 +157,8 @@ class RemotePredictor:
             self.lean, self.child_imported = info['lean'], info['imported']
             self.startup_events = {**info['events'], 'ready': time.monotonic()}
             self.precision_check = info['precision']
-            if self.precision_check is not None and self.spec.precision_plan is not None:
+            if self.precision_check is not None and self.spec.precision_plan is not None \
+                    and not self.precision_check.pending:
                 # A restarted child builds what this one settled on, without a new check.
                 self.spec = replace(self.spec, precision_plan=None, options=replace(
                     self.spec.options, precision=self.precision_check.precision))
@@ -195,6 +196,33 @@ class RemotePredictor:
         reply, _, _ = self._request(('model_times', obs.images, obs.state,
                                      obs.environment_state, int(iterations)), 'model-only timing')
         return list(reply[1])
+
+    def settle(self, plan: Any, observations: list[Observation]) -> Any:
+        """Run a pending precision check in the child on ``observations`` with ``plan``
+        (:func:`act_ros.core.inference.precision.settle`); returns the settled check, and a
+        restarted child builds that precision. Raises
+        :class:`~act_ros.core.errors.PrecisionRefusedError` when a precision set by name
+        drifts (the child keeps fp32)."""
+        from act_ros.core.errors import PrecisionRefusedError
+
+        self.wait_ready()
+        with self._request_lock:
+            try:
+                self._conn.send(('settle', plan, observations))
+            except (BrokenPipeError, OSError) as exc:
+                raise self._failed(self._death_message()) from exc
+            # Building the candidate is a start-up step: it gets the start-up's time.
+            reply = self._receive(self.start_timeout_s, 'the precision check')
+        if reply[0] == 'refused':
+            refused = PrecisionRefusedError(reply[1])
+            refused.values = reply[2]
+            raise refused
+        if reply[0] == 'error':
+            raise InferenceProcessError(reply[1])
+        self.precision_check = reply[1]
+        self.spec = replace(self.spec, precision_plan=None, options=replace(
+            self.spec.options, precision=self.precision_check.precision))
+        return self.precision_check
 
     def _request(self, message: tuple, what: str) -> tuple[tuple, float, float]:
         """Send ``message`` and take its reply, one request at a time (the runtime's worker
@@ -411,6 +439,9 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
         received = time.monotonic()
         if message[0] == 'stop':
             return
+        if message[0] == 'settle':
+            conn.send(_settle(predictor, spec, *message[1:]))
+            continue
         kind, images, state, environment_state, *rest = message
         try:
             if is_reference(images):
@@ -427,6 +458,22 @@ def _child_main(conn: Connection, spec: ProcessSpec, running_at: float | None = 
             conn.send(('chunk', chunk, timing))
         except Exception as exc:  # noqa: BLE001 - reported per request, the process lives on
             conn.send(('error', _describe(exc)))
+
+
+def _settle(predictor: Any, spec: ProcessSpec, plan: Any,
+            observations: list[Observation]) -> tuple:
+    """The child's answer to a pending precision check: ('settled', check), or
+    ('refused', line, values) for a precision set by name that drifts."""
+    from act_ros.core.errors import PrecisionRefusedError
+    from act_ros.core.inference.precision import settle
+
+    try:
+        return ('settled', settle(predictor, plan, spec.contract.lower, spec.contract.upper,
+                                  observations=observations))
+    except PrecisionRefusedError as exc:
+        return ('refused', str(exc), getattr(exc, 'values', {}))
+    except Exception as exc:  # noqa: BLE001 - reported to the parent, the child lives on
+        return ('error', _describe(exc))
 
 
 def _build_predictor(spec: ProcessSpec, events: dict[str, float] | None = None):

@@ -22,7 +22,8 @@ decides as the inference child, the evaluator and training do, from one detectio
   (:class:`PrecisionCheck`, logged as a warning by the node and shown on
   ``/diagnostics`` as ``precision.*``).
 - ``precision: int8`` (OpenVINO with a quantized model, :mod:`act_ros.core.inference.quantized`),
-  never picked by auto, and ``bf16`` set by name with the OpenVINO backend go through the
+  never picked by auto, ``bf16`` set by name with the OpenVINO backend, and ``bf16`` or
+  ``fp16`` set by name with torch (autocast on a GPU, or a CPU with bf16) go through the
   same check: fp32 is built first, the candidate is compared with it on the same
   observations, and one whose actions differ beyond the tolerance is refused
   (:class:`~act_ros.core.errors.PrecisionRefusedError`, with the figure): a precision
@@ -33,6 +34,9 @@ decides as the inference child, the evaluator and training do, from one detectio
   training data or its task's simulation, written by ``act-ros package-model`` and
   ``act-ros train``, :func:`save_check_observations`); without it, synthetic ones
   (:func:`check_observations`: a black frame and uniform noise), and the result says so.
+  A node (:attr:`PrecisionPlan.live`) does better without the file: its model runs fp32
+  from configure, the check waits (``source`` 'pending') and runs on the first live
+  observations before activation (:func:`settle` with ``observations``: source 'live').
 """
 
 from __future__ import annotations
@@ -66,9 +70,10 @@ CHECK_OBSERVATIONS = 3  # the warm-up's observation and two seeded random ones
 # use all 8 bits: NNCF's overflow fix keeps the weights to 7 bits for them.
 INT8_DOT_FLAGS = ('avx512_vnni', 'avx_vnni', 'amx_int8')
 # Precisions that, when set by name, are checked against fp32 at start-up and refused
-# over the tolerance (bf16 with the OpenVINO backend, whose fp32 model the check builds).
+# over the tolerance: int8, bf16 with the OpenVINO backend (whose fp32 model the check
+# builds), bf16 and fp16 with torch (autocast switched on the same model).
 CHECKED_PRECISIONS = ('int8',)
-CHECKED_BY_BACKEND = {'openvino': ('int8', 'bf16')}
+CHECKED_BY_BACKEND = {'openvino': ('int8', 'bf16'), 'torch': ('bf16', 'fp16')}
 # Real observations saved beside a checkpoint for this check (save_check_observations).
 CHECK_OBSERVATIONS_FILE = 'precision_check_observations.npz'
 SAVED_CHECK_OBSERVATIONS = 8
@@ -167,13 +172,16 @@ class PrecisionPlan:
     # The candidate was set by name (int8, bf16): refused over the tolerance, and one
     # that cannot be built or run is an error (never a silent fp32).
     keep: bool = False
+    # Without saved observations, leave the check pending (the model runs ``build``) until
+    # live observations come (the node's, before activation), instead of synthetic ones.
+    live: bool = False
 
     @classmethod
     def make(cls, requested: str, backend: str, tolerance: float = DEFAULT_TOLERANCE, *,
-             flags: Iterable[str] | None = None) -> PrecisionPlan:
-        """A concrete ``requested`` precision is built as asked, unchecked, except int8 and
-        bf16 on openvino (:data:`CHECKED_BY_BACKEND`: built after fp32 and checked against
-        it, refused over the tolerance);
+             flags: Iterable[str] | None = None, live: bool = False) -> PrecisionPlan:
+        """A concrete ``requested`` precision is built as asked, unchecked, except int8,
+        bf16 on openvino and bf16/fp16 on torch (:data:`CHECKED_BY_BACKEND`: built after
+        fp32 and checked against it, refused over the tolerance);
         ``auto`` follows :func:`auto_precision` (a bf16 candidate is built after fp32,
         checked). Whether ``backend`` runs the precision is the caller's check
         (:func:`act_ros.core.inference.options.check_backend_options`)."""
@@ -181,13 +189,14 @@ class PrecisionPlan:
             raise ValueError(f'precision_tolerance must be a finite number >= 0, got {tolerance}')
         if requested in CHECKED_PRECISIONS or requested in CHECKED_BY_BACKEND.get(backend, ()):
             return cls(requested=requested, build='fp32', why='as set', candidate=requested,
-                       tolerance=float(tolerance), keep=True)
+                       tolerance=float(tolerance), keep=True, live=live)
         if requested != AUTO:
             return cls(requested=requested, build=requested, why='as set',
                        tolerance=float(tolerance))
         chosen, why = auto_precision(backend, flags=flags)
         return cls(requested=AUTO, build='fp32', why=why,
-                   candidate=chosen if chosen != 'fp32' else None, tolerance=float(tolerance))
+                   candidate=chosen if chosen != 'fp32' else None, tolerance=float(tolerance),
+                   live=live)
 
 
 @dataclass(frozen=True)
@@ -202,14 +211,21 @@ class PrecisionCheck:
     tolerance: float | None = None
     observations: int = 0
     failure: str = ''  # the candidate could not be built or run (then precision is fp32)
-    # What the check ran on: 'saved' (real observations beside the checkpoint) or
-    # 'synthetic' (none there: a black frame and noise, a warning).
+    # What the check ran on: 'saved' (real observations beside the checkpoint), 'live'
+    # (the node's first inputs, none saved), 'synthetic' (a black frame and noise, a
+    # warning), or 'pending' (none saved: the node checks its live inputs at activation).
     source: str = 'synthetic'
+
+    @property
+    def pending(self) -> bool:
+        """The candidate waits for live observations; the model runs fp32 until then."""
+        return self.source == 'pending'
 
     @property
     def fell_back(self) -> bool:
         """Auto tried a reduced precision and kept fp32 (a warning)."""
-        return self.candidate is not None and self.precision != self.candidate
+        return (self.candidate is not None and self.precision != self.candidate
+                and not self.pending)
 
     @property
     def within(self) -> bool:
@@ -221,7 +237,8 @@ class PrecisionCheck:
     def warning(self) -> bool:
         """Worth a warning: auto fell back to fp32, or the check ran on synthetic
         observations only."""
-        return self.fell_back or (self.candidate is not None and self.source != 'saved')
+        return self.fell_back or (self.candidate is not None
+                                  and self.source not in ('saved', 'live', 'pending'))
 
     def line(self) -> str:
         """One log line: what runs, and the check behind it."""
@@ -230,6 +247,10 @@ class PrecisionCheck:
             return head
         if self.failure:
             return f'{head}; {self.candidate} could not run here, kept fp32: {self.failure}'
+        if self.pending:
+            return (f'{head}; {self.candidate} is checked against fp32 on the first live '
+                    f'observations at activation (no {CHECK_OBSERVATIONS_FILE} beside the '
+                    'checkpoint); fp32 until then')
         verdict = 'within' if self.within else 'over'
         text = (f'{head}; {self.candidate} vs fp32 on {self.described_observations()}: '
                 f'max normalized action difference {self.max_diff:.4f}, {verdict} the '
@@ -242,6 +263,9 @@ class PrecisionCheck:
         if self.source == 'saved':
             return (f'{self.observations} real observations saved with the checkpoint '
                     f'({CHECK_OBSERVATIONS_FILE})')
+        if self.source == 'live':
+            return (f'{self.observations} live observations before activation (no '
+                    f'{CHECK_OBSERVATIONS_FILE} beside the checkpoint)')
         return (f'{self.observations} synthetic observations (a black frame and noise: no '
                 f'{CHECK_OBSERVATIONS_FILE} beside the checkpoint, so real inputs were not '
                 'checked)')
@@ -385,10 +409,13 @@ def compare_backends(predictor: Any, candidate: Callable[[], Any], observations:
 
 
 def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.ndarray,
-           checkpoint_dir: Path | str | None = None) -> PrecisionCheck:
+           checkpoint_dir: Path | str | None = None,
+           observations: Sequence[Observation] | None = None) -> PrecisionCheck:
     """The start-up's last step for a predictor built in ``plan.build``: check
-    ``plan.candidate`` against it (:func:`compare_backends`) when there is one, on the real
-    observations saved in ``checkpoint_dir`` (:func:`load_check_observations`), else on
+    ``plan.candidate`` against it (:func:`compare_backends`) when there is one, on
+    ``observations`` when given (live ones: source 'live'), else on the real observations
+    saved in ``checkpoint_dir`` (:func:`load_check_observations`), else, with
+    ``plan.live``, not yet (source 'pending': call again with live observations), else on
     :func:`check_observations`; otherwise report the precision as built."""
     if plan.candidate is None:
         return PrecisionCheck(requested=plan.requested, precision=plan.build, why=plan.why)
@@ -397,16 +424,22 @@ def settle(predictor: Any, plan: PrecisionPlan, lower: np.ndarray, upper: np.nda
         env_dim = info.env_state_dim if info.env_state_key is not None else 0
     else:
         env_dim = predictor.env_state_dim if predictor.env_state_key is not None else 0
-    observations = load_check_observations(
-        checkpoint_dir, [name for name, _, _ in predictor.cameras], env_dim)
-    source = 'saved'
+    source = 'live'
+    if not observations:
+        observations = load_check_observations(
+            checkpoint_dir, [name for name, _, _ in predictor.cameras], env_dim)
+        source = 'saved'
+    if observations is None and plan.live:
+        return PrecisionCheck(requested=plan.requested, precision=plan.build, why=plan.why,
+                              candidate=plan.candidate, tolerance=plan.tolerance,
+                              source='pending')
     if observations is None:
         observations = check_observations(predictor.cameras, lower, upper, env_dim)
         source = 'synthetic'
     fp32 = predictor.backend
 
-    def build():
-        return fp32.with_precision(plan.candidate)
+    def build():  # torch (no ONNX backend): the candidate is an autocast precision
+        return plan.candidate if fp32 is None else fp32.with_precision(plan.candidate)
 
     return compare_backends(predictor, build, observations, plan.tolerance,
                             requested=plan.requested, why=plan.why, name=plan.candidate,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -188,9 +189,17 @@ class ChunkPredictor:
         return times
 
     def use_backend(self, backend: Any) -> None:
-        """Run the network on another ONNX backend of the same export (precision auto)."""
+        """Run the network on another ONNX backend of the same export, or, on the torch
+        backend, in another autocast precision (``None``: fp32, or 'bf16'/'fp16'): what
+        the precision check switches between (:mod:`act_ros.core.inference.precision`)."""
         if self.backend is None:
-            raise ValueError('the torch backend is the predictor\'s own model: nothing to replace')
+            if backend is not None and not isinstance(backend, str):
+                raise ValueError('the torch backend is the predictor\'s own model: no ONNX '
+                                 'backend replaces it')
+            precision = backend or 'fp32'
+            autocast_context(self.device, precision)  # refuses what this device cannot run
+            self.options = replace(self.options, precision=precision)
+            return
         self.backend = backend
         self.forward = backend
 

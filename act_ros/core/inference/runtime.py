@@ -46,7 +46,8 @@ import math
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -115,6 +116,10 @@ class RuntimeConfig:
     # check observations: auto keeps fp32 over it, int8 (and bf16 on openvino) set by name
     # is refused (act_ros.core.inference.precision).
     precision_tolerance: float = DEFAULT_TOLERANCE
+    # Without precision_check_observations.npz beside the checkpoint, leave that check
+    # pending (fp32 until then) for settle_precision() on live observations (act_node, at
+    # activation) instead of checking synthetic ones at start-up.
+    precision_check_live: bool = False
     contract: Contract | None = None
     warmup: bool = True
     torch_threads: int | None = None  # also the thread count of a non-torch backend
@@ -173,7 +178,8 @@ class RuntimeConfig:
 
     def plan(self) -> PrecisionPlan:
         """How the precision is settled (``auto``: the rule of act_ros.core.inference.precision)."""
-        return PrecisionPlan.make(self.precision, self.backend, self.precision_tolerance)
+        return PrecisionPlan.make(self.precision, self.backend, self.precision_tolerance,
+                                  live=self.precision_check_live)
 
 
 @dataclass
@@ -453,6 +459,23 @@ class PolicyRuntime:
         self.stats.backend_cache = self._remote.backend_cache
         for name, at in self._remote.startup_events.items():
             self.stats.startup.setdefault(name, at)
+
+    def settle_precision(self, observations: Sequence[Observation]) -> PrecisionCheck | None:
+        """Run a pending precision check (:attr:`RuntimeConfig.precision_check_live`) on
+        ``observations`` (live ones; none: the synthetic ones) and run what it settles;
+        the settled check as it is otherwise. Raises
+        :class:`~act_ros.core.errors.PrecisionRefusedError` for a precision set by name
+        that drifts (the model stays fp32). Call with no chunk in flight."""
+        check = self.precision_check
+        if check is None or not check.pending:
+            return check
+        plan = replace(self.config.plan(), live=False)
+        if self._remote is not None:
+            self.precision_check = self._remote.settle(plan, list(observations))
+        else:
+            self.precision_check = settle(self.predictor, plan, self.contract.lower,
+                                          self.contract.upper, observations=observations)
+        return self.precision_check
 
     @property
     def cameras(self) -> tuple[str, ...]:

@@ -38,6 +38,7 @@ import json
 import sys
 import threading
 import time
+from collections import deque
 from typing import Any
 
 import numpy as np
@@ -56,8 +57,10 @@ from act_ros.core.control.loop import (
     build_control_loop,
     environment_state_from_object_poses,
 )
-from act_ros.core.errors import ActRosError
+from act_ros.core.errors import ActRosError, PrecisionRefusedError
+from act_ros.core.inference.precision import SAVED_CHECK_OBSERVATIONS
 from act_ros.core.object_state import OBJECTS
+from act_ros.core.observation import Observation
 from act_ros.core.startup import StartupTimeline
 from act_ros.ros import conversions as conv
 from act_ros.ros.node.command_stream import CommandSender
@@ -76,6 +79,8 @@ from act_ros.ros.node.status import NodeStatus
 from act_ros.ros.spin import PoolExecutor
 
 LOG_THROTTLE_S = 2.0
+# While a precision check waits for live observations: how often one is sampled.
+CHECK_SAMPLE_PERIOD_S = 0.25
 
 
 class ActNode(LifecycleNode):
@@ -113,6 +118,10 @@ class ActNode(LifecycleNode):
         self.startup.mark('imported', _IMPORTED_AT)
         self.startup.mark('node_created')
         self._streams_seen: set[str] = set()  # until every input has arrived once
+        # A precision check left pending at configure (no saved observations beside the
+        # checkpoint): live observations sampled while inactive, checked at activation.
+        self._check_samples: deque[Observation] = deque(maxlen=SAVED_CHECK_OBSERVATIONS)
+        self._check_timer: Any = None
 
     @property
     def autostart(self) -> bool:
@@ -181,6 +190,9 @@ class ActNode(LifecycleNode):
 
     def on_activate(self, state: LifecycleState) -> TransitionCallbackReturn:
         with self.lock:
+            refused = self._settle_precision()
+            if refused:
+                return refused
             self.loop.reset()
             self.status.reset_rates()
             self._active = True
@@ -275,6 +287,9 @@ class ActNode(LifecycleNode):
             self.get_logger().warning(check.line())
         elif check is not None:
             self.get_logger().info(check.line())
+        if check is not None and check.pending:
+            self._check_timer = self.create_timer(CHECK_SAMPLE_PERIOD_S, self._sample_for_check,
+                                                  callback_group=self.status_group)
         self.verdict = None
         if settings.trigger == 'timer':
             # Measured here, on this machine: can this configuration hold its rate?
@@ -294,18 +309,57 @@ class ActNode(LifecycleNode):
                 self.startup.notes['inference_child'] = (
                     'lean (ONNX export, no torch)' if runtime.lean_child else 'torch + LeRobot')
 
+    def _sample_for_check(self) -> None:
+        """While inactive with a pending precision check: keep the newest distinct live
+        observations (a timer of its own, cancelled at activation)."""
+        with self.lock:
+            if self._active or self.loop is None or self.inputs is None:
+                return
+            snap = self.inputs.snapshot(self.now_s())
+            if not snap.ok:
+                return
+            obs, _, _ = self.loop.observation(snap)
+            samples = self._check_samples
+            if obs is not None and (not samples or samples[-1].stamp_s != obs.stamp_s):
+                samples.append(obs)
+
+    def _settle_precision(self) -> TransitionCallbackReturn | None:
+        """(lock held, at activation) Run a precision check left pending at configure on
+        the live observations seen since (synthetic ones, with a warning, when none came);
+        ``FAILURE`` when a precision set by name drifts on them."""
+        runtime = self.loop.runtime
+        if runtime.precision_check is None or not runtime.precision_check.pending:
+            return None
+        if self._check_timer is not None:
+            self._check_timer.cancel()
+        self._sample_for_check()
+        samples, self._check_samples = list(self._check_samples), deque(
+            maxlen=SAVED_CHECK_OBSERVATIONS)
+        try:
+            check = runtime.settle_precision(samples)
+        except PrecisionRefusedError as exc:
+            reason = str(exc)
+            self.get_logger().error(f'activate refused: {reason}')
+            self._publish_error('activate refused', reason, getattr(exc, 'values', {}))
+            return TransitionCallbackReturn.FAILURE
+        if check.warning:  # no live observation came: synthetic ones, or auto fell back
+            self.get_logger().warning(check.line())
+        else:
+            self.get_logger().info(check.line())
+        return None
+
     def _configure_failed(self, reason: str,
                           values: dict[str, Any] | None = None) -> TransitionCallbackReturn:
         self.last_configure_error = reason
         self.get_logger().error(f'configure failed: {reason}')
         self._teardown()
-        self._publish_configure_error(reason, values or {})
+        self._publish_error('configure failed', reason, values or {})
         return TransitionCallbackReturn.FAILURE
 
-    def _publish_configure_error(self, reason: str, values: dict[str, Any]) -> None:
-        """One ERROR message on /diagnostics saying why configure failed (with its figures:
-        a refused precision's check), for monitors that do not read the log. The node
-        publishes nothing else there until it is active."""
+    def _publish_error(self, what: str, reason: str, values: dict[str, Any]) -> None:
+        """One ERROR message on /diagnostics saying why configure failed or activation was
+        refused (with its figures: a refused precision's check), for monitors that do not
+        read the log. The node publishes nothing else there until it is active."""
         from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 
         from act_ros.ros.diagnostics import diagnostic_array
@@ -316,12 +370,17 @@ class ActNode(LifecycleNode):
                                                     DIAGNOSTICS_QOS)
         self._error_pub.publish(diagnostic_array(
             name=f'{self.get_name()}: policy', hardware_id=self.get_fully_qualified_name(),
-            level=DiagnosticStatus.ERROR, message=f'configure failed: {reason}',
-            values={'configure_error': reason, **values},
+            level=DiagnosticStatus.ERROR, message=f'{what}: {reason}',
+            values={'configure_error' if what.startswith('configure') else 'activate_error':
+                    reason, **values},
             stamp=self.get_clock().now().to_msg()))
 
     def _teardown(self) -> None:
         self.sender = None
+        if self._check_timer is not None:
+            self.destroy_timer(self._check_timer)
+            self._check_timer = None
+        self._check_samples.clear()
         if self.io is not None:
             self.io.destroy(self)
             self.io = None

@@ -139,9 +139,11 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('precision_tolerance', DEFAULT_TOLERANCE, 'precision auto: largest difference of any '
           'normalized action (units of its standard deviation in the training data) between '
           'a reduced precision and fp32 on the check observations (the real ones saved beside '
-          'the checkpoint, precision_check_observations.npz, else synthetic ones, with a '
-          'warning) for it to be kept; over it, auto falls back to fp32 with a warning and a '
-          'precision set by name (int8, bf16 on openvino) fails configure. The measured '
+          'the checkpoint, precision_check_observations.npz; else the live inputs seen '
+          'before activation, checked at activation; else synthetic ones, with a warning) '
+          'for it to be kept; over it, auto falls back to fp32 with a warning and a '
+          'precision set by name (int8, bf16 on openvino) fails configure (at activation '
+          'for a live check). The measured '
           'difference is logged and on /diagnostics (precision.check_max_diff).',
           low=0.0, high=10.0),
         P('backend', 'auto', 'Inference backend: auto (openvino on a CPU when it is installed, '
@@ -569,7 +571,7 @@ def read_settings(node: Node, specs: Sequence[ParamSpec], contract: Contract) ->
         precision=v['precision'], precision_tolerance=v['precision_tolerance'],
         backend=v['backend'], contract=contract, warmup=v['warmup'],
         torch_threads=v['torch_threads'] or None, inference_timeout_s=v['inference_timeout_s'],
-        inference_nice=v['inference_nice'])
+        inference_nice=v['inference_nice'], precision_check_live=True)
     return NodeSettings(
         runtime=runtime, control_rate_hz=rate,
         trigger=v['trigger'], sync_tolerance_s=v['sync_tolerance_s'],
