@@ -94,15 +94,11 @@ def shipped_policies(src: Sources, poses: dict, vision: list[dict], aloha: dict,
     one when its evaluation is committed, and the scripted expert."""
     m = _poses_chunk(src, poses['evaluations'], poses['recipe_log'])
     expert_run = src.json(expert['file'])['runs']['plain']
-    rows = [
-        [poses['label'], poses['inputs'], f"**{rate(m['align_rate'], m['count'])}**",
-         f"{100 * m['mean_position_error']:.2f} cm / {m['mean_yaw_error']:.1f} deg",
-         failures_text(m['failures'])]]
+    rows = [_poses_row(m, poses['label'], poses['inputs'])]
     for policy in vision:
         chunk = src.json(policy['file'])['modes']['chunk']
         rows.append([policy['label'], policy['inputs'], rate(chunk['align_rate'], chunk['count']),
-                     f"{100 * chunk['mean_position_error']:.1f} cm / "
-                     f"{chunk['mean_yaw_error']:.1f} deg", failures_text(chunk['failures'])])
+                     _errors(chunk), failures_text(chunk['failures'])])
     if src.exists(aloha['file']):
         chunk = src.json(aloha['file'])['modes']['chunk']
         rows.append([aloha['label'], aloha['inputs'],
@@ -119,12 +115,27 @@ def shipped_policies(src: Sources, poses: dict, vision: list[dict], aloha: dict,
 
 def poses_policy(src: Sources, evaluations: list[str], recipe_log: str, label: str,
                  inputs: str) -> str:
-    m = _poses_chunk(src, evaluations, recipe_log)
     return table(['policy', 'inputs', 'align rate, chunk mode', 'mean position / yaw error',
                   'failures by stage'],
-                 [[label, inputs, f"**{rate(m['align_rate'], m['count'])}**",
-                   f"{100 * m['mean_position_error']:.2f} cm / {m['mean_yaw_error']:.1f} deg",
-                   failures_text(m['failures'])]])
+                 [_poses_row(_poses_chunk(src, evaluations, recipe_log), label, inputs)])
+
+
+def _poses_row(m: dict, label: str, inputs: str) -> list[str]:
+    return [label, inputs, f"**{rate(m['align_rate'], m['count'])}**", _errors(m, 2),
+            failures_text(m['failures'])]
+
+
+def _errors(m: dict, digits: int = 1) -> str:
+    """``4.1 cm / 7.3 deg``: an evaluation's mean position and yaw errors."""
+    return f"{100 * m['mean_position_error']:.{digits}f} cm / {m['mean_yaw_error']:.1f} deg"
+
+
+def _val_pose(val: dict) -> str:
+    """The pose head's held-out errors at a validation, ``-`` for a run without one."""
+    if 'val_pose_box_xy_m' not in val:
+        return '-'
+    return (f"box {100 * val['val_pose_box_xy_m']:.2f} cm / {val['val_pose_box_yaw_deg']:.1f} deg, "
+            f"pad {100 * val['val_pose_pad_xy_m']:.2f} cm / {val['val_pose_pad_yaw_deg']:.1f} deg")
 
 
 def demo_result(src: Sources, file: str) -> str:
@@ -237,11 +248,7 @@ def vision_training(src: Sources, runs: list[dict], summary: str) -> str:
         frozen = cache.get('frozen_at_step')
         val = [h for h in m['val'] if h.get('val_l1') is not None]
         at_freeze = next((h for h in val if frozen is not None and h['step'] >= frozen), None)
-        pose = ('-' if at_freeze is None or 'val_pose_box_xy_m' not in at_freeze else
-                f"box {100 * at_freeze['val_pose_box_xy_m']:.2f} cm / "
-                f"{at_freeze['val_pose_box_yaw_deg']:.1f} deg, pad "
-                f"{100 * at_freeze['val_pose_pad_xy_m']:.2f} cm / "
-                f"{at_freeze['val_pose_pad_yaw_deg']:.1f} deg")
+        pose = '-' if at_freeze is None else _val_pose(at_freeze)
         best = m['best']['closed_loop_chunk']
         rows.append([run['label'], m['steps_completed'], f"{frozen} ({cache.get('cached_frames')} frames, "
                      f"{cache.get('build_s', 0) / 60:.0f} min)", f"{m['wall_time_s'] / 60:.0f} min",
@@ -392,8 +399,7 @@ def recipe_curve(src: Sources, runs: list[dict]) -> str:
                 continue
             m = src.json(rel)['modes']['chunk']
             rows.append([label, name, f'{seconds / 3600:.2f}', rate(m['align_rate'], m['count']),
-                         f"{100 * m['mean_position_error']:.1f} cm / "
-                         f"{m['mean_yaw_error']:.1f} deg", failures_text(m['failures'])])
+                         _errors(m), failures_text(m['failures'])])
     return table(['run', 'after', 'hours of the 2-core CPU (collection + training)',
                   'align rate, chunk, 100 unseen seeds', 'mean position / yaw error',
                   'failures by stage'], rows)
@@ -411,15 +417,9 @@ def levers(src: Sources, levers: list[dict]) -> str:
         if training is not None:
             runs = src.json(training['file'])
             val = (runs['runs'][training['run']] if 'run' in training else runs)['val'][-1]
-            val_l1 = f"{val['val_l1']:.4f}"
-            if 'val_pose_box_xy_m' in val:
-                pose = (f"box {100 * val['val_pose_box_xy_m']:.2f} cm / "
-                        f"{val['val_pose_box_yaw_deg']:.1f} deg, pad "
-                        f"{100 * val['val_pose_pad_xy_m']:.2f} cm / "
-                        f"{val['val_pose_pad_yaw_deg']:.1f} deg")
+            val_l1, pose = f"{val['val_l1']:.4f}", _val_pose(val)
         rows.append([row['lever'], row['variant'], val_l1, pose, rate(m['align_rate'], m['count']),
-                     f"{100 * m['mean_position_error']:.1f} cm / {m['mean_yaw_error']:.1f} deg",
-                     failures_text(m['failures']), m['suppressed_releases']])
+                     _errors(m), failures_text(m['failures']), m['suppressed_releases']])
     return table(['lever', 'variant', 'val L1', 'pose head, held-out median',
                   'align rate, chunk (seeds 2000000+)', 'mean position / yaw error',
                   'failures by stage', 'open requests the gate suppressed'], rows)
@@ -527,9 +527,7 @@ def precisions(src: Sources, files: list[str]) -> str:
         precision = data['precision']
         precision = precision['precision'] if isinstance(precision, dict) else precision
         rows.append([f"{data['backend']} {precision}",
-                     rate(result['align_rate'], result['count']),
-                     f"{result['mean_position_error'] * 100:.2f} cm / "
-                     f"{result['mean_yaw_error']:.1f} deg",
+                     rate(result['align_rate'], result['count']), _errors(result, 2),
                      failures_text(result['failures']), f'{only} / {lost}'])
     return table(['precision', 'align rate, chunk mode', 'mean position / yaw error',
                   'failures by stage', 'seeds aligned only here / only in the first row'], rows)
