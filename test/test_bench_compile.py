@@ -160,8 +160,10 @@ def test_training_benchmark_table(tmp_path):
     assert str(tmp_path) not in data['provenance']['command']
     from act_ros import report as report_module
     (tmp_path / 'docs/results/training').mkdir(parents=True)
-    (tmp_path / 'training.json').rename(tmp_path / report_module.TRAINING_STEP)
-    table = report_module.part_training_step(report_module.Sources(tmp_path))
+    part = report_module.definitions()['training_step']
+    (tmp_path / 'training.json').rename(tmp_path / part['file'])
+    table = report_module.records(report_module.Sources(tmp_path), part['file'], part['rows'],
+                                  part['columns'])
     assert training.FROZEN in table
 
 

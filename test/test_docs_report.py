@@ -12,6 +12,7 @@ import pytest
 from act_ros import report
 
 ROOT = report.ROOT
+tables = report.builders()  # docs/results/report_tables.py
 RESULT_SUFFIXES = {'.json', '.jsonl', '.log', '.txt', '.csv'}
 
 
@@ -108,13 +109,39 @@ def test_parts_link_their_files():
                 assert (page.parent / link).resolve().is_file(), (page, link)
 
 
+def test_every_defined_part_is_on_a_page_and_names_a_table():
+    """docs/results/report.yaml defines the parts the pages hold, each with a known table
+    whose parameters it takes (a part no page shows would go stale unseen)."""
+    on_pages = {m.group(1) for old, _ in report.render_all(ROOT).values()
+                for m in report.MARKER.finditer(old)}
+    assert set(report.definitions()) == on_pages
+    with pytest.raises(report.ReportError, match='unknown table "nothing"'):
+        report.builder('nothing')
+    assert set(tables.__all__) <= {part['table'] for part in report.definitions().values()}
+
+
+def test_a_part_with_a_parameter_its_table_does_not_take_is_refused(monkeypatch):
+    parts = {'faults': {**report.definitions()['faults'], 'folder': 'docs/benchmarks'}}
+    monkeypatch.setattr(report, 'definitions', lambda: parts)
+    with pytest.raises(report.ReportError, match='part "faults" .* table "faults" .*folder'):
+        report.render_part(ROOT, ROOT / 'README.md', 'faults')
+
+
+def test_records_rows_are_formats_of_each_record(tmp_path):
+    rel = 'r.json'
+    (tmp_path / rel).write_text(json.dumps({'a': {'b': {'x': {'n': 1.25}, 'y': {'n': 2}}}}))
+    body = report.records(report.Sources(tmp_path), rel, 'a.b',
+                          {'name': '`{key}`', 'n': '{n:.1f} s'})
+    assert body == '| name | n |\n|---|---|\n| `x` | 1.2 s |\n| `y` | 2.0 s |\n'
+
+
 def test_report_is_an_act_ros_command():
     from act_ros import cli
     assert cli.COMMANDS['report'][0] == 'act_ros.report'
     assert Path(report.__file__).name == 'report.py'
 
 
-def test_precision_table_pairs_episodes_by_seed(tmp_path, monkeypatch):
+def test_precision_table_pairs_episodes_by_seed(tmp_path):
     """A precision that aligns other seeds than fp32 shows them, whatever the rates."""
     def write(name, precision, successes):
         episodes = [{'seed': 10 + k, 'success': ok} for k, ok in enumerate(successes)]
@@ -131,8 +158,8 @@ def test_precision_table_pairs_episodes_by_seed(tmp_path, monkeypatch):
 
     first = write('a/fp32.json', 'fp32', [True, True, False, False])
     second = write('a/bf16.json', {'precision': 'bf16'}, [True, False, True, False])
-    monkeypatch.setattr(report, 'PRECISION_EVALUATIONS', (first, second, 'a/missing.json'))
-    rows = report.part_precision_policy(report.Sources(tmp_path)).splitlines()
+    rows = tables.precisions(report.Sources(tmp_path),
+                             files=[first, second, 'a/missing.json']).splitlines()
     assert rows[2].split('|')[1:3] == [' openvino fp32 ', ' 0.50 (2/4) ']
     assert rows[3].split('|')[1].strip() == 'openvino bf16'
     assert rows[3].split('|')[5].strip() == '1 / 1'  # seed 12 gained, seed 11 lost
@@ -153,7 +180,7 @@ def _expert_file(tmp_path, plain_provenance: dict) -> None:
                          'commit': 'abc1234', 'machine': 'm'}}
     data = {'provenance': {'command': 'c1; c2', 'commit': 'abc1234', 'machine': 'm',
                            'runs': own}, 'runs': runs}
-    path = tmp_path / report.EXPERT
+    path = tmp_path / report.definitions()['expert_runs']['file']
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data))
 
@@ -166,7 +193,7 @@ def test_expert_runs_carry_their_own_provenance(tmp_path):
     page = tmp_path / 'docs' / 'page.md'
     page.parent.mkdir(exist_ok=True)
     body, read = report.render_part(tmp_path, page, 'expert_runs')
-    assert read == [report.EXPERT]
+    assert read == [report.definitions()['expert_runs']['file']]
     assert '| `--episodes 4` | 4 | 3 | 1.20 mm / 0.0100 deg |' in body
     assert '| `--perturb --episodes 3` | 3 | 3 | 0.90 mm / 0.0200 deg |' in body
     assert 'assembled by hand' not in body and '(results/expert/expert_eval.json)' in body
@@ -178,7 +205,7 @@ def test_expert_runs_carry_their_own_provenance(tmp_path):
         report.render_part(tmp_path, page, 'expert_runs')
 
 
-def test_recipe_runs_side_by_side_keep_each_runs_stage_order(tmp_path, monkeypatch):
+def test_recipe_runs_side_by_side_keep_each_runs_stage_order(tmp_path):
     """Two recipe runs with different stages (a pose pretraining before the vision stage in
     the second): one row per stage in the order of the runs, DAgger by iteration, and the
     align-rate curve counts every stage before DAgger."""
@@ -197,21 +224,20 @@ def test_recipe_runs_side_by_side_keep_each_runs_stage_order(tmp_path, monkeypat
             'provenance': prov, 'modes': {'chunk': {
                 'align_rate': rate, 'count': 100, 'mean_position_error': 0.05,
                 'mean_yaw_error': 10.0, 'failures': {'grasp': 3}}}}))
-        return (folder, folder, (f'{folder}/evaluation.json',))
+        return {'label': folder, 'folder': folder, 'evaluations': [f'{folder}/evaluation.json']}
 
-    runs = (run('one', {'demos': 600.0, 'vision': 1200.0, 'dagger': 360.0, 'evaluate': 60.0},
+    runs = [run('one', {'demos': 600.0, 'vision': 1200.0, 'dagger': 360.0, 'evaluate': 60.0},
                 (1, 2), 0.1),
-            run('two', {'demos': 1200.0, 'pose': 3600.0, 'vision': 1800.0}, (1,), 0.2))
+            run('two', {'demos': 1200.0, 'pose': 3600.0, 'vision': 1800.0}, (1,), 0.2)]
     src = report.Sources(tmp_path)
     rows = [line.split('|')[1:-1] for line in
-            report.recipe_stages_table(src, runs).splitlines()[2:]]
+            tables.recipe_stages(src, runs).splitlines()[2:]]
     assert [r[0].strip() for r in rows][:6] == [
         'demos', 'pose', 'vision', 'dagger 1: collect + fine-tune',
         'dagger 2: collect + fine-tune', 'dagger in all']
     assert [c.strip() for c in rows[1][1:]] == ['', '60.0 min']
     assert [c.strip() for c in rows[5][1:]] == ['6.0 min', '3.0 min']
-    monkeypatch.setattr(report, 'VISION_RUNS', runs)
-    lines = report.part_vision_curve(src).splitlines()[2:]
+    lines = tables.recipe_curve(src, runs).splitlines()[2:]
     hours = {(line.split('|')[1].strip(), line.split('|')[2].strip()): line.split('|')[3].strip()
              for line in lines}
     assert hours[('one', 'vision stage')] == '0.50' and hours[('two', 'vision stage')] == '1.83'
@@ -219,12 +245,12 @@ def test_recipe_runs_side_by_side_keep_each_runs_stage_order(tmp_path, monkeypat
 
 def test_exact_mcnemar_matches_the_binomial_test():
     # 2 * P(X <= 1) for X ~ Binomial(10, 1/2) = 2 * 11 / 1024
-    assert report.exact_mcnemar(1, 9) == pytest.approx(22 / 1024)
-    assert report.exact_mcnemar(9, 1) == report.exact_mcnemar(1, 9)
-    assert report.exact_mcnemar(5, 5) == 1.0 and report.exact_mcnemar(0, 0) == 1.0
+    assert tables.exact_mcnemar(1, 9) == pytest.approx(22 / 1024)
+    assert tables.exact_mcnemar(9, 1) == tables.exact_mcnemar(1, 9)
+    assert tables.exact_mcnemar(5, 5) == 1.0 and tables.exact_mcnemar(0, 0) == 1.0
 
 
-def test_ship_candidates_pair_seeds_across_files(tmp_path, monkeypatch):
+def test_ship_candidates_pair_seeds_across_files(tmp_path):
     """Each candidate's files are joined by seed and compared seed by seed with the first
     candidate; a candidate on other seeds is refused rather than compared."""
     def write(name, successes, first_seed):
@@ -237,17 +263,19 @@ def test_ship_candidates_pair_seeds_across_files(tmp_path, monkeypatch):
 
     old = (write('a/old_1.json', [True, False], 0), write('a/old_2.json', [False, False], 2))
     new = (write('a/new_1.json', [True, True], 0), write('a/new_2.json', [True, False], 2))
-    monkeypatch.setattr(report, 'VISION_SHIP_CANDIDATES', (('old', old), ('new', new)))
-    rows = report.part_vision_ship_candidates(report.Sources(tmp_path)).splitlines()
+    def candidates(**files):
+        return [{'label': label, 'files': rels} for label, rels in files.items()]
+
+    rows = tables.ship_candidates(report.Sources(tmp_path), candidates(old=old, new=new)
+                                  ).splitlines()
     cells = [c.strip() for c in rows[3].split('|')[1:-1]]
     assert cells[:3] == ['new', '0-3', '0.75 (3/4)']
-    assert cells[4] == '2 / 0' and cells[5] == f'{report.exact_mcnemar(2, 0):.3f}'
+    assert cells[4] == '2 / 0' and cells[5] == f'{tables.exact_mcnemar(2, 0):.3f}'
     assert [c.strip() for c in rows[2].split('|')[1:-1]][4] == '0 / 0'
 
     other = (write('a/other.json', [True, True, True, True], 10),)
-    monkeypatch.setattr(report, 'VISION_SHIP_CANDIDATES', (('old', old), ('other', other)))
     with pytest.raises(report.ReportError, match='other seeds'):
-        report.part_vision_ship_candidates(report.Sources(tmp_path))
+        tables.ship_candidates(report.Sources(tmp_path), candidates(old=old, other=other))
 
 
 def test_footers_name_hand_added_fields_local_changes_and_unrecorded_commits(tmp_path):

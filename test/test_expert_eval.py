@@ -24,8 +24,9 @@ def _run(capsys, *argv: str) -> dict:
     return json.loads(out)
 
 
-def test_two_runs_merge_into_one_file_with_their_provenance(tmp_path, capsys, monkeypatch):
-    out = tmp_path / 'expert' / 'expert_eval.json'
+def test_two_runs_merge_into_one_file_with_their_provenance(tmp_path, capsys):
+    rel = report.definitions()['expert_runs']['file']  # where the report reads it
+    out = tmp_path / rel
     plain = _run(capsys, '--episodes', '2', '--seed', '2000000', '--output', str(out),
                  '--run', 'plain')
     perturbed = _run(capsys, '--perturb', '--episodes', '3', '--seed', '3000000',
@@ -65,8 +66,6 @@ def test_two_runs_merge_into_one_file_with_their_provenance(tmp_path, capsys, mo
     assert sorted(p.name for p in out.parent.iterdir()) == ['expert_eval.json']
 
     # The report reads the file as it reads the committed one, and says nothing of a hand.
-    rel = 'expert/expert_eval.json'
-    monkeypatch.setattr(report, 'EXPERT', rel)
     assert report.check_provenance(tmp_path, rel)['runs'].keys() == {'plain', 'perturbed'}
     page = tmp_path / 'page.md'
     page.write_text('')
