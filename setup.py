@@ -70,7 +70,8 @@ ONNX_EXPORT = ['onnx>=1.17,<2', 'onnxscript>=0.5,<1']
 setup(
     name=package_name,
     version='0.1.0',
-    packages=find_packages(exclude=['test', 'test.*']),
+    # research/ (probes run from a checkout) is not installed.
+    packages=find_packages(exclude=['test', 'test.*', 'research', 'research.*']),
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),

@@ -18,10 +18,6 @@ COMMANDS: dict[str, tuple[str, str]] = {
     'record': ('act_ros.ros.recording.record_node', 'record demonstrations from ROS 2 topics (record_node)'),
     'train': ('act_ros.training.train', 'train an ACT policy on a LeRobot dataset'),
     'evaluate': ('act_ros.training.evaluation.evaluate', 'closed-loop evaluation in the simulation'),
-    'input-probe': ('act_ros.training.input_probe', "what a policy's action chunk depends on: "
-                    'its cameras or its joints (inputs swapped between seeds)'),
-    'pose-probe': ('act_ros.training.pose_probe', "what a vision policy's features tell of the "
-                   "object poses, on its own states and on random first frames"),
     'pose-pretrain': ('act_ros.training.pose_pretrain', "train a policy's vision backbone on "
                       'the object poses of random rendered scenes (no expert)'),
     'dagger': ('act_ros.training.drivers.dagger_loop', 'DAgger iterations: collect with the policy, '

@@ -191,3 +191,68 @@ def test_a_back_import_between_rooms_is_caught(tmp_path):
                        '    return ReleaseGate\n')
     assert back_arrows(import_graph(_modules(root)), documented_layers()) == [
         ('act_ros.core.inference.runtime', 'act_ros.core.control.release_gate')]
+
+
+# A module name of the repository's research/ folder (the probes run from a checkout).
+RESEARCH_MODULE = re.compile(r'^research(\.\w+)*$')
+
+
+def research_imports(root=ROOT / 'act_ros'):
+    """(module, line) of each place in ``root`` that reaches the repository's research/
+    folder: an import at any level (module, ``TYPE_CHECKING`` block, function) or a module
+    name in a string (``importlib.import_module``, a command table such as the CLI's)."""
+    found = []
+    for name, path in sorted(_modules(root).items()):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                names = [node.value]
+            else:
+                continue
+            if any(RESEARCH_MODULE.match(n) for n in names):
+                found.append((name, node.lineno))
+    return found
+
+
+def test_the_package_never_imports_research():
+    """research/ may import act_ros, never the reverse: it is not installed."""
+    found = research_imports()
+    assert not found, 'act_ros modules that reach research/ (not installed): ' + ', '.join(
+        f'{m} line {line}' for m, line in found)
+
+
+def test_a_research_import_is_caught(tmp_path):
+    """Planted in a copy of the package, an import in a function and a module name given to
+    the CLI's command table are both found."""
+    import shutil
+
+    root = tmp_path / 'act_ros'
+    shutil.copytree(ROOT / 'act_ros', root, ignore=shutil.ignore_patterns('__pycache__'))
+    pretrain = root / 'training' / 'pose_pretrain.py'
+    pretrain.write_text(pretrain.read_text() + '\n\ndef _planted():\n'
+                        '    from research.pose_probe import main\n'
+                        '    return main\n')
+    cli = root / 'cli.py'
+    cli.write_text(cli.read_text().replace(
+        'COMMANDS: dict[str, tuple[str, str]] = {\n',
+        "COMMANDS: dict[str, tuple[str, str]] = {\n    'probe': ('research.input_probe', 'x'),\n"))
+    assert [m for m, _ in research_imports(root)] == ['act_ros.cli',
+                                                      'act_ros.training.pose_pretrain']
+
+
+def test_research_is_not_installed(monkeypatch):
+    """setup.py's packages: act_ros and its subpackages, neither research nor the tests."""
+    import runpy
+
+    import setuptools
+
+    captured = {}
+    monkeypatch.setattr(setuptools, 'setup', lambda **kwargs: captured.update(kwargs))
+    monkeypatch.chdir(ROOT)
+    runpy.run_path(str(ROOT / 'setup.py'))
+    tops = {name.split('.')[0] for name in captured['packages']}
+    assert tops == {'act_ros'}, f'setup.py installs {sorted(tops)}'
+    assert 'act_ros.training' in captured['packages']

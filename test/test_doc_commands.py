@@ -1,8 +1,9 @@
 """Every command shown in the README and docs/ parses with the tool's own argument parser.
 
-The ```bash blocks of README.md and docs/**/*.md are read; each `act-ros ...`,
-`python -m act_ros...`, `accelerate launch/torchrun ... -m act_ros...`, `ros2 run act_ros
-...` and `make ...` command is given to the parser it would meet, and nothing is run: the
+The ```bash blocks of README.md, docs/**/*.md and research/*.md are read; each `act-ros ...`,
+`python -m act_ros...` (and `python -m research...`, the probes run from a checkout),
+`accelerate launch/torchrun ... -m act_ros...`, `ros2 run act_ros ...` and `make ...`
+command is given to the parser it would meet, and nothing is run: the
 parser's `parse_args` is intercepted right after it succeeds. A command that lacks a
 required option, names an unknown one, or gives a value the parser refuses fails here.
 `ros2 launch act_ros FILE name:=value` must name a launch file of the package and
@@ -41,7 +42,8 @@ ROS_ARGS_EXECUTABLES = {'act_node', 'sim_bridge', 'record_node'}
 
 
 def pages() -> list[Path]:
-    return [ROOT / 'README.md'] + sorted((ROOT / 'docs').rglob('*.md'))
+    return [ROOT / 'README.md'] + sorted((ROOT / 'docs').rglob('*.md')) + \
+        sorted((ROOT / 'research').glob('*.md'))
 
 
 def page_parts(text: str) -> list[tuple[str, str]]:
@@ -151,7 +153,7 @@ def check_ros_args(argv: list[str]) -> None:
 
 
 def check_python_module(module: str, argv: list[str]) -> None:
-    assert module.startswith('act_ros'), module
+    assert module.startswith(('act_ros', 'research')), module
     assert importlib.util.find_spec(module) is not None, f'no module {module}'
     if module == 'act_ros.cli':
         check_act_ros(argv)
@@ -222,7 +224,7 @@ def check_command(command: str) -> str | None:
         check_act_ros(tokens[1:])
         return 'act-ros'
     if head in ('python', 'python3') and tokens[1:2] == ['-m'] and \
-            tokens[2].startswith('act_ros'):
+            tokens[2].startswith(('act_ros', 'research')):
         check_python_module(tokens[2], tokens[3:])
         return 'python -m'
     if head in ('accelerate', 'torchrun') and '-m' in tokens:
@@ -272,6 +274,7 @@ def test_the_readme_shows_the_two_commands():
     ('make no-such-target', 'no target'),
     ('ros2 launch act_ros act.launch.py model:=x', "'model:=x'"),
     ('accelerate launch --num_processes 2 -m act_ros.training.train --preset sim', '--output-dir'),
+    ('python -m research.pose_probe sideways --checkpoint m', 'sideways'),
 ])
 def test_incomplete_commands_fail(command, problem):
     """The checks catch what they are for: a missing required option, an unknown command,

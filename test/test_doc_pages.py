@@ -1,4 +1,4 @@
-"""The pages of README.md and docs/ hold together: every relative link reaches a file of
+"""The pages of README.md, docs/ and research/ hold together: every relative link reaches a file of
 the repository, and docs/training.md stays a how-to (its measurements live on
 docs/training_results.md, which it links)."""
 
@@ -17,7 +17,8 @@ HOW_TO_MAX_LINES = 250
 
 
 def pages(root: Path = ROOT) -> list[Path]:
-    return [root / 'README.md'] + sorted((root / 'docs').rglob('*.md'))
+    return [root / 'README.md'] + sorted((root / 'docs').rglob('*.md')) + \
+        sorted((root / 'research').glob('*.md'))
 
 
 def relative_links(text: str) -> list[str]:

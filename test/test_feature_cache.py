@@ -552,11 +552,11 @@ def test_encoder_pose_head_keeps_training_after_the_freeze(tmp_path):
         assert all(np.isfinite(val[f'val_pose_{k}']) for k in ('box_xy_m', 'box_yaw_deg'))
     assert all(np.isfinite(rows['encoder'][s]['aux_pose']) for s in range(1, 7))
     assert [s for s in range(1, 7) if 'aux_pose' in rows['backbone'][s]] == [1, 2, 3]
-    # The head's position statistics are saved with it (act-ros pose-probe reads them); for
+    # The head's position statistics are saved with it (research/pose_probe.py reads them); for
     # a state saved before they were, the probe recomputes the same from the training split.
     import torch
 
-    from act_ros.training.pose_probe import _head_statistics
+    from research.pose_probe import _head_statistics
     last = tmp_path / 'encoder' / 'last'
     state = torch.load(last / 'training_state.pt', map_location='cpu', weights_only=False)
     older = {k: v for k, v in state.items() if not k.startswith('aux_position_')}

@@ -1,4 +1,5 @@
-"""act-ros input-probe: the chunk from true inputs against inputs swapped between seeds."""
+"""The research probe research/input_probe.py: the chunk from true inputs against inputs
+swapped between seeds."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 
 pytest.importorskip('mujoco')
 
-from act_ros.training import input_probe  # noqa: E402
+from research import input_probe  # noqa: E402
 
 pytestmark = pytest.mark.sim
 
@@ -43,7 +44,7 @@ def test_an_input_the_policy_cannot_read_changes_nothing_when_swapped(tiny_check
     assert f'{cut} swapped' in printed and 'first frame' in printed
     data = json.loads(out.read_text())
     assert data['groups'] == ['cameras', 'joints', 'all inputs']  # no object-pose input
-    assert data['provenance']['command'].startswith('act-ros input-probe')
+    assert data['provenance']['command'].startswith('python -m research.input_probe')
     assert data['expert_align_rate'] == 0.0  # 40 ticks: too short for the task
     rows = data['rows']
     assert [(r['seed'], r['tick']) for r in rows] == [(3000000, 0), (3000000, 20),

@@ -1,4 +1,5 @@
-"""Linters as tests: ruff over the package, tests, launch files and setup.py."""
+"""Linters as tests: ruff over the package, the research probes, tests, launch files and
+setup.py."""
 
 import shutil
 import subprocess
@@ -10,13 +11,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ruff_clean():
     ruff = shutil.which('ruff') or str(Path(sys.executable).parent / 'ruff')
-    proc = subprocess.run([ruff, 'check', '--output-format', 'concise', 'act_ros', 'test', 'launch',
-                           'setup.py'], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([ruff, 'check', '--output-format', 'concise', 'act_ros', 'research',
+                           'test', 'launch', 'setup.py'], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
 def _repo_text_files():
-    for folder in ('act_ros', 'config', 'launch', 'test', 'docs', 'tools', 'models', 'urdf'):
+    for folder in ('act_ros', 'research', 'config', 'launch', 'test', 'docs', 'tools', 'models',
+                   'urdf'):
         for path in (ROOT / folder).rglob('*'):
             if path.is_file() and path.suffix in ('.py', '.md', '.yaml', '.xml', '.urdf', ''):
                 yield path
@@ -29,8 +32,8 @@ def test_references_point_inside_the_repository():
     import re
 
     outside = re.compile(r'\b(DESIGN|STYLE|ANCHORS)\.md\b|\.\./shared/')
-    cited = re.compile(r'\b((?:docs|config|launch|urdf|models|tools)/[\w./-]+\.(?:md|yaml|xml|py|'
-                       r'urdf|png))')
+    cited = re.compile(r'\b((?:docs|config|launch|urdf|models|tools|research)/[\w./-]+\.'
+                       r'(?:md|yaml|xml|py|urdf|png))')
     problems = []
     for path in _repo_text_files():
         if path == Path(__file__).resolve():

@@ -1,4 +1,5 @@
-"""act-ros pose-probe: the run's pose head on policy and expert states; heads fit on maps."""
+"""The research probe research/pose_probe.py: the run's pose head on policy and expert
+states; heads fit on maps."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pytest
 
 pytest.importorskip('mujoco')
 
-from act_ros.training import pose_probe  # noqa: E402
+from research import pose_probe  # noqa: E402
 
 pytestmark = pytest.mark.sim
 
@@ -51,7 +52,7 @@ def test_rollouts_read_the_runs_head_where_each_driver_queries(run_last, tmp_pat
     assert 'first frame' in printed and 'align rate while probing' in printed
     data = json.loads(out.read_text())
     assert data['head_source'] == 'encoder' and data['provenance']['command'].startswith(
-        'act-ros pose-probe rollouts')
+        'python -m research.pose_probe rollouts')
     rows = data['rows']
     # Chunk execution: a query on ticks 0 and 30 of the 40, whoever drives.
     for driver in ('expert', 'policy'):

@@ -388,7 +388,7 @@ class Trainer:
                  'dataset_frames': len(self.inputs.store),
                  'aux_head': self.aux.head.state_dict() if self.aux is not None else None,
                  'aux_source': self.aux.source if self.aux is not None else None,
-                 # the head's position standardization (act-ros pose-probe reads the head)
+                 # the head's position standardization (research/pose_probe.py reads the head)
                  'aux_position_mean': self.aux.mean.cpu() if self.aux is not None else None,
                  'aux_position_std': self.aux.std.cpu() if self.aux is not None else None}
         if self.dist.active:

@@ -2,11 +2,12 @@
 still scenes, before the policy trains on demonstrations.
 
 Why: a pose loss on demonstration frames does not teach the backbone the object yaws (the
-expert's arm configuration already tells them; ``act-ros pose-probe`` measures this), and a
-few hundred demonstrated layouts are too few for features that generalize to new ones. A
-scene of :mod:`act_ros.sim.pose_scenes` costs one layout, one inverse-kinematics solve and
-two renders (about 25 ms at 96x128), and needs no expert: every training step draws fresh
-scenes, so the backbone never sees a layout twice.
+expert's arm configuration already tells them; the repository's research probe
+``research/pose_probe.py`` measures this), and a few hundred demonstrated layouts are too
+few for features that generalize to new ones. A scene of :mod:`act_ros.sim.pose_scenes`
+costs one layout, one inverse-kinematics solve and two renders (about 25 ms at 96x128), and
+needs no expert: every training step draws fresh scenes, so the backbone never sees a
+layout twice.
 
 What trains: the checkpoint's ResNet backbone (all stages after ``--frozen-up-to``) and a
 fresh :class:`~act_ros.training.auxiliary.ObjectPoseHead` on its per-camera maps, on the
@@ -14,8 +15,8 @@ images alone (no joints), with the L1 loss of the trainer's auxiliary pose head 
 shifts. The rest of the policy is left as it was. ``RUN/last/`` is the checkpoint with the
 new backbone, a LeRobot ``pretrained_model`` directory: start a policy from it with
 ``act-ros train --init-from RUN/last --backbone-freeze-step 0 --no-calibrate-backbone-norm``
-(keep the backbone's normalization as trained here), and measure it independently with
-``act-ros pose-probe layouts --checkpoint RUN/last``.
+(keep the backbone's normalization as trained here); from a checkout of the repository,
+``python -m research.pose_probe layouts --checkpoint RUN/last`` measures it independently.
 
 Validation: a fixed set of scenes (``--val-seed``, never drawn for training), median errors
 per scene kind; ``start`` is the first frame of an episode, where the policy has to find
@@ -39,6 +40,7 @@ import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +55,39 @@ RESULT_FILE = 'pose_pretrain.json'
 STATE_KEY = 'pose_pretrain'
 FROZEN_CHOICES = ('none', 'stem', 'layer1', 'layer2')
 BATCH_NORM_CHOICES = ('frozen', 'train')
+ERROR_KEYS = ('box_cm', 'box_deg', 'pad_cm', 'pad_deg')
+
+
+@dataclass
+class PoseErrors:
+    """Per-frame errors in physical units (cm, deg), ``ERROR_KEYS`` order."""
+
+    values: np.ndarray  # (N, 4)
+
+    @classmethod
+    def of(cls, errors: dict[str, Any]) -> PoseErrors:
+        """From :func:`~act_ros.training.auxiliary.physical_errors` (m, deg per frame)."""
+        return cls(np.stack([100.0 * errors['box_xy_m'].numpy(), errors['box_yaw_deg'].numpy(),
+                             100.0 * errors['pad_xy_m'].numpy(), errors['pad_yaw_deg'].numpy()],
+                            axis=1))
+
+    def medians(self) -> dict[str, float]:
+        if len(self.values) == 0:
+            return {k: float('nan') for k in ERROR_KEYS}
+        return {k: round(float(np.median(self.values[:, i])), 2)
+                for i, k in enumerate(ERROR_KEYS)}
+
+
+def format_pose_errors(errors: dict[str, float]) -> str:
+    """Median errors (``PoseErrors.medians``) as one line."""
+    return (f"box {errors['box_cm']:.2f} cm / {errors['box_deg']:.1f} deg, "
+            f"pad {errors['pad_cm']:.2f} cm / {errors['pad_deg']:.1f} deg")
+
+
+def object_poses(obs: Any) -> np.ndarray:
+    """(8,) box and pad pose of a simulation observation, in ``OBJECT_POSE_NAMES`` order
+    (as ``act-ros collect`` records them)."""
+    return np.concatenate([obs.box_pose, obs.pad_pose]).astype(np.float32)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -173,7 +208,7 @@ class SceneBatches:
             obs, kind = self.scenes.scene(seed)
             for key, camera in zip(self.keys, self.cameras):
                 images[key].append(obs.images[camera])
-            poses.append(np.concatenate([obs.box_pose, obs.pad_pose]).astype(np.float32))
+            poses.append(object_poses(obs))
             kinds.append(kind)
         batch = {}
         for key in self.keys:
@@ -205,9 +240,8 @@ def _frozen_modules(backbone: Any, frozen_up_to: str) -> list[Any]:
 def _errors_by_kind(prediction: Any, poses: Any, kinds: list[str], mean: Any,
                     std: Any) -> dict[str, dict[str, float]]:
     from act_ros.training.auxiliary import physical_errors
-    from act_ros.training.pose_probe import PoseErrors, _errors_from
 
-    errors = _errors_from(physical_errors(prediction, poses, mean, std))
+    errors = PoseErrors.of(physical_errors(prediction, poses, mean, std)).values
     out = {'all': {'n': len(kinds), **PoseErrors(errors).medians()}}
     for kind in sorted(set(kinds)):
         rows = np.array([k == kind for k in kinds])
@@ -448,15 +482,11 @@ def pretrain(args: argparse.Namespace, argv: list[str] | None = None) -> dict[st
 
 
 def _log(row: dict[str, Any]) -> None:
-    from act_ros.training.pose_probe import _format
-
-    parts = [f"{kind} {_format(row[kind])}" for kind in ('start', 'reach', 'held') if kind in row]
+    parts = [f"{kind} {format_pose_errors(row[kind])}" for kind in ('start', 'reach', 'held') if kind in row]
     logger.info('step %d (%.0f s): %s', row['step'], row['seconds'], '; '.join(parts))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from act_ros.training.pose_probe import _format
-
     parser = build_parser()
     args = parser.parse_args(argv)
     _check_args(parser, args)
@@ -469,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     final = out['history'][-1]
     print(f"step {out['step']}: held-out scenes: " + '; '.join(
-        f"{kind} (n={final[kind]['n']}) " + _format(final[kind])
+        f"{kind} (n={final[kind]['n']}) " + format_pose_errors(final[kind])
         for kind in ('start', 'reach', 'held', 'all') if kind in final))
     print(f'checkpoint with the trained backbone: {args.output_dir / "last"}')
     return 0

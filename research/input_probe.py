@@ -1,4 +1,8 @@
-"""``act-ros input-probe``: what a policy's action chunk depends on, its cameras or its joints.
+"""What a policy's action chunk depends on, its cameras or its joints (a research probe).
+
+Run from a checkout of the repository (research/ is not installed)::
+
+    python -m research.input_probe --checkpoint CKPT --episodes 10
 
 In demonstrations the expert acts on the true object poses, so once its arm moves, the arm's
 configuration (the joint state the policy reads beside its images) already tells where the
@@ -18,7 +22,7 @@ frame every seed's arm is in the home pose (within ``home_noise_rad`` of ``confi
 so there the images are about all that tells the seeds apart.
 
 Medians per kind of frame (the first frame, the box on the table, the box lifted), as in
-``act-ros pose-probe``.
+:mod:`research.pose_probe`.
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ import numpy as np
 
 from act_ros.core.arguments import HelpFormatter
 from act_ros.core.logs import setup_logging
-from act_ros.training.pose_probe import add_simulation_arguments, frame_kinds, write_result
+from research.pose_probe import add_simulation_arguments, frame_kinds, write_result
 
 logger = logging.getLogger(__name__)
+
+PROG = 'python -m research.input_probe'
 
 CAMERAS, JOINTS, POSES, ALL = 'cameras', 'joints', 'object poses', 'all inputs'
 
@@ -134,7 +140,7 @@ def summarize(rows: list[dict], groups: list[str]) -> list[dict]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog='act-ros input-probe',
+        prog=PROG,
         description="What a policy's action chunk depends on: while the scripted expert "
                     'drives, the chunk from the true observation against the chunk with the '
                     "cameras, the joints (or the object poses) taken from another seed's "
@@ -159,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                            every=args.every, episode_steps=args.episode_steps,
                            render_size=args.render_size, progress=not args.no_progress)
     except (FileNotFoundError, ValueError) as exc:
-        print(f'act-ros input-probe: {exc}', file=sys.stderr)
+        print(f'{PROG}: {exc}', file=sys.stderr)
         return 2
     print('mean |difference| of the chunk, arm joints (rad), medians:')
     print(f"{'frames':17s} {'n':>4s}  {'true vs expert':>14s}  "
@@ -168,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = '  '.join(f"{_rad(row[g + ' swapped']):>22s}" for g in out['groups'])
         print(f"{row['frames']:17s} {row['n']:4d}  {_rad(row['true_vs_expert']):>14s}  {cells}")
     out['seconds'] = round(time.perf_counter() - start, 1)
-    write_result(out, 'act-ros input-probe', argv, args.output)
+    write_result(out, PROG, argv, args.output)
     return 0
 
 

@@ -1,4 +1,9 @@
-"""``act-ros pose-probe``: what a vision policy's features tell of the box and pad poses.
+"""What a vision policy's features tell of the box and pad poses (a research probe).
+
+Run from a checkout of the repository (research/ is not installed)::
+
+    python -m research.pose_probe rollouts --checkpoint RUN/last --episodes 20
+    python -m research.pose_probe layouts --checkpoint models/sim_port_pick_align
 
 A training run's held-out pose error (the auxiliary pose head, :mod:`act_ros.training.
 auxiliary`) is measured on frames of the expert's demonstrations. A policy meets other
@@ -28,44 +33,24 @@ import json
 import logging
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from act_ros.core.arguments import HelpFormatter
 from act_ros.core.logs import setup_logging
+from act_ros.training.pose_pretrain import (
+    ERROR_KEYS,
+    PoseErrors,
+    format_pose_errors,
+    object_poses,
+)
 
 logger = logging.getLogger(__name__)
 
+PROG = 'python -m research.pose_probe'
 CHANCE_YAW_DEG = 22.5  # median |error| of a yaw guessed uniformly over its 90-degree period
-ERROR_KEYS = ('box_cm', 'box_deg', 'pad_cm', 'pad_deg')
 CAMERA_SETS = {'both cameras': None, 'top only': ('top',), 'wrist only': ('wrist',)}
-
-
-@dataclass
-class PoseErrors:
-    """Per-frame errors in physical units (cm, deg), ``ERROR_KEYS`` order."""
-
-    values: np.ndarray  # (N, 4)
-
-    def medians(self) -> dict[str, float]:
-        if len(self.values) == 0:
-            return {k: float('nan') for k in ERROR_KEYS}
-        return {k: round(float(np.median(self.values[:, i])), 2)
-                for i, k in enumerate(ERROR_KEYS)}
-
-
-def _errors_from(errors: dict[str, Any]) -> np.ndarray:
-    """``ObjectPoseAuxiliary.errors`` output -> (N, 4) in cm and deg."""
-    return np.stack([100.0 * errors['box_xy_m'].numpy(), errors['box_yaw_deg'].numpy(),
-                     100.0 * errors['pad_xy_m'].numpy(), errors['pad_yaw_deg'].numpy()], axis=1)
-
-
-def _poses(obs: Any) -> np.ndarray:
-    """(8,) box and pad pose in ``OBJECT_POSE_NAMES`` order (as ``act-ros collect`` records)."""
-    return np.concatenate([obs.box_pose, obs.pad_pose]).astype(np.float32)
 
 
 def _head_statistics(state: dict, checkpoint: Path):
@@ -149,7 +134,8 @@ def probe_rollouts(checkpoint: Path, *, episodes: int, seed: int,
                     with aux.capture():
                         command = policy.act(obs)
                     if aux.captured:  # the policy queried a chunk on this frame
-                        errors = _errors_from(aux.errors(torch.from_numpy(_poses(obs))[None]))[0]
+                        poses = torch.from_numpy(object_poses(obs))[None]
+                        errors = PoseErrors.of(aux.errors(poses)).values[0]
                         rows.append({'driver': driver, 'seed': seed + k, 'tick': tick,
                                      'lifted': bool(obs.box_pose[2] > table_z + 0.01),
                                      **dict(zip(ERROR_KEYS, map(float, errors)))})
@@ -221,7 +207,7 @@ def capture_layouts(checkpoint: Path, *, layouts: int, seed: int,
                 raise RuntimeError(f'captured {len(captured)} feature maps for '
                                    f'{len(cameras)} cameras')
             maps.append(torch.stack([c[0] for c in captured]).numpy().astype(np.float16))
-            poses.append(_poses(obs))
+            poses.append(object_poses(obs))
         handle.remove()
         env.close()
     finally:
@@ -266,7 +252,7 @@ def fit_layout_heads(maps: np.ndarray, poses: np.ndarray, cameras: list[str], *,
             for part, rows in (('train', slice(0, n_train)), ('held_out', slice(n_train, None))):
                 prediction = head([x[rows, i] for i in index])
                 errors = physical_errors(prediction, p[rows], targets_of.mean, targets_of.std)
-                scored[part] = PoseErrors(_errors_from(errors)).medians()
+                scored[part] = PoseErrors.of(errors).medians()
         results.append({'cameras': name, 'layouts_train': n_train,
                         'layouts_held_out': len(maps) - n_train, **scored})
     return results
@@ -290,7 +276,7 @@ class _Targets:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog='act-ros pose-probe',
+        prog=PROG,
         description='What a vision policy\'s features tell of the box and pad poses: the '
                     'run\'s pose head on the policy\'s own states against the expert\'s '
                     '(rollouts), or a head fit on the frozen backbone maps of random '
@@ -360,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
                                  progress=not args.no_progress)
             for row in out['summary']:
                 print(f"{row['driver']:7s} {row['frames']:17s} n={row['n']:4d}  "
-                      + _format(row))
+                      + format_pose_errors(row))
             print('align rate while probing: ' + ', '.join(
                 f'{d} {r:.2f}' for d, r in out['align_rate'].items()))
         else:
@@ -372,20 +358,15 @@ def main(argv: list[str] | None = None) -> int:
                    'map_shape': list(maps.shape[2:]), 'cameras': cameras,
                    'fits': fit_layout_heads(maps, poses, cameras, epochs=args.epochs)}
             for fit in out['fits']:
-                print(f"{fit['cameras']:13s} held out: {_format(fit['held_out'])}   "
-                      f"train: {_format(fit['train'])}")
+                print(f"{fit['cameras']:13s} held out: {format_pose_errors(fit['held_out'])}   "
+                      f"train: {format_pose_errors(fit['train'])}")
     except (FileNotFoundError, ValueError) as exc:
-        print(f'act-ros pose-probe: {exc}', file=sys.stderr)
+        print(f'{PROG}: {exc}', file=sys.stderr)
         return 2
     out['seconds'] = round(time.perf_counter() - start, 1)
     out['chance_yaw_deg'] = CHANCE_YAW_DEG
-    write_result(out, 'act-ros pose-probe', argv, args.output)
+    write_result(out, PROG, argv, args.output)
     return 0
-
-
-def _format(errors: dict) -> str:
-    return (f"box {errors['box_cm']:.2f} cm / {errors['box_deg']:.1f} deg, "
-            f"pad {errors['pad_cm']:.2f} cm / {errors['pad_deg']:.1f} deg")
 
 
 if __name__ == '__main__':
