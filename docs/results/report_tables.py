@@ -431,7 +431,7 @@ def _pose_cells(errors: dict) -> list[str]:
 
 
 def pose_probe(src: Sources, rollouts: str, layouts: str) -> str:
-    """Where the vision policy's features know the object poses (act-ros pose-probe)."""
+    """Where the vision policy's features know the object poses (python -m research.pose_probe)."""
     rollouts, layouts = src.json(rollouts), src.json(layouts)
     rows = []
     drivers = {'expert': 'the expert drives', 'policy': 'the policy drives'}
@@ -449,7 +449,7 @@ def pose_probe(src: Sources, rollouts: str, layouts: str) -> str:
 
 
 def input_probe(src: Sources, probes: list[dict]) -> str:
-    """What each policy's chunk depends on (act-ros input-probe): medians over the frames
+    """What each policy's chunk depends on (python -m research.input_probe): medians over the frames
     of each kind, arm joints, radians."""
     rows = []
     for probe in probes:
