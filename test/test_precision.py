@@ -433,7 +433,10 @@ def test_node_and_evaluator_default_to_auto():
     from act_ros.training.evaluation.evaluate import build_parser
     specs = {s.name: s for s in parameter_specs(None)}
     assert specs['precision'].default == 'auto'
-    assert specs['precision'].choices == ('auto', 'fp32', 'fp16', 'bf16', 'int8')
+    # The node offers what the runtime runs (its constants), plus auto.
+    from act_ros.core.inference.options import PRECISIONS
+    assert specs['precision'].choices == ('auto', *PRECISIONS)
+    assert set(PRECISIONS) == {'fp32', 'fp16', 'bf16', 'int8'}
     assert specs['precision_tolerance'].default == DEFAULT_TOLERANCE
     node_yaml = yaml.safe_load(config_path('act.yaml').read_text())['/**/act_node'][
         'ros__parameters']

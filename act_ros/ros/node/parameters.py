@@ -40,14 +40,13 @@ from act_ros.core.control.speed_limits import (
     resolve_speed_limits,
 )
 from act_ros.core.inference.chunking import DEFAULT_BLEND_WINDOW, blend_window_ticks
-from act_ros.core.inference.options import BACKEND_CHOICES
-from act_ros.core.inference.precision import DEFAULT_TOLERANCE
-from act_ros.core.inference.runtime import RuntimeConfig
+from act_ros.core.inference.options import BACKEND_CHOICES, COMPILE_MODES, PRECISIONS
+from act_ros.core.inference.precision import AUTO, DEFAULT_TOLERANCE
+from act_ros.core.inference.runtime import LIVE_EXECUTIONS, MODES, RuntimeConfig
 from act_ros.core.object_state import OBJECTS
 
 COMMAND_TYPES = ('JointTrajectory', 'Float64MultiArray')
 COMMAND_TRAJECTORIES = ('point', 'chunk')
-MODES = ('chunk', 'ensemble', 'blend')
 EXECUTORS = ('auto', 'multi_threaded', 'single_threaded')
 DEFAULT_COMMAND_TOPICS = {
     'JointTrajectory': 'joint_trajectory_controller/joint_trajectory',
@@ -127,7 +126,7 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'cuda:N or mps. An explicit device that is missing fails configure.'),
         P('compile_model', False, 'Compile the model with torch.compile at configure.'),
         P('compile_mode', 'default', 'torch.compile mode.',
-          choices=('default', 'reduce-overhead', 'max-autotune', 'max-autotune-no-cudagraphs')),
+          choices=COMPILE_MODES),
         P('precision', 'auto', 'Inference precision: auto (bf16 with backend openvino on a CPU '
           'with native bfloat16, AVX512-BF16 or AMX, kept only when its actions on the warm-up '
           'observations stay within precision_tolerance of fp32; fp32 everywhere else), fp32, '
@@ -135,7 +134,7 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'int8) or int8 (backend openvino, the model act-ros export --int8 quantized with NNCF '
           'on a calibration dataset; checked against fp32 at configure and refused over '
           'precision_tolerance; auto never picks it).',
-          choices=('auto', 'fp32', 'fp16', 'bf16', 'int8')),
+          choices=(AUTO, *PRECISIONS)),
         P('precision_tolerance', DEFAULT_TOLERANCE, 'precision auto: largest difference of any '
           'normalized action (units of its standard deviation in the training data) between '
           'a reduced precision and fp32 on the check observations (the real ones saved beside '
@@ -185,7 +184,7 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'child process, so message handling never competes with inference for the '
           'Python interpreter lock (best on small CPUs); sync: the tick waits for the model '
           '(LeRobot select_action semantics, for lock-step evaluation).',
-          choices=('async', 'process', 'sync')),
+          choices=LIVE_EXECUTIONS),
         P('n_action_steps', 0, "Actions played from each chunk (chunk and blend modes); 0: the "
           "checkpoint's own n_action_steps (its config.json), as LeRobot's select_action "
           'plays it.', low=0, high=1000),

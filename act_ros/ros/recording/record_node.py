@@ -60,7 +60,7 @@ from act_ros.data.recording import (
     StampMatcher,
     make_store,
 )
-from act_ros.data.writer import MAX_EPISODE_FRAMES
+from act_ros.data.writer import MAX_EPISODE_FRAMES, VIDEO_CODECS
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array
 from act_ros.ros.node.interfaces import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
 from act_ros.ros.node.parameters import CONTRACT_PATH, ParamSpec, declare_parameters, parameters_help
@@ -109,7 +109,7 @@ def record_parameters(contract) -> list[ParamSpec]:
         P('video_codec', 'h264', 'h264 (ultrafast: about 0.12 core per 480x640 camera at 30 '
           'fps on a 2-core CPU) or libsvtav1 (LeRobot\'s default: smaller files, about 1.8 '
           'cores per camera there, too slow to encode live on a CPU).',
-          choices=('h264', 'libsvtav1'), read_only=True),
+          choices=VIDEO_CODECS, read_only=True),
         P('writer_nice', 0, 'How much lower the priority of the writer and encoder threads is '
           'than the sampling (0: the same; the saver thread runs 5 below the writers). On a '
           'machine shared with other work a niced writer loses to it: keep 0 there.',
