@@ -40,6 +40,23 @@ def test_check_mode_fails_on_a_stale_page(tmp_path, capsys):
     assert report.main(['--check', '--root', str(tmp_path)]) == 0
 
 
+def test_parameter_files_and_tables_are_generated_from_the_declarations(tmp_path, capsys):
+    """The nodes' parameters files and docs/parameters.md are checked like any part: a file
+    edited by hand (or a declaration changed without running the report) is stale."""
+    rendered = {str(page.relative_to(ROOT)) for page in report.render_all(ROOT)}
+    assert {'config/act.yaml', 'config/sim_bridge.yaml', 'config/record.yaml',
+            'docs/parameters.md'} <= rendered, rendered
+    text = (ROOT / 'config' / 'act.yaml').read_text()
+    (tmp_path / 'config').mkdir()
+    (tmp_path / 'config' / 'act.yaml').write_text(text.replace('# Checkpoint directory',
+                                                               '# Checkpoint folder'))
+    (tmp_path / 'README.md').write_text('# x\n')
+    assert report.main(['--check', '--root', str(tmp_path)]) == 1
+    assert 'stale: config/act.yaml' in capsys.readouterr().err
+    assert report.main(['--root', str(tmp_path)]) == 0
+    assert (tmp_path / 'config' / 'act.yaml').read_text() == text
+
+
 def test_a_result_file_without_provenance_is_refused(tmp_path):
     rel = 'docs/benchmarks/faults.json'
     (tmp_path / rel).parent.mkdir(parents=True)
@@ -111,10 +128,12 @@ def test_parts_link_their_files():
 
 def test_every_defined_part_is_on_a_page_and_names_a_table():
     """docs/results/report.yaml defines the parts the pages hold, each with a known table
-    whose parameters it takes (a part no page shows would go stale unseen)."""
+    whose parameters it takes (a part no page shows would go stale unseen); so does each
+    node's parameter table."""
     on_pages = {m.group(1) for old, _ in report.render_all(ROOT).values()
                 for m in report.MARKER.finditer(old)}
-    assert set(report.definitions()) == on_pages
+    nodes = {f'parameters_{executable}' for executable in report.parameter_files()}
+    assert set(report.definitions()) | nodes == on_pages
     with pytest.raises(report.ReportError, match='unknown table "nothing"'):
         report.builder('nothing')
     assert set(tables.__all__) <= {part['table'] for part in report.definitions().values()}

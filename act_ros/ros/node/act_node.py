@@ -69,10 +69,10 @@ from act_ros.ros.node.parameters import (
     CONTRACT_PATH,
     EXECUTORS,
     NodeSettings,
+    ParameterFile,
     ParamSpec,
     declare_parameters,
     parameter_specs,
-    parameters_help,
     read_settings,
 )
 from act_ros.ros.node.status import NodeStatus
@@ -556,7 +556,7 @@ def main(args: list[str] | None = None) -> int:
 
     # No executor shutdown: destroy_node stops the runtime, which a running tick may wait on.
     return run_node(ActNode, name='act_node', args=args, executor=executor, start=start,
-                    shutdown_timeout_s=None, help_text=help_text)
+                    shutdown_timeout_s=None, help_text=PARAMETERS.help)
 
 
 def parameter_declarations() -> list[ParamSpec]:
@@ -565,15 +565,14 @@ def parameter_declarations() -> list[ParamSpec]:
     return parameter_specs(load_contract())
 
 
-def help_text() -> str:
-    """``act_node --help``: the node's parameters with their defaults."""
-    return parameters_help(
-        'act_node', 'The ROS 2 lifecycle node that runs an ACT policy on a robot arm: camera '
-        'images and joint states in, joint position commands out.',
-        parameter_declarations(), params_file='config/act.yaml',
-        notes='Example: act_node --ros-args --params-file config/act.yaml -p '
-        'model_path:=<checkpoint directory or Hub id>. Joint and camera defaults come from '
-        'the contract (contract_path).')
+PARAMETERS = ParameterFile(
+    'act_node', 'The ROS 2 lifecycle node that runs an ACT policy on a robot arm: camera '
+    'images and joint states in, joint position commands out.', parameter_declarations,
+    'config/act.yaml', 'act_ros/ros/node/parameters.py',
+    notes='Example: act_node --ros-args --params-file config/act.yaml -p '
+    'model_path:=<checkpoint directory or Hub id>. Joint and camera defaults come from '
+    'the contract (contract_path). Units are in the names (_m, _s, _hz). Parameters that '
+    'are not read-only are read at configure (cleanup + configure applies a change).')
 
 
 # The node module and everything it needs are imported: the end of the 'import' phase.

@@ -2,7 +2,9 @@
 
 Every parameter is a :class:`ParamSpec` in :func:`parameter_specs` with its description,
 range or choices and whether it is read-only (the structural ones: topics, message types,
-joint names). ``config/act.yaml`` mirrors this table with comments.
+joint names). A node's ``--help``, its parameters file (``config/act.yaml``) and its table
+on ``docs/parameters.md`` are made from these declarations (:class:`ParameterFile`; the
+file and the table are written by ``act-ros report``, whose check fails when they differ).
 
 Declaration never raises on a bad value from the command line or a parameters file: the
 offending parameter keeps its default and the problem is recorded, so that the node
@@ -15,7 +17,7 @@ from __future__ import annotations
 import math
 import re
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,7 +68,16 @@ class ParamSpec:
     low: float | None = None
     high: float | None = None
     read_only: bool = False
-    type_: Parameter.Type | None = None  # only needed when ``default`` is None
+    # Needed when ``default`` may be None; the parameters file leaves such a one commented out.
+    type_: Parameter.Type | None = None
+    section: str = ''  # starts a section of the parameters file
+
+    def constraints(self) -> str:
+        """``one of a, b; read-only``, ``0 to 10``: what ``--help``, the file and the table show."""
+        text = ('one of ' + ', '.join(format_parameter_value(c) for c in self.choices)
+                if self.choices else f'{_number(self.low)} to {_number(self.high)}'
+                if self.low is not None and not isinstance(self.default, bool) else '')
+        return '; '.join(t for t in (text, 'read-only' if self.read_only else '') if t)
 
     def descriptor(self) -> ParameterDescriptor:
         desc = ParameterDescriptor(name=self.name, description=self.description,
@@ -114,13 +125,13 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
     lower = [float(v) for v in contract.joint_lower] if contract else None
     upper = [float(v) for v in contract.joint_upper] if contract else None
     specs = [
-        # Policy and runtime (applied at configure).
         P('model_path', '', 'Checkpoint directory (LeRobot pretrained_model: config.json, '
           'model.safetensors, processor files), or a Hugging Face Hub id '
           'org/name[@revision][/subfolder] resolved through the huggingface_hub cache '
           '(offline with HF_HUB_OFFLINE=1; docs/hub_ids.md). A relative path is looked up in '
           "the working directory, then in the package's models/ folder; a name is a Hub id "
-          'only when it cannot be a local path. Required.'),
+          'only when it cannot be a local path. Required.',
+          section='Policy and runtime'),
         CONTRACT_PATH,
         P('device', 'auto', 'Inference device: auto (MPS, then CUDA, then CPU), cpu, cuda, '
           'cuda:N or mps. An explicit device that is missing fails configure.'),
@@ -190,10 +201,10 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'plays it.', low=0, high=1000),
         P('ensemble_coeff', 0.01, 'Temporal ensembling weight exp(-k*i), i = 0 for the oldest.',
           low=0.0, high=10.0),
-        # Control loop.
         P('control_rate_hz', 0.0, "Control rate (timer trigger); one command per period. 0: "
           "the contract's fps (the rate the policy's data was recorded at).",
-          low=0.0, high=1000.0),
+          low=0.0, high=1000.0,
+          section='Control loop'),
         P('trigger', 'timer', 'timer: tick at control_rate_hz; observation: one tick per '
           'synchronized set of new messages (lock-step simulation).',
           choices=('timer', 'observation'), read_only=True),
@@ -210,13 +221,13 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           choices=EXECUTORS, read_only=True),
         P('diagnostics_period_s', 1.0, 'Period of the diagnostics message on /diagnostics.',
           low=0.05, high=60.0),
-        # What the policy plans, for RViz or Foxglove (act_ros.ros.node.visualization).
         P('visualization.enabled', True, 'Publish ~/planned_path (nav_msgs/Path: end-effector '
           'poses of the chunk being played, by forward kinematics) and ~/markers '
           '(visualization_msgs/MarkerArray: release region around the pad coloured by the gate '
           'state, end effector, planned gripper requests, a text with the gate state and the '
           'input ages). Built at visualization.rate_hz off the control tick; false: no such '
-          'publishers at all.'),
+          'publishers at all.',
+          section='What the policy plans, for RViz or Foxglove'),
         P('visualization.rate_hz', 5.0, 'Rate at which the markers are published and a new '
           'chunk becomes a new path.', low=0.1, high=30.0),
         P('visualization.frame_id', 'base_link', 'Frame of the path and the markers: the robot '
@@ -227,8 +238,8 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'message (no command while it is the newest on its topic; /diagnostics names the '
           'topic, the frame received and the frame expected). Empty: visualization.frame_id, '
           'the robot base frame.', read_only=True),
-        # Topics and message types (structural).
-        P('joint_states_topic', 'joint_states', 'sensor_msgs/JointState input.', read_only=True),
+        P('joint_states_topic', 'joint_states', 'sensor_msgs/JointState input.', read_only=True,
+          section='Topics and message types'),
         P('image_transport', 'raw', 'raw: sensor_msgs/Image on each camera topic; compressed: '
           'sensor_msgs/CompressedImage on <camera topic>/compressed.',
           choices=('raw', 'compressed'), read_only=True),
@@ -248,10 +259,10 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('command_topic', '', 'Command topic; empty means the controller default for the type '
           '(joint_trajectory_controller/joint_trajectory or forward_position_controller/commands).',
           read_only=True),
-        # Joints and safety limits.
         P('joint_names', joints, 'Robot joint names in contract order (JointState is matched '
           'by these names; commands carry them). Default: the contract names.',
-          read_only=True, type_=Parameter.Type.STRING_ARRAY),
+          read_only=True, type_=Parameter.Type.STRING_ARRAY,
+          section='Joints and safety limits'),
         P('joint_lower', lower, "Lower position limits per joint (the contract's units: rad "
           'and a normalized gripper for the package arm). Default: the contract.',
           type_=Parameter.Type.DOUBLE_ARRAY),
@@ -269,11 +280,11 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('max_joint_step', None, 'Deprecated, use max_joint_velocity: the largest change per '
           'tick, converted to a speed with control_rate_hz (with a warning). Setting both '
           'fails configure.', type_=Parameter.Type.DOUBLE_ARRAY),
-        # Release gate.
         P('release_gate.enabled', True, "Gate each gripper of the contract (one gate each): "
           'open only near the pad once holding. Thresholds and commands below are openings '
           "(0 closed, 1 open), converted to each gripper's units by the contract's closed and "
-          'open positions.'),
+          'open positions.',
+          section='Release gate'),
         P('release_gate.release_radius_m', 0.10, 'End effector to pad distance under which a '
           'release may pass.', low=0.001, high=10.0),
         P('release_gate.release_threshold', 0.90, 'Gripper command at or above which a command '
@@ -318,10 +329,11 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           "means each gripper's ee_frame in the contract. Names one end effector: an arm with "
           'one gripper, or none (the planned path).'),
     ]
-    for cam in (contract.cameras if contract else ()):
+    for i, cam in enumerate(contract.cameras if contract else ()):
         specs.append(P(camera_topic_param(cam.name), f'camera/{cam.name}/image_raw',
                        f"Image topic of the '{cam.name}' camera ({cam.feature}); subscribed "
-                       'when the checkpoint takes this camera.', read_only=True))
+                       'when the checkpoint takes this camera.', read_only=True,
+                       section='' if i else 'Camera and object pose topics'))
     for obj in OBJECTS:
         specs.append(P(object_pose_topic_param(obj), f'{obj}_pose',
                        f'{OBJECT_POSE_DESCRIPTIONS.get(obj, obj)} in the robot base frame '
@@ -343,31 +355,86 @@ def format_parameter_value(value: Any) -> str:
     return str(value)
 
 
-def parameters_help(executable: str, summary: str, specs: Sequence[ParamSpec], *,
-                    params_file: str = '', notes: str = '') -> str:
-    """``EXECUTABLE --help``: what the node does and every parameter of ``specs`` with its
-    default, constraints and description, from the same declaration the node uses."""
-    lines = [f'usage: {executable} [-h] [--ros-args [-p NAME:=VALUE ...] '
-             '[--params-file FILE] [-r FROM:=TO ...]]', '', *textwrap.wrap(summary, 88)]
-    if notes:
-        lines += ['', *textwrap.wrap(notes, 88)]
-    where = f'; every one with comments in {params_file}' if params_file else ''
-    lines += ['', f'parameters (-p NAME:=VALUE, or --params-file FILE{where}):']
-    for spec in specs:
-        default = ('not set' if spec.default is None
-                   else format_parameter_value(spec.default))
-        kind = spec.type_.name.lower() if spec.default is None and spec.type_ else ''
-        head = f'  {spec.name} (default {default}{", " + kind if kind else ""}'
-        if spec.choices:
-            head += '; one of ' + ', '.join(format_parameter_value(c) for c in spec.choices)
-        elif spec.low is not None and spec.high is not None \
-                and not isinstance(spec.default, bool):
-            head += f'; {spec.low:g} to {spec.high:g}'
-        head += '; read-only)' if spec.read_only else ')'
-        lines.append(head)
-        lines += textwrap.wrap(spec.description, 88, initial_indent=' ' * 6,
-                               subsequent_indent=' ' * 6)
-    return '\n'.join(lines)
+@dataclass(frozen=True)
+class ParameterFile:
+    """A node's parameters as its ``--help``, its parameters file and its table on
+    ``docs/parameters.md`` show them, all three made from the same declarations."""
+
+    executable: str
+    summary: str
+    specs: Callable[[], list[ParamSpec]]  # the declarations, with the package contract
+    path: str  # the parameters file, from the package root (config/act.yaml)
+    source: str  # the module that declares them
+    notes: str = ''
+
+    def help(self) -> str:
+        """``EXECUTABLE --help``: what the node does and every parameter with its default,
+        constraints and description."""
+        lines = [f'usage: {self.executable} [-h] [--ros-args [-p NAME:=VALUE ...] '
+                 '[--params-file FILE] [-r FROM:=TO ...]]', '', *textwrap.wrap(self.summary, 88)]
+        if self.notes:
+            lines += ['', *textwrap.wrap(self.notes, 88)]
+        lines += ['', 'parameters (-p NAME:=VALUE, or --params-file FILE; every one with '
+                  f'comments in {self.path}):']
+        for spec in self.specs():
+            kind = spec.type_.name.lower() if spec.default is None and spec.type_ else ''
+            constraints = spec.constraints()
+            lines.append(f'  {spec.name} (default {_default(spec)}{", " + kind if kind else ""}'
+                         f'{"; " + constraints if constraints else ""})')
+            lines += textwrap.wrap(spec.description, 88, initial_indent=' ' * 6,
+                                   subsequent_indent=' ' * 6)
+        return '\n'.join(lines)
+
+    def yaml(self) -> str:
+        """The parameters file: every parameter with its description and constraints as a
+        comment, then its default; one whose default may be unset (``type_``) commented out."""
+        out = [*_comment('', f'Parameters of {self.executable}: {self.summary} {self.notes}'), '#',
+               *_comment('', f'Written by `act-ros report` from the declarations in '
+                         f'{self.source} (edit those, then run it). Read-only parameters shape '
+                         'the node: set them here or on the command line, not at run time. The '
+                         f'key "/**/{self.executable}" matches the node in any namespace.'),
+               f'/**/{self.executable}:', '  ros__parameters:']
+        mappings: list[str] = []
+        for spec in self.specs():
+            *path, name = spec.name.split('.')
+            same = next((i for i, (a, b) in enumerate(zip(mappings, path)) if a != b),
+                        min(len(mappings), len(path)))
+            mappings = path
+            if spec.section:
+                out += ['', f'    # --- {spec.section} '.ljust(92, '-')]
+            out += [f"    {'  ' * i}{key}:" for i, key in enumerate(path) if i >= same]
+            pad = '    ' + '  ' * len(path)
+            constraints = spec.constraints()
+            out += _comment(pad, spec.description + (f' ({constraints})' if constraints else ''))
+            value = (format_parameter_value(spec.default) if spec.default is not None
+                     else f'  # not set ({spec.type_.name.lower()})')
+            out.append(f"{pad}{'# ' if spec.type_ else ''}{name}: {value}".rstrip())
+        return '\n'.join(out) + '\n'
+
+    def table(self) -> str:
+        """The markdown table of every parameter: name, default, constraints, read-only,
+        description."""
+        rows = ['| parameter | default | range or choices | read-only | description |',
+                '|---|---|---|---|---|']
+        for spec in self.specs():
+            constraints = spec.constraints().removesuffix('read-only').rstrip('; ')
+            cells = [f'`{spec.name}`', f'`{_default(spec)}`', constraints,
+                     'yes' if spec.read_only else '', re.sub(r'([<*])', r'\\\1', spec.description)]
+            rows.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
+        return '\n'.join(rows) + '\n'
+
+
+def _number(x: float) -> str:
+    return f'{x:g}' if isinstance(x, float) else str(x)
+
+
+def _default(spec: ParamSpec) -> str:
+    return 'not set' if spec.default is None else format_parameter_value(spec.default)
+
+
+def _comment(pad: str, text: str) -> list[str]:
+    return textwrap.wrap(text, 92, initial_indent=pad + '# ', subsequent_indent=pad + '# ',
+                         break_on_hyphens=False)
 
 
 def declare_parameters(node: Node, specs: Sequence[ParamSpec]) -> list[str]:

@@ -63,7 +63,7 @@ from act_ros.data.recording import (
 from act_ros.data.writer import MAX_EPISODE_FRAMES, VIDEO_CODECS
 from act_ros.ros.diagnostics import RateMeter, diagnostic_array
 from act_ros.ros.node.interfaces import DIAGNOSTICS_QOS, DIAGNOSTICS_TOPIC
-from act_ros.ros.node.parameters import CONTRACT_PATH, ParamSpec, declare_parameters, parameters_help
+from act_ros.ros.node.parameters import CONTRACT_PATH, ParameterFile, ParamSpec, declare_parameters
 
 #: Drop reason of a tick after a split whose continuation's writer was not made yet.
 NO_WRITER = 'no writer yet'
@@ -719,7 +719,7 @@ def main(args: list[str] | None = None) -> int:
     from act_ros.ros.spin import run_node
 
     quiet_library_output()
-    return run_node(RecordNode, name='record_node', args=args, help_text=help_text,
+    return run_node(RecordNode, name='record_node', args=args, help_text=PARAMETERS.help,
                     executor=lambda node: SingleThreadedExecutor(),
                     # A save in progress finishes (its episode stays); the open one goes.
                     before_shutdown=lambda node: node.stop_recording(),
@@ -733,15 +733,13 @@ def parameter_declarations() -> list[ParamSpec]:
     return record_parameters(load_contract())
 
 
-def help_text() -> str:
-    """``record_node --help``: the recorder's parameters with their defaults."""
-    return parameters_help(
-        'record_node', 'Records demonstrations from ROS 2 topics to a LeRobot v3 dataset '
-        '(also: act-ros record).', parameter_declarations(),
-        params_file='config/record.yaml',
-        notes='Example: record_node --ros-args -p output:=data/my_demos. Per episode call '
-        'the services ~/start_episode, then ~/save_episode or ~/discard_episode '
-        '(std_srvs/Trigger).')
+PARAMETERS = ParameterFile(
+    'record_node', 'Records demonstrations from ROS 2 topics to a LeRobot v3 dataset '
+    '(also: act-ros record).', parameter_declarations, 'config/record.yaml',
+    'act_ros/ros/recording/record_node.py',
+    notes='Example: record_node --ros-args -p output:=data/my_demos. Per episode call '
+    'the services ~/start_episode, then ~/save_episode or ~/discard_episode '
+    '(std_srvs/Trigger).')
 
 
 if __name__ == '__main__':

@@ -55,7 +55,7 @@ from std_srvs.srv import Trigger
 from trajectory_msgs.msg import JointTrajectory
 
 from act_ros.ros.conversions import MalformedMessageError
-from act_ros.ros.node.parameters import DEFAULT_COMMAND_TOPICS, ParamSpec, declare_parameters, parameters_help
+from act_ros.ros.node.parameters import DEFAULT_COMMAND_TOPICS, ParameterFile, ParamSpec, declare_parameters
 from act_ros.ros.sim_bridge import messages as msgs
 from act_ros.ros.sim_bridge.loop import BridgeLoop, EpisodeStartError
 from act_ros.ros.sim_bridge.params import BRIDGE_PARAMETERS, read_bridge_settings
@@ -332,7 +332,7 @@ def main(args: list[str] | None = None) -> int:
 
     return run_node(SimBridge, name='sim_bridge', args=args, num_threads=4, start=start,
                     spin=spin, shutdown_timeout_s=None, errors=(ValueError, OSError),
-                    on_error=cannot_start, help_text=help_text)
+                    on_error=cannot_start, help_text=PARAMETERS.help)
 
 
 def parameter_declarations() -> list[ParamSpec]:
@@ -340,13 +340,12 @@ def parameter_declarations() -> list[ParamSpec]:
     return list(BRIDGE_PARAMETERS)
 
 
-def help_text() -> str:
-    """``sim_bridge --help``: the bridge's parameters with their defaults."""
-    return parameters_help(
-        'sim_bridge', 'The MuJoCo port-pick-align simulation on ROS 2 topics: cameras, '
-        'joint states, object poses and /clock out, joint commands in.',
-        parameter_declarations(),
-        params_file='config/sim_bridge.yaml')
+PARAMETERS = ParameterFile(
+    'sim_bridge', 'The MuJoCo port-pick-align simulation on ROS 2 topics: cameras, '
+    'joint states, object poses and /clock out, joint commands in.', parameter_declarations,
+    'config/sim_bridge.yaml', 'act_ros/ros/sim_bridge/params.py',
+    notes='Example: sim_bridge --ros-args --params-file config/sim_bridge.yaml -p '
+    'mode:=lockstep.')
 
 
 if __name__ == '__main__':

@@ -1,8 +1,8 @@
 """Parameters of ``sim_bridge``: declared in one place, validated into one settings object.
 
-``config/sim_bridge.yaml`` mirrors this table with comments. The declaration helpers are
-the policy node's (:mod:`act_ros.ros.node.parameters`), so both nodes describe and check their
-parameters the same way.
+``config/sim_bridge.yaml`` is generated from this table (``act-ros report``). The
+declaration helpers are the policy node's (:mod:`act_ros.ros.node.parameters`), so both
+nodes describe and check their parameters the same way.
 """
 
 from __future__ import annotations
