@@ -73,9 +73,11 @@ class ParamSpec:
     section: str = ''  # starts a section of the parameters file
 
     def constraints(self) -> str:
-        """``one of a, b; read-only``, ``0 to 10``: what ``--help``, the file and the table show."""
+        """``one of a, b; read-only``, ``0.0 to 10.0``: what ``--help``, the file and the table
+        show."""
+        low, high = (format_parameter_value(x) for x in (self.low, self.high))
         text = ('one of ' + ', '.join(format_parameter_value(c) for c in self.choices)
-                if self.choices else f'{_number(self.low)} to {_number(self.high)}'
+                if self.choices else f'{low} to {high}'
                 if self.low is not None and not isinstance(self.default, bool) else '')
         return '; '.join(t for t in (text, 'read-only' if self.read_only else '') if t)
 
@@ -422,10 +424,6 @@ class ParameterFile:
                      'yes' if spec.read_only else '', re.sub(r'([<*])', r'\\\1', spec.description)]
             rows.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
         return '\n'.join(rows) + '\n'
-
-
-def _number(x: float) -> str:
-    return f'{x:g}' if isinstance(x, float) else str(x)
 
 
 def _default(spec: ParamSpec) -> str:
