@@ -420,7 +420,8 @@ class ParameterFile:
                 '|---|---|---|---|---|']
         for spec in self.specs():
             constraints = spec.constraints().removesuffix('read-only').rstrip('; ')
-            cells = [f'`{spec.name}`', f'`{_default(spec)}`', constraints,
+            default = 'not set' if spec.default is None else f'`{_default(spec)}`'
+            cells = [f'`{spec.name}`', default, constraints,
                      'yes' if spec.read_only else '', re.sub(r'([<*])', r'\\\1', spec.description)]
             rows.append('| ' + ' | '.join(c.replace('|', '\\|') for c in cells) + ' |')
         return '\n'.join(rows) + '\n'
