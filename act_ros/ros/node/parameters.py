@@ -214,7 +214,10 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'seconds of each other form one observation.', low=0.0, high=1.0),
         P('max_obs_age_s', 0.2, 'Inputs older than this (receive time, node clock) are stale: '
           'no commands until fresh data returns.', low=0.001, high=10.0),
-        P('autostart', True, 'Configure and activate on start-up (no lifecycle manager).'),
+        P('autostart', True, 'Configure and activate on start-up (no lifecycle manager). '
+          'Under a lifecycle manager set false; also for a model without '
+          'precision_check_observations.npz, so that its reduced-precision check runs on '
+          'live inputs seen before activation (docs/deployment.md).'),
         P('executor', 'auto', 'Executor of the console script: multi_threaded (a pool of 4 '
           'threads, act_ros.ros.spin.PoolExecutor: inputs and the tick run in parallel, as '
           'execution sync needs), single_threaded (least CPU per '
@@ -242,8 +245,9 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
           'the robot base frame.', read_only=True),
         P('joint_states_topic', 'joint_states', 'sensor_msgs/JointState input.', read_only=True,
           section='Topics and message types'),
-        P('image_transport', 'raw', 'raw: sensor_msgs/Image on each camera topic; compressed: '
-          'sensor_msgs/CompressedImage on <camera topic>/compressed.',
+        P('image_transport', 'raw', 'raw: sensor_msgs/Image (rgb8, bgr8, rgba8, bgra8, mono8) '
+          'on each camera topic; compressed: sensor_msgs/CompressedImage (JPEG, PNG) on '
+          '<camera topic>/compressed.',
           choices=('raw', 'compressed'), read_only=True),
         P('command_type', 'JointTrajectory', 'Command message type.', choices=COMMAND_TYPES,
           read_only=True),
