@@ -116,7 +116,7 @@ bench-check: $(STAMP)
 	$(PY) -m act_ros.bench check $(BENCH_CHECK_ARGS)
 
 lint: $(STAMP)
-	$(PY) -m ruff check act_ros test launch setup.py
+	$(PY) -m ruff check act_ros test launch research docs/results setup.py
 
 clean-venv:
 	rm -rf "$(VENV)"
