@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_ruff_clean():
     ruff = shutil.which('ruff') or str(Path(sys.executable).parent / 'ruff')
     proc = subprocess.run([ruff, 'check', '--output-format', 'concise', 'act_ros', 'research',
-                           'test', 'launch', 'docs/results', 'setup.py'], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120)
+                           'test', 'launch', 'docs/results', 'setup.py'], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 
