@@ -163,16 +163,24 @@ def test_imports_point_down_the_documented_layers():
         f'{a} -> {b}' for a, b in arrows)
 
 
-def test_a_function_level_back_import_is_caught(tmp_path):
-    """The check sees an import inside a function: planted in a copy of core, it fails."""
+def planted(tmp_path, module, statement, name):
+    """A copy of the package whose ``module`` (a path under act_ros/) gains a function
+    that runs ``statement`` (an import of ``name``) and returns ``name``; its root."""
     import shutil
 
     root = tmp_path / 'act_ros'
-    shutil.copytree(ROOT / 'act_ros', root, ignore=shutil.ignore_patterns('__pycache__'))
-    safety = root / 'core' / 'control' / 'safety.py'
-    safety.write_text(safety.read_text() + '\n\ndef _planted():\n'
-                      '    from act_ros.training.evaluation.rollout import SimPolicy\n'
-                      '    return SimPolicy\n')
+    if not root.exists():
+        shutil.copytree(ROOT / 'act_ros', root, ignore=shutil.ignore_patterns('__pycache__'))
+    path = root / module
+    path.write_text(path.read_text() + f'\n\ndef _planted():\n    {statement}\n'
+                    f'    return {name}\n')
+    return root
+
+
+def test_a_function_level_back_import_is_caught(tmp_path):
+    """The check sees an import inside a function: planted in a copy of core, it fails."""
+    root = planted(tmp_path, 'core/control/safety.py',
+                   'from act_ros.training.evaluation.rollout import SimPolicy', 'SimPolicy')
     graph = import_graph(_modules(root))
     assert back_arrows(graph, documented_layers()) == [
         ('act_ros.core.control.safety', 'act_ros.training.evaluation.rollout')]
@@ -181,14 +189,8 @@ def test_a_function_level_back_import_is_caught(tmp_path):
 
 def test_a_back_import_between_rooms_is_caught(tmp_path):
     """Rooms are ordered too: inference importing the control path runs up a room."""
-    import shutil
-
-    root = tmp_path / 'act_ros'
-    shutil.copytree(ROOT / 'act_ros', root, ignore=shutil.ignore_patterns('__pycache__'))
-    runtime = root / 'core' / 'inference' / 'runtime.py'
-    runtime.write_text(runtime.read_text() + '\n\ndef _planted():\n'
-                       '    from act_ros.core.control.release_gate import ReleaseGate\n'
-                       '    return ReleaseGate\n')
+    root = planted(tmp_path, 'core/inference/runtime.py',
+                   'from act_ros.core.control.release_gate import ReleaseGate', 'ReleaseGate')
     assert back_arrows(import_graph(_modules(root)), documented_layers()) == [
         ('act_ros.core.inference.runtime', 'act_ros.core.control.release_gate')]
 
@@ -227,14 +229,8 @@ def test_the_package_never_imports_research():
 def test_a_research_import_is_caught(tmp_path):
     """Planted in a copy of the package, an import in a function and a module name given to
     the CLI's command table are both found."""
-    import shutil
-
-    root = tmp_path / 'act_ros'
-    shutil.copytree(ROOT / 'act_ros', root, ignore=shutil.ignore_patterns('__pycache__'))
-    pretrain = root / 'training' / 'pose_pretrain.py'
-    pretrain.write_text(pretrain.read_text() + '\n\ndef _planted():\n'
-                        '    from research.pose_probe import main\n'
-                        '    return main\n')
+    root = planted(tmp_path, 'training/pose_pretrain.py', 'from research.pose_probe import main',
+                   'main')
     cli = root / 'cli.py'
     cli.write_text(cli.read_text().replace(
         'COMMANDS: dict[str, tuple[str, str]] = {\n',
