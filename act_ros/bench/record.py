@@ -212,12 +212,21 @@ def bench_record(args: argparse.Namespace) -> dict[str, Any]:
         'save_s_last': episodes[-1]['save_s'] if episodes else None,
         'save_s': [e['save_s'] for e in episodes],
         'append_s': [e['append_s'] for e in episodes],
-        'recorder_exit': recorder.returncode, 'workdir': str(work)}
+        'recorder_exit': recorder.returncode, 'workdir': _kept(work, args.keep)}
     result['dataset'] = _check_dataset(output)
     result['recording'] = _recording_summary(output, result['dataset'].get('episodes', 0))
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return result
+
+
+def _kept(work: Path, keep: bool) -> str | None:
+    """Where a run with ``--keep`` left its data, for the summary: the folder's name in
+    ``--workdir`` (a committed result names no path of this machine; the log has it)."""
+    if not keep:
+        return None
+    print(f'[bench record] data and logs kept in {work}', file=sys.stderr)
+    return f'WORKDIR/{work.name}'
 
 
 def _check_dataset(root: Path) -> dict[str, Any]:
@@ -365,7 +374,7 @@ def bench_import(args: argparse.Namespace) -> dict[str, Any]:
               'peak_rss_mb': round(sampler.peak / 2**20, 1),
               'rss_mb_at': {f'{t:.0f}s': round(r / 2**20) for t, r in sampler.samples[::60]},
               'exit': proc.returncode, 'summary': text.strip().splitlines()[-2:],
-              'dataset': _check_dataset(work / 'ds'), 'workdir': str(work)}
+              'dataset': _check_dataset(work / 'ds'), 'workdir': _kept(work, args.keep)}
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return result

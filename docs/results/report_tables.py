@@ -706,14 +706,18 @@ def recording_runs(src: Sources, folder: str, runs: list[dict]) -> str:
                            else 'one episode, saved at the end')
                 if run.get('max_episode_frames'):
                     setting += f", cap {run['max_episode_frames']} frames"
-                splits = run.get('continuations')
-                if splits is None:  # measured before the recorder split episodes
+                rec = run.get('recording')
+                if rec is None:  # measured before the recorder split episodes
                     note = ', before episodes were split at dropped ticks'
-                else:
-                    note = ''.join(f', {n} continuing after a {why}'
-                                   for why, n in sorted(splits.items()))
-                if run.get('flagged'):
-                    note += f", {run['flagged']} flagged"
+                else:  # the recorder's episode metadata: why each episode ended
+                    ended = rec['ended_by']
+                    gaps = sum(n for why, n in ended.items() if why.startswith('a gap'))
+                    caps = sum(n for why, n in ended.items()
+                               if why.startswith('max_episode_frames'))
+                    note = (f", {rec['continuations']} continuing the one before ({gaps} split "
+                            f"at a gap, {caps} at the frame cap), {rec['flagged']} flagged for "
+                            f"drops, the shortest {rec['shortest_frames']} frame"
+                            + ('s' if rec['shortest_frames'] != 1 else ''))
                 episodes = f"{run['episodes_saved']}{note}"
                 behind = run['dropped_by_reason'].get('writer behind', 0)
                 saves = run['save_s']
