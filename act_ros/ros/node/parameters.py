@@ -141,12 +141,12 @@ def parameter_specs(contract: Contract | None) -> list[ParamSpec]:
         P('compile_mode', 'default', 'torch.compile mode.',
           choices=COMPILE_MODES),
         P('precision', 'auto', 'Inference precision: auto (bf16 with backend openvino on a CPU '
-          'with native bfloat16, AVX512-BF16 or AMX, kept only when its actions on the warm-up '
+          'with native bfloat16, AVX512-BF16 or AMX, kept only when its actions on the check '
           'observations stay within precision_tolerance of fp32; fp32 everywhere else), fp32, '
-          'fp16 (CUDA/MPS), bf16 (native bfloat16 only; with backend openvino checked like '
-          'int8) or int8 (backend openvino, the model act-ros export --int8 quantized with NNCF '
-          'on a calibration dataset; checked against fp32 at configure and refused over '
-          'precision_tolerance; auto never picks it).',
+          'fp16 (CUDA/MPS), bf16 (native bfloat16 only) or int8 (backend openvino, the model '
+          'act-ros export --int8 quantized with NNCF on a calibration dataset; auto never '
+          'picks it). int8, and bf16 or fp16 set by name, are checked against fp32 and '
+          'refused over precision_tolerance (see precision_tolerance for the observations).',
           choices=(AUTO, *PRECISIONS)),
         P('precision_tolerance', DEFAULT_TOLERANCE, 'precision auto: largest difference of any '
           'normalized action (units of its standard deviation in the training data) between '
