@@ -208,6 +208,14 @@ def test_stale_camera_stops_commands_then_they_resume(rclpy_context, checkpoint,
         wait_commands(harness, time.monotonic(), 3)
         wait_diagnostics(harness, lambda level, msg, values: int(values['runtime_resets']) >= 1
                          and values['input_problems'] == 'none')
+    # The speed limits the safety chain applies are on /diagnostics, per joint.
+    values = harness.latest_diagnostics()[2]
+    limits = node.settings.speed_limits
+    for name, speed, source in zip(limits.joint_names, limits.speed, limits.sources):
+        assert float(values[f'speed_limit.{name}']) == pytest.approx(speed, abs=1e-3)
+        assert values[f'speed_limit.{name}.source'] == source
+        assert float(values[f'speed_limit.{name}.per_tick']) == pytest.approx(
+            speed * node.settings.period_s, abs=1e-3)  # /diagnostics shows 3 decimals
 
 
 # The moments of a start-up, in order (act_ros.core.startup.EVENTS), by execution.

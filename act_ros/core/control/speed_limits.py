@@ -29,6 +29,7 @@ import xml.etree.ElementTree as ET
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -113,6 +114,18 @@ class SpeedLimits:
         return (f'speed limits per second at {1.0 / period_s:g} Hz: '
                 + ', '.join(f'{" ".join(names)} {what}' for what, names in groups.items())
                 + model)
+
+
+    def as_values(self, period_s: float) -> dict[str, Any]:
+        """Key/values for /diagnostics: per joint its speed per second, where it came from
+        and the step per tick it allows at ``period_s``."""
+        values: dict[str, Any] = {}
+        for name, speed, source, step in zip(self.joint_names, self.speed, self.sources,
+                                             self.per_tick(period_s)):
+            values[f'speed_limit.{name}'] = float(speed)
+            values[f'speed_limit.{name}.source'] = source
+            values[f'speed_limit.{name}.per_tick'] = float(step)
+        return values
 
 
 def resolve_speed_limits(joint_names: Sequence[str], lower: Sequence[float],

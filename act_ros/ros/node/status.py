@@ -144,6 +144,8 @@ class NodeStatus:
         values['backend_why'] = loop.runtime.config.backend_why
         if loop.runtime.precision_check is not None:
             values.update(loop.runtime.precision_check.as_values())
+        # The speed limit of each joint (per second, its source, the step per tick).
+        values.update(node.settings.speed_limits.as_values(node.settings.period_s))
         # Background chunks by part: transfer, preprocess, model, postprocess, return.
         values.update(stats.split.as_values())
         # Time from process start to the first command, by phase (act_ros.core.startup).
