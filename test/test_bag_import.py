@@ -54,10 +54,17 @@ def test_mcap_with_raw_bgr_images_and_a_dropped_frame(tmp_path, episode):
                             drop_camera_ticks=(('top', 50),))
     report = import_bags([bag], tmp_path / 'ds', _spec(), use_video=False, progress=False)
     assert report.frames == episode.length - 1
-    assert report.episodes[0]['drops'] == {'image/top stale': 1}
+    # Frames keep their times: the dropped tick ends an episode, the next frame starts one
+    # (not one period after frame 49, where LeRobot would place it in the same episode).
+    first, second = report.episodes
+    assert (first['frames'], second['frames']) == (50, episode.length - 51)
+    assert first['drops'] == {'image/top stale': 1} and second['drops'] == {}
+    assert first['ended_by'] == 'a gap of 1 tick(s)' and second['ended_by'] == 'end of the bag'
+    fps = CONTRACT.fps
+    assert second['start_time_s'] - first['start_time_s'] == pytest.approx(51 / fps, abs=1e-6)
     assert report.dropped_ticks == 1
     dataset, store = _read(tmp_path / 'ds')
-    assert dataset.meta.total_episodes == 1
+    assert dataset.meta.total_episodes == 2
     keep = np.delete(np.arange(episode.length), 50)
     np.testing.assert_allclose(store.state.numpy(), episode.state[keep], atol=1e-6)
     np.testing.assert_allclose(store.action.numpy(), episode.action[keep], atol=1e-6)

@@ -7,7 +7,10 @@ nearest to it within half a period (messages meant for one instant but logged a 
 milliseconds apart by different publishers pair up) and is kept only if all of them are
 at most the tolerance older than the tick; joints are matched by name, images are
 converted to RGB and resized. Ticks before every input has appeared are not counted;
-later ticks without a fresh set are dropped and counted by reason.
+later ticks without a fresh set are dropped and counted by reason. Frames keep their
+times: a frame after dropped ticks starts a new episode (LeRobot places frame ``i`` of an
+episode at ``i / fps``, so an episode cannot hold a gap; ``record_node`` splits alike),
+and each episode's entry in the report says what ended it.
 
 Episodes: one per bag (default), or split where a marker topic publishes (any message
 type) or where no input arrived for ``--split-gap`` seconds. Frames stream to the
@@ -230,6 +233,7 @@ class _BagEpisodes:
         self.streams = spec.topic_streams()
         self.convert = {stream: spec.converter(stream) for stream, _ in self.streams.values()}
         self._first_reasons: dict[str, list[str] | None] = {}
+        self.ended_by = ''  # why the episode last yielded ended
 
     def _check_connections(self, reader: Any) -> list[Any]:
         by_topic = {c.topic: c for c in reader.connections}
@@ -291,9 +295,18 @@ class _BagEpisodes:
         def sample_while(more) -> Iterator[EpisodeBuffer]:
             nonlocal tick
             while more(tick_ns()):
-                buffer.sample(sampler.snapshot(tick_ns() * 1e-9))
+                at = tick_ns() * 1e-9
+                snap = sampler.snapshot(at)
+                if snap.ok and buffer.gap_before(at):
+                    # Frames keep their times: LeRobot places frame i at i / fps, so a frame
+                    # after dropped ticks starts a new episode (as record_node does).
+                    self.ended_by = f'a gap of {buffer.close_gap(at)} tick(s)'
+                    yield buffer
+                    buffer.clear()
+                buffer.sample(snap, at)
                 tick += 1
                 if buffer.full:
+                    self.ended_by = 'max_episode_s'
                     yield buffer
                     buffer.clear()
 
@@ -314,6 +327,7 @@ class _BagEpisodes:
                     yield from sample_while(lambda t, now=stamp_ns: t + half_ns < now)
             if marker or gap:  # end the episode; the next one starts with a complete set
                 if buffer.frames or buffer.dropped_ticks:
+                    self.ended_by = 'marker' if marker else f'no input for {self.gap_s:g} s'
                     yield buffer
                 buffer.clear()
                 sampler.clear()
@@ -344,6 +358,7 @@ class _BagEpisodes:
         if start_ns is not None and last_input_ns is not None:
             yield from sample_while(lambda t: t - half_ns <= last_input_ns)
         if buffer.frames or buffer.dropped_ticks:
+            self.ended_by = 'end of the bag'
             yield buffer
 
 
@@ -388,7 +403,8 @@ def import_bags(bags: Sequence[Path], output: Path, spec: RecordingSpec, *,
                 for buffer in episodes:
                     entry = {'bag': str(bag), 'frames': buffer.frames,
                              'dropped_ticks': buffer.dropped_ticks,
-                             'drops': buffer.drops.as_dict()}
+                             'drops': buffer.drops.as_dict(), 'ended_by': episodes.ended_by,
+                             'start_time_s': buffer.start_s}
                     if buffer.frames < min_frames:
                         writer.discard_open_episode()
                         logger.warning('%s: skipping an episode of %d frame(s) (fewer than %d;'
@@ -503,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
           f'rejected) from {len(args.bags)} bag(s) to {args.output}')
     for i, entry in enumerate(report.episodes):
         print(f"  episode {i}: {entry['frames']} frames, {entry['dropped_ticks']} dropped "
-              f"{entry['drops'] or ''} ({entry['bag']})")
+              f"{entry['drops'] or ''}, ended by {entry['ended_by']} ({entry['bag']})")
     return 0
 
 
