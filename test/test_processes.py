@@ -1,9 +1,11 @@
 """ProcessSet: children in their own process groups, stopped with escalation, descendants
 that left the group killed too, a wait with a time limit, and a stage's own datasets cache."""
 
+import contextlib
 import os
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -162,3 +164,50 @@ def test_a_stage_gets_a_datasets_cache_of_its_own_and_it_is_removed(tmp_path, mo
     with stage_environment() as env:
         assert stage(env)[0] == str(chosen)
     assert any(chosen.iterdir())
+
+
+POOL_PARENT = '''
+import multiprocessing, os, sys, time
+from concurrent.futures import ProcessPoolExecutor
+from act_ros.core.processes import die_with_parent
+
+def busy(_):
+    print(os.getpid(), flush=True)  # the worker's pid, for the test
+    time.sleep(120)  # a long episode block: the worker reads no queue meanwhile
+
+if __name__ == '__main__':
+    init = die_with_parent if sys.argv[1] == 'die' else None
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context('spawn'),
+                             initializer=init) as pool:
+        list(pool.map(busy, range(2)))
+'''
+
+
+@pytest.mark.parametrize('initializer', ['die', 'none'])
+def test_pool_workers_busy_in_a_task_die_with_a_killed_parent(tmp_path, initializer):
+    """die_with_parent (the initializer of act-ros evaluate's, collect's and DAgger's
+    pools): a parent killed with SIGKILL leaves no worker running its task; without it the
+    workers run on (the orphans this prevents)."""
+    import signal
+    import subprocess
+
+    script = tmp_path / 'pool_parent.py'
+    script.write_text(POOL_PARENT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), os.environ.get('PYTHONPATH', '')]))
+    parent = subprocess.Popen([sys.executable, str(script), initializer], stdout=subprocess.PIPE,
+                              text=True, env=env)
+    workers: list[int] = []
+    try:
+        workers += [int(parent.stdout.readline()) for _ in range(2)]
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(30)
+        left = wait_gone(workers, 30.0 if initializer == 'die' else 2.0)
+        if initializer == 'die':
+            assert left == [], f'workers {left} outlived their killed parent'
+        else:
+            assert left == workers  # the control: without it they are orphans
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

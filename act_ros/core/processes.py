@@ -63,6 +63,21 @@ def child_setup() -> None:  # runs in the child between fork and exec: syscalls 
         _LIBC.signal(int(signal.SIGINT), 0)  # SIG_DFL
 
 
+def die_with_parent() -> None:
+    """In a worker of a ``multiprocessing`` pool (its ``initializer``): the kernel sends it
+    SIGTERM when the process that started it dies, so a pool's workers never outlive a
+    killed parent (a worker busy in a long task would otherwise run it to the end before
+    it noticed). Linux only; a no-op elsewhere."""
+    import multiprocessing
+
+    if _LIBC is None:
+        return
+    _LIBC.prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0)
+    parent = multiprocessing.parent_process()
+    if parent is not None and os.getppid() != parent.pid:  # it died before the prctl
+        os._exit(1)
+
+
 @dataclass
 class Child:
     """One started process: its name, command, log file and ``Popen``."""

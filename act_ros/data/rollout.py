@@ -18,6 +18,7 @@ from act_ros.core.object_state import (
     ENVIRONMENT_STATE_FEATURE,
     ENVIRONMENT_STATE_NAMES,
 )
+from act_ros.core.processes import die_with_parent
 from act_ros.data.episode import (
     EPISODE_SOURCE_FEATURE,
     EPISODE_SOURCE_NAMES,
@@ -187,8 +188,9 @@ def init_worker(make_env: Callable[[], Any], run_episode: Callable[..., RolloutR
     process would wait forever).
     """
     global _worker_env, _worker_run, _worker_cameras, _worker_kwargs, _worker_error
-    if handle_sigint:
+    if handle_sigint:  # a pool's worker: Ctrl-C is the main process's; its death is ours too
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        die_with_parent()
     _worker_run = run_episode
     _worker_cameras = tuple(camera_names)
     _worker_kwargs = dict(episode_kwargs or {})

@@ -31,6 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
+from act_ros.core.processes import die_with_parent
 from act_ros.data.episode import OBJECT_POSE_NAMES, Episode
 from act_ros.data.join import DAGGER_LOG, frame_layout, joined, move_into_place
 
@@ -187,6 +188,7 @@ _worker_error: str | None = None
 def _init_worker(config: DaggerConfig, sim_config, cameras: tuple[str, ...]) -> None:
     global _worker, _worker_error
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    die_with_parent()  # a killed driver leaves no worker running episodes
     try:
         import torch
 

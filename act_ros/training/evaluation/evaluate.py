@@ -269,12 +269,14 @@ def _parallel_mode(args: argparse.Namespace, mode: str, latency_ticks: int | Non
     import time
     from concurrent.futures import ProcessPoolExecutor
 
+    from act_ros.core.processes import die_with_parent
     from act_ros.training.evaluation.rollout import merge_mode_results
 
     blocks = _blocks(args.episodes, args.workers)
     threads = max(1, (os.cpu_count() or 1) // len(blocks))
     start = time.monotonic()
-    with ProcessPoolExecutor(len(blocks), mp_context=multiprocessing.get_context('spawn')) as pool:
+    with ProcessPoolExecutor(len(blocks), mp_context=multiprocessing.get_context('spawn'),
+                             initializer=die_with_parent) as pool:  # killed: none left behind
         futures = [pool.submit(_run_block, args, mode, first, count, latency_ticks, blend_ticks,
                                threads)
                    for first, count in blocks]
